@@ -1,0 +1,156 @@
+"""The ``splice`` command: demo, TPC-H as streams, joins over files, transactional workloads.
+
+Each subcommand's work lives in its own module; this file only parses arguments and prints.
+``--json`` prints one JSON object per result row (``tpch``) and a last line
+``{"metrics": {...}}`` with ``input_rows``, ``output_rows``, ``seconds`` (streaming time, data
+already in memory), ``load_seconds`` and ``rows_per_s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from splice.core.errors import SpliceError
+
+__all__ = ["main", "build_parser"]
+
+#: ``splice join --kind K`` runs ``run(left, right, args) -> pa.Table`` of this module.
+JOIN_KINDS = {
+    "hash": "splice.joins.hash_command",
+    "band": "splice.joins.band_command",
+    "interval": "splice.joins.interval_command",
+    "window": "splice.joins.window_command",
+}
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="splice", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="several TPC-H queries on one lineitem stream, one added online")
+    demo.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
+    demo.add_argument("--batch-size", type=_positive_int, default=65_536, help="rows per batch")
+    demo.add_argument("--json", action="store_true", help="print machine-readable results")
+
+    tpch = sub.add_parser("tpch", help="TPC-H queries as streams")
+    tpch.add_argument("query", choices=["q1", "q3", "q6"], help="which TPC-H query")
+    tpch.add_argument("--sf", type=float, default=1.0, help="scale factor (default 1)")
+    tpch.add_argument("--batch-size", type=_positive_int, default=65_536, help="rows per batch")
+    tpch.add_argument("--window", default="unbounded",
+                      help="q3: 'unbounded' (exact SQL answer) or N, a count window per stream")
+    tpch.add_argument("--order", default="interleaved",
+                      help="q3: arrival order of customer/orders/lineitem: interleaved|sequential")
+    tpch.add_argument("--data-dir", default=None,
+                      help="cache directory for generated TPC-H data (default ~/.cache/splice/tpch)")
+    tpch.add_argument("--json", action="store_true", help="one JSON object per row, then metrics")
+
+    join = sub.add_parser("join", help="run one join over Parquet/CSV inputs")
+    join.add_argument("--kind", required=True, choices=sorted(JOIN_KINDS), help="join algorithm")
+    join.add_argument("--left", required=True, help="left input (.parquet or .csv)")
+    join.add_argument("--right", required=True, help="right input (.parquet or .csv)")
+    join.add_argument("--on", required=True, help="join key column(s), comma separated")
+    join.add_argument("--out", required=True, help="output file (.parquet or .csv)")
+    join.add_argument("--arrival", default=None, help="global arrival position column on both inputs")
+    join.add_argument("--time", default=None, help="event-time column on both inputs")
+    join.add_argument("--window", default=None, help="hash/band: count window w (rows per stream)")
+    join.add_argument("--window-time", type=int, default=None, help="hash: time window length")
+    join.add_argument("--impl", default="fast", choices=["fast", "hbsj"], help="hash: implementation")
+    join.add_argument("--parallel", type=_positive_int, default=1, help="hash: join PUs (SplitJoin)")
+    join.add_argument("--eps", type=float, default=None, help="band: |l.x - r.x| <= eps")
+    join.add_argument("--index", default="pimtree",
+                      choices=["bptree", "bchain", "ibchain", "imtree", "pimtree", "nlwj"],
+                      help="band: index structure")
+    join.add_argument("--threads", type=int, default=1, help="band: join threads")
+    join.add_argument("--task-size", type=int, default=4, help="band: tuples per task")
+    join.add_argument("--merge-ratio", type=float, default=0.5, help="band: IM/PIM-Tree merge ratio")
+    join.add_argument("--insertion-depth", type=int, default=2, help="band: PIM-Tree insertion depth")
+    join.add_argument("--lower", type=int, default=None, help="interval: inclusive lower bound")
+    join.add_argument("--upper", type=int, default=None, help="interval: inclusive upper bound")
+    join.add_argument("--size", type=int, default=None, help="window: window size")
+    join.add_argument("--slide", type=int, default=None, help="window: slide (default = size)")
+    join.add_argument("--how", default="inner", choices=["inner", "left", "right", "full"])
+    join.add_argument("--batch-size", type=_positive_int, default=65_536, help="rows per batch")
+    join.add_argument("--json", action="store_true", help="print a metrics line")
+
+    txn = sub.add_parser("txn", help="transactional workloads on shared state")
+    txn.add_argument("app", choices=["sl", "gs", "tp"], help="Streaming Ledger, GrepSum, Toll Processing")
+    txn.add_argument("--events", type=_positive_int, default=100_000)
+    txn.add_argument("--keys", type=_positive_int, default=10_000)
+    txn.add_argument("--skew", type=float, default=0.0, help="Zipf exponent, 0 = uniform")
+    txn.add_argument("--abort-ratio", type=float, default=0.0, help="fraction made to abort, 0..1")
+    txn.add_argument("--punctuation", type=_positive_int, default=10_240, help="events per batch")
+    txn.add_argument("--threads", type=_positive_int, default=1)
+    txn.add_argument("--complexity", type=float, default=0.0, help="UDF busy work per op, us")
+    txn.add_argument("--scheduler", default="auto",
+                     help="auto | <explore>,<granularity>,<abort> | serial | sstore | tstream")
+    txn.add_argument("--seed", type=int, default=0)
+    txn.add_argument("--json", action="store_true")
+    return parser
+
+
+def _print_metrics(metrics: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"metrics": metrics}))
+    else:
+        print(" ".join(f"{k}={v}" for k, v in metrics.items()))
+
+
+def _run_join(args: argparse.Namespace) -> int:
+    from splice.io.files import read_table, write_table
+
+    t0 = time.perf_counter()
+    left, right = read_table(args.left), read_table(args.right)
+    load_seconds = time.perf_counter() - t0
+    module = importlib.import_module(JOIN_KINDS[args.kind])
+    t1 = time.perf_counter()
+    result = module.run(left, right, args)
+    seconds = time.perf_counter() - t1
+    write_table(result, args.out)
+    rows = left.num_rows + right.num_rows
+    metrics = {
+        "input_rows": rows,
+        "output_rows": result.num_rows,
+        "seconds": round(seconds, 6),
+        "load_seconds": round(load_seconds, 6),
+        "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
+    }
+    _print_metrics(metrics, args.json)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "join":
+            return _run_join(args)
+        if args.command == "tpch":
+            from splice.workloads.tpch_command import run_tpch
+
+            return run_tpch(args)
+        if args.command == "txn":
+            from splice.txn.command import run_txn
+
+            return run_txn(args)
+        from splice.demo import run_demo
+
+        return run_demo(args)
+    except SpliceError as exc:
+        print(f"splice: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

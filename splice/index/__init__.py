@@ -1,0 +1,3 @@
+"""index."""
+
+__all__: list[str] = []

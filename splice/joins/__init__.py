@@ -1,0 +1,3 @@
+"""joins."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""runtime."""
+
+__all__: list[str] = []

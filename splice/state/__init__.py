@@ -1,0 +1,3 @@
+"""state."""
+
+__all__: list[str] = []

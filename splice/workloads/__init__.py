@@ -1,0 +1,3 @@
+"""workloads."""
+
+__all__: list[str] = []
