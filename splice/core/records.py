@@ -49,16 +49,11 @@ class Instruction:
 
 @dataclass(frozen=True, slots=True)
 class Install:
-    """Load processing unit ``block_id`` with an operator logic for query ``query``.
-
-    ``inputs`` are the stream ids the unit consumes, ``output`` the stream id it produces.
-    """
+    """Load processing unit ``block_id`` with ``program``: a query's operator logic, the stream
+    ids it consumes and produces (see :class:`splice.runtime.unit.UnitProgram`)."""
 
     block_id: int
-    query: str
-    logic: Any = field(compare=False)
-    inputs: tuple[int, ...]
-    output: int
+    program: Any = field(compare=False)
 
 
 @dataclass(frozen=True, slots=True)

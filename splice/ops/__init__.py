@@ -1,3 +1,5 @@
-"""ops."""
+"""Relational operators: selection, projection, aggregation, ordering, windowed aggregation."""
 
-__all__: list[str] = []
+from splice.ops.stateless import Project, Select
+
+__all__ = ["Project", "Select"]

@@ -1,3 +1,8 @@
-"""runtime."""
+"""The re-configurable data path: switches, bricks, units, the query assigner, the engine."""
 
-__all__: list[str] = []
+from splice.runtime.engine import Engine, QueryResult
+from splice.runtime.plan import Node, Query
+from splice.runtime.synchronizer import Synchronizer
+from splice.runtime.topology import Topology
+
+__all__ = ["Engine", "Node", "Query", "QueryResult", "Synchronizer", "Topology"]

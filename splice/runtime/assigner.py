@@ -1,0 +1,274 @@
+"""The query assigner: maps a plan onto free processing units and emits the routing program.
+
+Placement is greedy in path order: each node goes to the earliest brick after every brick that
+produces one of its inputs (source streams are produced before brick 0) that has a free unit.
+The routing program for a stream consumed in brick ``b`` sets the unit's bit in brick ``b``'s
+local switch and ``ONWARD`` in every global switch from where the stream is produced up to
+``b``; a query's result stream (and each unit's late stream) is tapped at the global switch
+right after the brick that produces it. Routes shared by several queries are reference-counted,
+so undeploying one query never cuts another's stream.
+
+Deploying emits ``Install`` records, then switch instructions; undeploying emits the switch
+instructions first, then ``Uninstall``. Both travel the path in order with the data, so a query
+deployed at position p sees exactly the records after p.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from splice.core.errors import PlanError, SchemaError
+from splice.core.records import Install, Instruction, Record, Uninstall
+from splice.core.stream import Stream, StreamCatalog
+from splice.runtime.decomposer import ROW_ID
+from splice.runtime.plan import Query
+from splice.runtime.synchronizer import RoundRobin
+from splice.runtime.topology import Topology
+from splice.runtime.switch import ONWARD, TAP
+from splice.runtime.unit import UnitProgram
+
+__all__ = ["QueryAssigner", "Deployment"]
+
+
+
+@dataclass
+class Deployment:
+    """Where a deployed query lives and which streams it made."""
+
+    query: Query
+    units: list[tuple[int, int]] = field(default_factory=list)  # (brick, unit index)
+    streams: list[Stream] = field(default_factory=list)
+    output: Stream | None = None
+    late: list[int] = field(default_factory=list)
+    source_columns: dict[int, set[str] | None] = field(default_factory=dict)
+    lswitch_bits: list[tuple[int, int, int]] = field(default_factory=list)  # (brick, stream, bit)
+    onward: list[tuple[int, int]] = field(default_factory=list)  # (gswitch, stream)
+    taps: list[tuple[int, int]] = field(default_factory=list)
+    stateless: bool = True
+
+
+def _view_schema(schema: pa.Schema, columns: list[str] | None) -> pa.Schema:
+    if columns is None:
+        return schema
+    return pa.schema([
+        pa.field(ROW_ID, pa.int64(), False) if c == ROW_ID else schema.field(c) for c in columns
+    ])
+
+
+class QueryAssigner:
+    """Places queries on ``topology``; grows it by a brick when a plan does not fit and ``grow``."""
+
+    def __init__(self, topology: Topology, catalog: StreamCatalog, grow: bool = False):
+        self.topology = topology
+        self.catalog = catalog
+        self.grow = grow
+        self.deployed: dict[str, Deployment] = {}
+        self._busy: set[tuple[int, int]] = set()
+        self._lmask: Counter[tuple[int, int, int]] = Counter()
+        self._gmask: Counter[tuple[int, int, int]] = Counter()  # (gswitch, stream, port)
+
+    # -- placement -------------------------------------------------------------------------
+    def _free_unit(self, after: int, query: str) -> tuple[int, int]:
+        b = after + 1
+        while True:
+            while b < len(self.topology.bricks):
+                for u in range(self.topology.units_per_brick):
+                    if (b, u) not in self._busy:
+                        self._busy.add((b, u))
+                        return b, u
+                b += 1
+            if not self.grow:
+                free = sum(
+                    1 for bb in range(len(self.topology.bricks))
+                    for uu in range(self.topology.units_per_brick) if (bb, uu) not in self._busy
+                )
+                raise PlanError(
+                    f"query {query!r} does not fit the topology: no free unit after brick {after} "
+                    f"({len(self.topology.bricks)} bricks x {self.topology.units_per_brick} units, "
+                    f"{free} free); undeploy a query or enable growing the topology"
+                )
+            self.topology.grow()
+
+    # -- routing ---------------------------------------------------------------------------
+    def _route_local(self, dep: Deployment, brick: int, stream: int, unit: int) -> None:
+        dep.lswitch_bits.append((brick, stream, unit))
+        self._lmask[(brick, stream, unit)] += 1
+
+    def _route_onward(self, dep: Deployment, produced_before: int, consumed_in: int, stream: int) -> None:
+        # global switch g sits before brick g: a stream produced by brick p enters at g = p + 1
+        for g in range(produced_before + 1, consumed_in + 1):
+            dep.onward.append((g, stream))
+            self._gmask[(g, stream, ONWARD)] += 1
+
+    def _tap(self, dep: Deployment, produced_in: int, stream: int) -> None:
+        dep.taps.append((produced_in + 1, stream))
+        self._gmask[(produced_in + 1, stream, TAP)] += 1
+
+    def _lswitch_program(self, brick: int, stream: int) -> Instruction:
+        mask = 0
+        for u in range(self.topology.units_per_brick):
+            if self._lmask[(brick, stream, u)] > 0:
+                mask |= 1 << u
+        return Instruction(self.topology.bricks[brick].switch.block_id, stream, mask)
+
+    def _gswitch_program(self, g: int, stream: int) -> Instruction:
+        mask = (ONWARD if self._gmask[(g, stream, ONWARD)] > 0 else 0) | (
+            TAP if self._gmask[(g, stream, TAP)] > 0 else 0
+        )
+        return Instruction(self.topology.gswitches[g].switch.block_id, stream, mask)
+
+    def _program(self, dep: Deployment) -> list[Record]:
+        out: list[Record] = []
+        for brick, stream in dict.fromkeys((b, s) for b, s, _ in dep.lswitch_bits):
+            out.append(self._lswitch_program(brick, stream))
+        for g, stream in dict.fromkeys(dep.onward + dep.taps):
+            out.append(self._gswitch_program(g, stream))
+        return out
+
+    # -- deploy / undeploy -----------------------------------------------------------------
+    def deploy(
+        self,
+        query: Query,
+        view: Callable[[Query, Stream, set[str] | None], list[str] | None],
+    ) -> tuple[Deployment, list[Record]]:
+        """Place ``query``; return its deployment and the records that program the path.
+
+        ``view(query, source, used)`` tells which columns of a source stream the query's unit
+        sees (the decomposer's cut for that query); ``None`` means all of them.
+        """
+        if query.name in self.deployed:
+            raise PlanError(f"query {query.name!r} is already deployed")
+        dep = Deployment(query)
+        produced: dict[str, tuple[Stream, int]] = {}  # node -> (stream, last producing brick)
+        first_brick: dict[str, int] = {}  # replicas produce one stream from several bricks
+        installs: list[Record] = []
+        try:
+            for node in query.nodes:
+                inputs = [self._resolve(query, node.name, n, produced) for n in node.inputs]
+                # a consumer of replicated output is routed from the first replica's brick on
+                routes = [(s, first_brick.get(n, p)) for n, (s, p) in zip(node.inputs, inputs, strict=True)]
+                views, narrowed, out_schema = self._typecheck(query, node, inputs, dep, view)
+                if not node.spec.stateless:
+                    dep.stateless = False
+                out_stream = self._define(dep, query.stream_name(node.name), out_schema)
+                after = max(p for _, p in inputs)
+                if node.replicas > 1:
+                    if len(inputs) != 1:
+                        raise PlanError(f"query {query.name!r}: node {node.name!r} is replicated "
+                                        "but has several inputs")
+                    src, src_brick = inputs[0]
+                    subs = [self._define(dep, f"{out_stream.name}#{i}", narrowed[src.id])
+                            for i in range(node.replicas)]
+                    splitter = RoundRobin(tuple(s.id for s in subs)).build({src.id: narrowed[src.id]})
+                    rb = self._place(dep, query, splitter, [(src, src_brick)], out_stream,
+                                     {src.id: views[src.id]}, after, installs)
+                    bricks = []
+                    for sub in subs:
+                        logic = node.spec.build({sub.id: narrowed[src.id]})
+                        bricks.append(self._place(dep, query, logic, [(sub, rb)], out_stream,
+                                                  {sub.id: None}, rb, installs))
+                    produced[node.name] = (out_stream, max(bricks))
+                    first_brick[node.name] = min(bricks)
+                    continue
+                try:
+                    logic = node.spec.build(narrowed)
+                except SchemaError as exc:
+                    raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
+                b = self._place(dep, query, logic, routes, out_stream, views, after, installs)
+                produced[node.name] = (out_stream, b)
+            out_stream, out_brick = produced[query.output_node.name]
+            dep.output = out_stream
+            # carry every producer's output to the last producer, tap it once after that brick
+            self._route_onward(dep, first_brick.get(query.output_node.name, out_brick), out_brick,
+                               out_stream.id)
+            self._tap(dep, out_brick, out_stream.id)
+        except BaseException:
+            self._release(dep)
+            for st in dep.streams:
+                self.catalog.drop(st.name)
+            raise
+        self.deployed[query.name] = dep
+        return dep, installs + self._program(dep)
+
+    def _resolve(
+        self, query: Query, node: str, name: str, produced: dict[str, tuple[Stream, int]]
+    ) -> tuple[Stream, int]:
+        if name in produced:
+            return produced[name]
+        if name in self.catalog:
+            return self.catalog[name], -1
+        known = ", ".join(s.name for s in self.catalog if "." not in s.name) or "none"
+        raise PlanError(
+            f"query {query.name!r}: node {node!r} reads unknown stream {name!r} (defined: {known})"
+        )
+
+    def _typecheck(self, query, node, inputs, dep, view):
+        full = {s.id: s.schema for s, _ in inputs}
+        try:
+            used = node.spec.columns_used(full)
+            views: dict[int, list[str] | None] = {}
+            for s, p in inputs:
+                if p != -1:
+                    views[s.id] = None
+                    continue
+                u = None if used is None else set(used.get(s.id, set()))
+                if u is None or dep.source_columns.get(s.id, set()) is None:
+                    dep.source_columns[s.id] = None
+                else:
+                    dep.source_columns[s.id] = dep.source_columns.get(s.id, set()) | u
+                views[s.id] = view(query, s, u)
+            narrowed = {s.id: _view_schema(s.schema, views[s.id]) for s, _ in inputs}
+            return views, narrowed, node.spec.output_schema(narrowed)
+        except SchemaError as exc:
+            raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
+
+    def _define(self, dep: Deployment, name: str, schema: pa.Schema) -> Stream:
+        stream = self.catalog.define(name, schema)
+        dep.streams.append(stream)
+        return stream
+
+    def _place(self, dep, query, logic, inputs, out_stream, views, after, installs) -> int:
+        """Put ``logic`` on a free unit after brick ``after``; route its inputs; return the brick."""
+        b, u = self._free_unit(after, query.name)
+        dep.units.append((b, u))
+        late = self._define(dep, f"{out_stream.name}.late@{b}.{u}", next(iter(inputs))[0].schema)
+        dep.late.append(late.id)
+        self._tap(dep, b, late.id)
+        installs.append(self._install(query, b, u, logic, tuple(s.id for s, _ in inputs),
+                                      out_stream.id, late.id, views))
+        for s, p in inputs:
+            self._route_local(dep, b, s.id, u)
+            self._route_onward(dep, p, b, s.id)
+        return b
+
+    def _install(self, query: Query, brick: int, unit: int, logic, inputs, output, late, views) -> Install:
+        block = self.topology.bricks[brick].units[unit].block_id
+        return Install(block, UnitProgram(query.name, logic, tuple(inputs), output, late, dict(views)))
+
+    def _release(self, dep: Deployment) -> None:
+        for key in dep.lswitch_bits:
+            self._lmask[key] -= 1
+        for g, s in dep.onward:
+            self._gmask[(g, s, ONWARD)] -= 1
+        for g, s in dep.taps:
+            self._gmask[(g, s, TAP)] -= 1
+        for bu in dep.units:
+            self._busy.discard(bu)
+
+    def undeploy(self, name: str) -> tuple[Deployment, list[Record]]:
+        """Free ``name``'s units; return the records that unroute and clear them."""
+        try:
+            dep = self.deployed.pop(name)
+        except KeyError:
+            known = ", ".join(sorted(self.deployed)) or "none"
+            raise PlanError(f"cannot undeploy unknown query {name!r} (deployed: {known})") from None
+        self._release(dep)
+        program = self._program(dep)
+        clears: list[Record] = [
+            Uninstall(self.topology.bricks[b].units[u].block_id) for b, u in dep.units
+        ]
+        return dep, program + clears

@@ -1,0 +1,296 @@
+"""The engine facade: define streams, deploy and undeploy queries, push data, read results.
+
+>>> import pyarrow as pa, pyarrow.compute as pc
+>>> from splice.ops import Select
+>>> from splice.runtime import Engine, Query
+>>> eng = Engine()
+>>> _ = eng.define_stream("s", pa.schema([("k", pa.int64()), ("v", pa.float64())]))
+>>> _ = eng.deploy(Query.chain("big", "s", Select(pc.field("v") > 1.0)))
+>>> eng.push("s", pa.record_batch({"k": [1, 2, 3], "v": [0.5, 2.0, 3.0]}))
+>>> eng.end()
+>>> eng.results("big").to_pydict()
+{'v': [2.0, 3.0]}
+
+Only the columns a query reads travel to it (``v`` above); ask the composer for others with
+``Query.chain(..., compose={"s": ["k"]})``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.records import Barrier, Data, End, Record, Watermark
+from splice.core.stream import Stream, StreamCatalog
+from splice.runtime.assigner import Deployment, QueryAssigner
+from splice.runtime.decomposer import ROW_ID, Decomposer
+from splice.runtime.executor import Executor, PipelinedExecutor, SerialExecutor
+from splice.runtime.plan import Query
+from splice.runtime.topology import Topology
+
+__all__ = ["Engine", "QueryResult", "ExecutorKind"]
+
+ExecutorKind = Literal["serial", "pipelined"]
+
+
+@dataclass
+class QueryResult:
+    """What a query has produced: result batches, late rows, and its failure if it failed."""
+
+    name: str
+    schema: pa.Schema
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    late: list[pa.RecordBatch] = field(default_factory=list)
+    error: BaseException | None = None
+    deployed_at: int = 0
+    undeployed_at: int | None = None
+    ended: bool = False
+
+    @property
+    def rows(self) -> int:
+        return sum(b.num_rows for b in self.batches)
+
+
+class Engine:
+    """A splice engine on one machine.
+
+    ``bricks`` x ``units_per_brick`` processing units; ``grow`` adds bricks when a plan does not
+    fit; ``executor`` is ``"serial"`` (all stages in the caller's thread) or ``"pipelined"`` (a
+    thread per brick, units of a brick in parallel; same results in the same order).
+    """
+
+    def __init__(
+        self,
+        bricks: int = 4,
+        units_per_brick: int = 4,
+        grow: bool = True,
+        executor: ExecutorKind = "serial",
+        in_flight: int = 4,
+    ):
+        self.catalog = StreamCatalog()
+        self._lock = threading.RLock()
+        self._sinks: dict[int, tuple[QueryResult, str]] = {}
+        self.queries: dict[str, QueryResult] = {}
+        self.topology = Topology(bricks, units_per_brick, tap=self._tap, on_error=self._on_error)
+        self.assigner = QueryAssigner(self.topology, self.catalog, grow=grow)
+        self.decomposer = Decomposer()
+        self.executor: Executor = (
+            PipelinedExecutor(self.topology, in_flight=in_flight)
+            if executor == "pipelined" else SerialExecutor(self.topology)
+        )
+        self.position = 0  # records submitted so far: where deploys and undeploys take effect
+        self.rows_in: dict[str, int] = {}
+        self._sources: set[int] = set()
+        self._ended = False
+
+    # -- streams -----------------------------------------------------------------------------
+    def define_stream(self, name: str, schema: pa.Schema, time_column: str | None = None) -> Stream:
+        """Define source stream ``name`` with ``schema`` and optional event-time column."""
+        if "." in name or "#" in name:
+            raise PlanError(f"stream name {name!r} must not contain '.' or '#'")
+        with self._lock:
+            stream = self.catalog.define(name, schema, time_column)
+            self._sources.add(stream.id)
+            self.decomposer.configure(stream, [], [])
+            self.rows_in[name] = 0
+            return stream
+
+    def _source(self, name: str) -> Stream:
+        stream = self.catalog[name]
+        if stream.id not in self._sources:
+            raise PlanError(f"stream {name!r} is a query's output, not a source stream")
+        return stream
+
+    # -- queries -----------------------------------------------------------------------------
+    def _view(self, query: Query, stream: Stream, used: set[str] | None) -> list[str]:
+        cols = [n for n in stream.schema.names if used is None or n in used]
+        if stream.name in query.compose:
+            cols.append(ROW_ID)
+        return cols
+
+    def _reconfigure(self) -> None:
+        for sid in self._sources:
+            stream = self.catalog.by_id(sid)
+            used: list[set[str] | None] = []
+            composing: list[bool] = []
+            for dep in self.assigner.deployed.values():
+                if sid in dep.source_columns:
+                    used.append(dep.source_columns[sid])
+                    if stream.name in dep.query.compose:
+                        composing.append(not dep.stateless)
+            self.decomposer.configure(stream, used, composing)
+
+    def _check_compose(self, query: Query) -> None:
+        if len(query.compose) > 1:
+            raise PlanError(f"query {query.name!r}: compose from one source stream at most")
+        for name, cols in query.compose.items():
+            stream = self._source(name)
+            missing = [c for c in cols if c not in stream.schema.names]
+            if missing:
+                raise SchemaError(
+                    f"query {query.name!r}: cannot compose column(s) {', '.join(map(repr, missing))}: "
+                    f"not in stream {name!r}"
+                )
+
+    def deploy(self, query: Query) -> QueryResult:
+        """Deploy ``query`` now: it sees exactly the records pushed after this call."""
+        with self._lock:
+            self._check_compose(query)
+            dep, program = self.assigner.deploy(query, self._view)
+            assert dep.output is not None
+            if query.compose and ROW_ID not in dep.output.schema.names:
+                self.assigner.undeploy(query.name)
+                for s in dep.streams:
+                    self.catalog.drop(s.name)
+                raise PlanError(
+                    f"query {query.name!r} composes columns but its result has no row ids "
+                    "(aggregates and projections without __row_id lose them)"
+                )
+            schema = dep.output.schema
+            if query.compose:
+                (sname, cols), = query.compose.items()
+                src = self.catalog[sname]
+                schema = pa.schema([f for f in schema if f.name != ROW_ID] + [src.schema.field(c) for c in cols])
+            result = QueryResult(query.name, schema, deployed_at=self.position)
+            self.queries[query.name] = result
+            self._sinks[dep.output.id] = (result, "out")
+            for late in dep.late:
+                self._sinks[late] = (result, "late")
+            self._reconfigure()
+            for rec in program:
+                self.executor.submit(rec)
+            return result
+
+    def undeploy(self, name: str) -> QueryResult:
+        """Remove query ``name`` now; what it produced so far stays readable."""
+        with self._lock:
+            dep, program = self.assigner.undeploy(name)
+            for rec in program:
+                self.executor.submit(rec)
+            self._reconfigure()
+            self._drop_streams(dep)
+            result = self.queries[name]
+            result.undeployed_at = self.position
+            return result
+
+    def _drop_streams(self, dep: Deployment) -> None:
+        for s in dep.streams:
+            self.catalog.drop(s.name)
+
+    # -- data --------------------------------------------------------------------------------
+    def push(self, stream: str, batch: pa.RecordBatch | pa.Table) -> None:
+        """Push one batch of source stream ``stream``; a mismatching schema is refused whole."""
+        with self._lock:
+            if self._ended:
+                raise PlanError(f"stream {stream!r}: the engine has ended, no more input")
+            src = self._source(stream)
+            if isinstance(batch, pa.Table):
+                for b in batch.combine_chunks().to_batches():
+                    self.push(stream, b)
+                return
+            batch = src.check_batch(batch)
+            self.rows_in[stream] += batch.num_rows
+            self._submit(Data(src.id, self.decomposer.split(src, batch)))
+            if not self.decomposer.retain.get(src.id, False) and self.decomposer.tables.get(src.id) \
+                    and len(self.decomposer.tables[src.id].batches) > 64:
+                self.executor.drain()
+                self.decomposer.passed(src.id)
+
+    def _submit(self, rec: Record) -> None:
+        self.position += 1
+        self.executor.submit(rec)
+        if isinstance(self.executor, SerialExecutor) and isinstance(rec, Data):
+            self.decomposer.passed(rec.stream_id)
+
+    def watermark(self, stream: str, time_value: int) -> None:
+        """Event time of ``stream`` reached ``time_value`` (no later row has time <= it)."""
+        with self._lock:
+            self._submit(Watermark(self._source(stream).id, int(time_value)))
+
+    def checkpoint_barrier(self, checkpoint_id: int) -> None:
+        with self._lock:
+            self._submit(Barrier(checkpoint_id))
+
+    def end(self) -> None:
+        """No more input: blocking operators flush and every query answers."""
+        with self._lock:
+            if self._ended:
+                return
+            self._submit(End())
+            self.executor.drain()
+            self._ended = True
+
+    def close(self) -> None:
+        self.executor.close()
+
+    def run(self, source: Iterable[tuple[str, pa.RecordBatch]], end: bool = True) -> float:
+        """Push every ``(stream, batch)`` of ``source``; return the seconds it took."""
+        started = time.perf_counter()
+        for stream, batch in source:
+            self.push(stream, batch)
+        if end:
+            self.end()
+        else:
+            self.executor.drain()
+        return time.perf_counter() - started
+
+    # -- results -----------------------------------------------------------------------------
+    def _tap(self, rec: Record) -> None:
+        if isinstance(rec, End):
+            for q in self.queries.values():
+                q.ended = True
+            return
+        if not isinstance(rec, Data):
+            return
+        sink = self._sinks.get(rec.stream_id)
+        if sink is None:
+            return
+        result, kind = sink
+        if kind == "late":
+            result.late.append(rec.batch)
+            return
+        batch = rec.batch
+        dep = self.assigner.deployed.get(result.name)
+        if dep is not None and dep.query.compose:
+            (sname, cols), = dep.query.compose.items()
+            batch = self.decomposer.compose(self.catalog[sname], batch, list(cols), result.name)
+        result.batches.append(batch)
+
+    def _on_error(self, query: str, block: int, exc: BaseException) -> None:
+        result = self.queries.get(query)
+        if result is not None and result.error is None:
+            result.error = exc
+
+    def results(self, name: str, partial: bool = False) -> pa.Table:
+        """Query ``name``'s results so far; raises its failure unless ``partial``."""
+        with self._lock:
+            if isinstance(self.executor, PipelinedExecutor) and not self._ended:
+                self.executor.drain()
+        try:
+            result = self.queries[name]
+        except KeyError:
+            raise PlanError(f"unknown query {name!r}") from None
+        if result.error is not None and not partial:
+            raise StateError(f"query {name!r} failed: {result.error}") from result.error
+        return pa.Table.from_batches(result.batches, schema=result.schema)
+
+    def late(self, name: str) -> pa.Table | None:
+        """Rows query ``name`` refused as late (the late side output), or None if none."""
+        result = self.queries[name]
+        return pa.Table.from_batches(result.late) if result.late else None
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "rows_in": dict(self.rows_in),
+            "queries": {n: {"rows_out": q.rows, "late_rows": sum(b.num_rows for b in q.late),
+                            "failed": q.error is not None} for n, q in self.queries.items()},
+            "parse_table_bytes": self.decomposer.nbytes,
+            "topology": self.topology.describe(),
+        }

@@ -1,0 +1,182 @@
+"""Executors: how records move along the path's stages.
+
+* :class:`SerialExecutor` pushes each record through every stage before taking the next: the
+  reference behaviour, and the fastest on one core.
+* :class:`PipelinedExecutor` runs each brick (with the global switch after it) on its own thread,
+  joined by bounded queues, so bricks work on different records at once (pipeline parallelism).
+  Inside a brick, the units a record reaches run concurrently on a thread pool, and a
+  :class:`~splice.runtime.synchronizer.Synchronizer` releases results in record order, so the
+  path keeps exactly the serial executor's order. Arrow kernels and splice's numba kernels
+  release the GIL, so the threads really run in parallel.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+from splice.core.errors import InternalError
+from splice.core.records import End, Install, Instruction, Record, Uninstall
+from splice.runtime.brick import Brick, collect
+from splice.runtime.synchronizer import Synchronizer
+from splice.runtime.topology import GlobalStage, Topology
+
+__all__ = ["SerialExecutor", "PipelinedExecutor", "Executor"]
+
+
+class Executor:
+    """Moves records along ``topology``'s path."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+
+    def submit(self, rec: Record) -> None:
+        raise NotImplementedError
+
+    def drain(self) -> None:
+        """Return once every submitted record has left the path."""
+
+    def close(self) -> None:
+        """Stop worker threads (after :meth:`drain`)."""
+
+
+def _run_stages(stages: Sequence[GlobalStage | Brick], records: list[Record]) -> list[Record]:
+    for stage in stages:
+        nxt: list[Record] = []
+        for r in records:
+            nxt.extend(stage.process(r))
+        records = nxt
+        if not records:
+            break
+    return records
+
+
+class SerialExecutor(Executor):
+    """Each record through every stage, in the caller's thread."""
+
+    def submit(self, rec: Record) -> None:
+        _run_stages(self.topology.stages(), [rec])
+
+
+_STOP = object()
+
+
+class PipelinedExecutor(Executor):
+    """One thread per brick (+ the global switch after it); units of a brick on a thread pool.
+
+    ``in_flight`` bounds how many records a brick works on at once; their results pass through a
+    synchronizer so they leave the brick in arrival order.
+    """
+
+    def __init__(self, topology: Topology, in_flight: int = 4, queue_size: int = 8):
+        super().__init__(topology)
+        self.in_flight = max(1, in_flight)
+        self.queue_size = queue_size
+        # one worker per unit: a unit sees its records one at a time and in order
+        self._unit_pools: dict[int, ThreadPoolExecutor] = {}
+        self._threads: list[threading.Thread] = []
+        self._queues: list[queue.Queue] = []
+        self._error: BaseException | None = None
+        self._bricks_started = 0
+        self._start()
+
+    def _start(self) -> None:
+        n = len(self.topology.bricks)
+        self._queues = [queue.Queue(self.queue_size) for _ in range(n)]
+        self._threads = [
+            threading.Thread(target=self._brick_loop, args=(i,), daemon=True, name=f"splice-brick-{i}")
+            for i in range(n)
+        ]
+        for t in self._threads:
+            t.start()
+        self._bricks_started = n
+
+    def _brick_loop(self, i: int) -> None:
+        brick = self.topology.bricks[i]
+        gswitch = self.topology.gswitches[i + 1]
+        inbox = self._queues[i]
+        outbox = self._queues[i + 1] if i + 1 < len(self._queues) else None
+        sync: Synchronizer[tuple[Record, list[list[Record]]]] = Synchronizer()
+        window: list[tuple[int, Record, list[Future]]] = []
+        token = 0
+
+        def emit(limit: int) -> None:
+            # wait until at most `limit` records are in flight; release finished ones in order
+            while len(window) > limit:
+                wait([f for _, _, fs in window for f in fs], return_when=FIRST_COMPLETED)
+                for entry in [e for e in window if all(f.done() for f in e[2])]:
+                    window.remove(entry)
+                    tok, rec, fs = entry
+                    sync.push(tok, (rec, [f.result() for f in fs]))
+                for rec, outs in sync.pop_ready():
+                    merged = collect(None, outs) + [rec] if isinstance(rec, End) else collect(rec, outs)
+                    passed: list[Record] = []
+                    for r in merged:
+                        passed.extend(gswitch.process(r))
+                    if outbox is not None and passed:
+                        outbox.put(passed)
+
+        try:
+            while True:
+                item = inbox.get()
+                if item is _STOP:
+                    emit(0)
+                    if outbox is not None:
+                        outbox.put(_STOP)
+                    return
+                for rec in item:
+                    if isinstance(rec, Instruction | Install | Uninstall) and brick.owns(rec.block_id):
+                        emit(0)  # a program change applies exactly between two records
+                        brick.apply(rec)
+                        continue
+                    futures = [self._unit_pool(brick.units[t].block_id).submit(brick.units[t].process, rec)
+                               for t in brick.targets(rec)]
+                    if not futures:
+                        done: Future = Future()
+                        done.set_result([])
+                        futures = [done]
+                    window.append((token, rec, futures))
+                    token += 1
+                    emit(0 if isinstance(rec, End) else self.in_flight)
+                if inbox.empty():
+                    emit(0)
+        except BaseException as exc:  # surface worker failures to the caller
+            self._error = exc
+            if outbox is not None:
+                outbox.put(_STOP)
+
+    def _unit_pool(self, block_id: int) -> ThreadPoolExecutor:
+        pool = self._unit_pools.get(block_id)
+        if pool is None:
+            pool = self._unit_pools[block_id] = ThreadPoolExecutor(1, thread_name_prefix=f"splice-unit-{block_id}")
+        return pool
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise InternalError(f"a brick thread failed: {self._error!r}") from self._error
+
+    def submit(self, rec: Record) -> None:
+        self._check()
+        if len(self.topology.bricks) != self._bricks_started:  # the topology grew
+            self.drain()
+        first = self.topology.gswitches[0].process(rec)
+        if first:
+            self._queues[0].put(first)
+
+    def _stop(self) -> None:
+        self._queues[0].put(_STOP)  # flows down behind every record already submitted
+        for t in self._threads:
+            t.join()
+
+    def drain(self) -> None:
+        self._stop()
+        self._check()
+        self._start()
+
+    def close(self) -> None:
+        self._stop()
+        for pool in self._unit_pools.values():
+            pool.shutdown()
+        self._check()

@@ -1,0 +1,135 @@
+"""Processing units: one input, one output, hosting one operator of one query at a time.
+
+A unit is loaded by an :class:`~splice.core.records.Install` record and cleared by
+:class:`~splice.core.records.Uninstall`, both traveling the path in order with the data. It narrows
+each incoming batch to the columns its operator reads (the path may carry more for other queries),
+tags outputs with its output stream id, sends late rows to the query's late stream, and forwards
+watermarks once they advance. An operator that raises fails its query alone: the unit records
+the error, stops feeding the operator, and the rest of the path keeps running.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from splice.core.operator import OperatorLogic
+from splice.core.records import Barrier, Data, End, Install, Record, Uninstall, Watermark
+from splice.core.time import MIN_TIME
+
+__all__ = ["ProcessingUnit", "UnitStats", "UnitProgram"]
+
+
+@dataclass
+class UnitStats:
+    batches_in: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    busy_seconds: float = 0.0
+
+
+@dataclass
+class UnitProgram:
+    """What an Install loads into a unit: query ``query``'s operator ``logic``, the input stream
+    ids it consumes, the columns it reads of each (``None``: all), its output and late stream ids."""
+
+    query: str
+    logic: OperatorLogic
+    inputs: tuple[int, ...]
+    output: int
+    late: int
+    columns: dict[int, list[str] | None]
+    watermarks: dict[int, int] = field(default_factory=dict)
+    forwarded: int = MIN_TIME
+
+
+class ProcessingUnit:
+    """PU ``block_id``: runs the installed operator on the records routed to it."""
+
+    def __init__(self, block_id: int, on_error=None, on_snapshot=None):
+        self.block_id = block_id
+        self.loaded: UnitProgram | None = None
+        self.stats = UnitStats()
+        self.error: BaseException | None = None
+        self._on_error = on_error
+        self._on_snapshot = on_snapshot
+
+    @property
+    def query(self) -> str | None:
+        return self.loaded.query if self.loaded else None
+
+    def install(self, rec: Install) -> None:
+        self.loaded = rec.program
+        self.loaded.watermarks = {sid: MIN_TIME for sid in self.loaded.inputs}
+        self.stats = UnitStats()
+        self.error = None
+
+    def uninstall(self, rec: Uninstall) -> None:
+        self.loaded = None
+
+    def _fail(self, exc: BaseException) -> list[Record]:
+        assert self.loaded is not None
+        self.error = exc
+        if self._on_error is not None:
+            self._on_error(self.loaded.query, self.block_id, exc)
+        self.loaded = None
+        return []
+
+    def _emit(self, batches: list[pa.RecordBatch], seq: int) -> list[Record]:
+        assert self.loaded is not None
+        out: list[Record] = []
+        for b in batches:
+            if isinstance(b, Data):  # a splitter addresses its sub-streams itself
+                out.append(b)
+            elif b.num_rows:
+                self.stats.rows_out += b.num_rows
+                out.append(Data(self.loaded.output, b, seq))
+        for b in self.loaded.logic.drain_late():
+            if b.num_rows:
+                out.append(Data(self.loaded.late, b, seq))
+        return out
+
+    def _forward_watermark(self) -> list[Record]:
+        ld = self.loaded
+        assert ld is not None
+        wm = ld.logic.output_watermark()
+        if wm is None:
+            wm = min(ld.watermarks.values()) if ld.watermarks else MIN_TIME
+        if wm > ld.forwarded:
+            ld.forwarded = wm
+            return [Watermark(ld.output, wm)]
+        return []
+
+    def process(self, rec: Record) -> list[Record]:
+        """Run ``rec`` through the installed operator; return the unit's output records."""
+        ld = self.loaded
+        if ld is None:
+            return []
+        started = time.perf_counter()
+        try:
+            if isinstance(rec, Data):
+                cols = ld.columns.get(rec.stream_id)
+                batch = rec.batch if cols is None else rec.batch.select(cols)
+                self.stats.batches_in += 1
+                self.stats.rows_in += batch.num_rows
+                return self._emit(ld.logic.on_batch(rec.stream_id, batch), rec.seq)
+            if isinstance(rec, Watermark):
+                if rec.stream_id not in ld.watermarks or rec.time <= ld.watermarks[rec.stream_id]:
+                    return []
+                ld.watermarks[rec.stream_id] = rec.time
+                out = self._emit(ld.logic.on_watermark(rec.stream_id, rec.time), rec.seq)
+                return out + self._forward_watermark()
+            if isinstance(rec, End):
+                return self._emit(ld.logic.on_end(), -1)
+            if isinstance(rec, Barrier):
+                ld.logic.on_barrier(rec.checkpoint_id)
+                if self._on_snapshot is not None:
+                    self._on_snapshot(rec.checkpoint_id, ld.query, self.block_id, ld.logic.snapshot())
+                return []
+        except Exception as exc:  # an operator's failure fails its query, not the engine
+            return self._fail(exc)
+        finally:
+            self.stats.busy_seconds += time.perf_counter() - started
+        return []
