@@ -15,11 +15,11 @@ to this brick's switch or units (Instruction, Install, Uninstall) are applied he
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from splice.core.records import Barrier, Data, End, Install, Instruction, Record, Uninstall, Watermark
 from splice.runtime.switch import LocalSwitch
-from splice.runtime.unit import ProcessingUnit
+from splice.runtime.unit import ProcessingUnit, UnitEvents
 
 __all__ = ["Brick", "collect"]
 
@@ -40,12 +40,11 @@ class Brick:
         index: int,
         switch_id: int,
         unit_ids: Sequence[int],
-        on_error: Callable | None = None,
-        on_snapshot: Callable | None = None,
+        events: UnitEvents | None = None,
     ):
         self.index = index
         self.switch = LocalSwitch(switch_id, len(unit_ids))
-        self.units = [ProcessingUnit(b, on_error, on_snapshot) for b in unit_ids]
+        self.units = [ProcessingUnit(b, events) for b in unit_ids]
         self._unit_by_block = {u.block_id: i for i, u in enumerate(self.units)}
 
     def owns(self, block_id: int) -> bool:

@@ -28,11 +28,13 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Barrier, Data, End, Record, Watermark
 from splice.core.stream import Stream, StreamCatalog
+from splice.core.time import BoundedOutOfOrderness, time_values
 from splice.runtime.assigner import Deployment, QueryAssigner
 from splice.runtime.decomposer import ROW_ID, Decomposer
 from splice.runtime.executor import Executor, PipelinedExecutor, SerialExecutor
 from splice.runtime.plan import Query
 from splice.runtime.topology import Topology
+from splice.runtime.unit import UnitEvents, UnitStats
 
 __all__ = ["Engine", "QueryResult", "ExecutorKind"]
 
@@ -51,6 +53,9 @@ class QueryResult:
     deployed_at: int = 0
     undeployed_at: int | None = None
     ended: bool = False
+    rows_seen: int = 0
+    busy_seconds: float = 0.0
+    first_block: int = -1
 
     @property
     def rows(self) -> int:
@@ -77,7 +82,8 @@ class Engine:
         self._lock = threading.RLock()
         self._sinks: dict[int, tuple[QueryResult, str]] = {}
         self.queries: dict[str, QueryResult] = {}
-        self.topology = Topology(bricks, units_per_brick, tap=self._tap, on_error=self._on_error)
+        events = UnitEvents(error=self._on_error, retired=self._on_retired)
+        self.topology = Topology(bricks, units_per_brick, tap=self._tap, events=events)
         self.assigner = QueryAssigner(self.topology, self.catalog, grow=grow)
         self.decomposer = Decomposer()
         self.executor: Executor = (
@@ -87,15 +93,34 @@ class Engine:
         self.position = 0  # records submitted so far: where deploys and undeploys take effect
         self.rows_in: dict[str, int] = {}
         self._sources: set[int] = set()
+        self._watermarks: dict[int, BoundedOutOfOrderness] = {}
         self._ended = False
 
     # -- streams -----------------------------------------------------------------------------
-    def define_stream(self, name: str, schema: pa.Schema, time_column: str | None = None) -> Stream:
-        """Define source stream ``name`` with ``schema`` and optional event-time column."""
+    def define_stream(
+        self,
+        name: str,
+        schema: pa.Schema,
+        time_column: str | None = None,
+        max_out_of_orderness: int | None = None,
+    ) -> Stream:
+        """Define source stream ``name`` with ``schema`` and an optional event-time column.
+
+        With ``max_out_of_orderness`` (in the time column's unit) the engine emits watermarks
+        itself after each batch: max time seen - delay - 1, so a row at most ``delay`` behind
+        the newest is on time. Without it, call :meth:`watermark` yourself.
+        """
         if "." in name or "#" in name:
             raise PlanError(f"stream name {name!r} must not contain '.' or '#'")
+        if max_out_of_orderness is not None:
+            if time_column is None:
+                raise PlanError(f"stream {name!r}: watermarks need a time column")
+            if max_out_of_orderness < 0:
+                raise PlanError(f"stream {name!r}: max_out_of_orderness must be >= 0")
         with self._lock:
             stream = self.catalog.define(name, schema, time_column)
+            if max_out_of_orderness is not None:
+                self._watermarks[stream.id] = BoundedOutOfOrderness(max_out_of_orderness)
             self._sources.add(stream.id)
             self.decomposer.configure(stream, [], [])
             self.rows_in[name] = 0
@@ -157,7 +182,9 @@ class Engine:
                 (sname, cols), = query.compose.items()
                 src = self.catalog[sname]
                 schema = pa.schema([f for f in schema if f.name != ROW_ID] + [src.schema.field(c) for c in cols])
-            result = QueryResult(query.name, schema, deployed_at=self.position)
+            first = dep.units[0]
+            result = QueryResult(query.name, schema, deployed_at=self.position,
+                                 first_block=self.topology.bricks[first[0]].units[first[1]].block_id)
             self.queries[query.name] = result
             self._sinks[dep.output.id] = (result, "out")
             for late in dep.late:
@@ -166,6 +193,26 @@ class Engine:
             for rec in program:
                 self.executor.submit(rec)
             return result
+
+    def stats(self, name: str) -> tuple[int, float]:
+        """(rows its first unit consumed, seconds its units were busy) for query ``name``."""
+        with self._lock:
+            q = self.queries[name]
+            dep = self.assigner.deployed.get(name)
+            if dep is None:
+                return q.rows_seen, q.busy_seconds
+            units = [self.topology.bricks[b].units[u] for b, u in dep.units]
+            return (q.rows_seen + units[0].stats.rows_in,
+                    q.busy_seconds + sum(u.stats.busy_seconds for u in units))
+
+    def _on_retired(self, query: str, block: int, stats: UnitStats) -> None:
+        # units report when uninstalled; the first unit of a plan counts the query's input rows
+        q = self.queries.get(query)
+        if q is None:
+            return
+        q.busy_seconds += stats.busy_seconds
+        if block == q.first_block:
+            q.rows_seen += stats.rows_in
 
     def undeploy(self, name: str) -> QueryResult:
         """Remove query ``name`` now; what it produced so far stays readable."""
@@ -196,7 +243,13 @@ class Engine:
                 return
             batch = src.check_batch(batch)
             self.rows_in[stream] += batch.num_rows
+            gen = self._watermarks.get(src.id)
+            before = gen.current() if gen is not None else None
+            if gen is not None and src.time_column is not None:
+                gen.observe(time_values(batch, src.time_column, src.name))
             self._submit(Data(src.id, self.decomposer.split(src, batch)))
+            if gen is not None and gen.current() != before:
+                self._submit(Watermark(src.id, gen.current()))
             if not self.decomposer.retain.get(src.id, False) and self.decomposer.tables.get(src.id) \
                     and len(self.decomposer.tables[src.id].batches) > 64:
                 self.executor.drain()

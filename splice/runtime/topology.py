@@ -15,6 +15,7 @@ from splice.core.errors import PlanError
 from splice.core.records import Data, End, Instruction, Record, Watermark
 from splice.runtime.brick import Brick
 from splice.runtime.switch import ONWARD, TAP, GlobalSwitch
+from splice.runtime.unit import UnitEvents
 
 __all__ = ["Topology", "GlobalStage"]
 
@@ -55,15 +56,13 @@ class Topology:
         bricks: int = 4,
         units_per_brick: int = 4,
         tap: Callable[[Record], None] | None = None,
-        on_error: Callable | None = None,
-        on_snapshot: Callable | None = None,
+        events: UnitEvents | None = None,
     ):
         if bricks < 1 or units_per_brick < 1:
             raise PlanError(f"a topology needs >= 1 brick and >= 1 unit per brick, got {bricks}x{units_per_brick}")
         self.units_per_brick = units_per_brick
         self._tap = tap or (lambda rec: None)
-        self._on_error = on_error
-        self._on_snapshot = on_snapshot
+        self._events = events
         self._next_block = 1
         self.gswitches: list[GlobalStage] = [GlobalStage(self._block(), self._tap)]
         self.bricks: list[Brick] = []
@@ -79,7 +78,7 @@ class Topology:
         """Append one brick (and the global switch after it) at the end of the path."""
         switch_id = self._block()
         units = [self._block() for _ in range(self.units_per_brick)]
-        brick = Brick(len(self.bricks), switch_id, units, self._on_error, self._on_snapshot)
+        brick = Brick(len(self.bricks), switch_id, units, self._events)
         self.bricks.append(brick)
         self.gswitches.append(GlobalStage(self._block(), self._tap))
         return brick

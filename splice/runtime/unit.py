@@ -11,7 +11,9 @@ the error, stops feeding the operator, and the rest of the path keeps running.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -19,7 +21,7 @@ from splice.core.operator import OperatorLogic
 from splice.core.records import Barrier, Data, End, Install, Record, Uninstall, Watermark
 from splice.core.time import MIN_TIME
 
-__all__ = ["ProcessingUnit", "UnitStats", "UnitProgram"]
+__all__ = ["ProcessingUnit", "UnitStats", "UnitProgram", "UnitEvents"]
 
 
 @dataclass
@@ -28,6 +30,15 @@ class UnitStats:
     rows_in: int = 0
     rows_out: int = 0
     busy_seconds: float = 0.0
+
+
+@dataclass
+class UnitEvents:
+    """What units report to their engine: a query's failure, a snapshot, a retired program."""
+
+    error: Callable[[str, int, BaseException], None] | None = None
+    snapshot: Callable[[int, str, int, Any], None] | None = None
+    retired: Callable[[str, int, UnitStats], None] | None = None
 
 
 @dataclass
@@ -48,13 +59,12 @@ class UnitProgram:
 class ProcessingUnit:
     """PU ``block_id``: runs the installed operator on the records routed to it."""
 
-    def __init__(self, block_id: int, on_error=None, on_snapshot=None):
+    def __init__(self, block_id: int, events: UnitEvents | None = None):
         self.block_id = block_id
         self.loaded: UnitProgram | None = None
         self.stats = UnitStats()
         self.error: BaseException | None = None
-        self._on_error = on_error
-        self._on_snapshot = on_snapshot
+        self.events = events or UnitEvents()
 
     @property
     def query(self) -> str | None:
@@ -67,13 +77,17 @@ class ProcessingUnit:
         self.error = None
 
     def uninstall(self, rec: Uninstall) -> None:
+        if self.loaded is not None and self.events.retired is not None:
+            self.events.retired(self.loaded.query, self.block_id, self.stats)
         self.loaded = None
 
     def _fail(self, exc: BaseException) -> list[Record]:
         assert self.loaded is not None
         self.error = exc
-        if self._on_error is not None:
-            self._on_error(self.loaded.query, self.block_id, exc)
+        if self.events.error is not None:
+            self.events.error(self.loaded.query, self.block_id, exc)
+        if self.events.retired is not None:
+            self.events.retired(self.loaded.query, self.block_id, self.stats)
         self.loaded = None
         return []
 
@@ -125,8 +139,8 @@ class ProcessingUnit:
                 return self._emit(ld.logic.on_end(), -1)
             if isinstance(rec, Barrier):
                 ld.logic.on_barrier(rec.checkpoint_id)
-                if self._on_snapshot is not None:
-                    self._on_snapshot(rec.checkpoint_id, ld.query, self.block_id, ld.logic.snapshot())
+                if self.events.snapshot is not None:
+                    self.events.snapshot(rec.checkpoint_id, ld.query, self.block_id, ld.logic.snapshot())
                 return []
         except Exception as exc:  # an operator's failure fails its query, not the engine
             return self._fail(exc)

@@ -192,3 +192,21 @@ def test_nulls_in_a_predicate_count_as_false():
     eng.push("s", b)
     eng.end()
     assert eng.results("q").to_pydict() == {"v": [3.0], "k": [2]}
+
+
+def test_engine_generates_bounded_out_of_orderness_watermarks():
+    eng = Engine()
+    schema = pa.schema([("t", pa.int64())])
+    eng.define_stream("e", schema, time_column="t", max_out_of_orderness=5)
+    seen = []
+    eng.topology.gswitches[0]._tap = seen.append  # observe records entering the path
+    from splice.runtime.switch import TAP
+    from splice.core.records import Instruction, Watermark
+    eng.executor.submit(Instruction(eng.topology.gswitches[0].switch.block_id, 2, TAP))
+    eng.push("e", pa.record_batch({"t": pa.array([10, 3], pa.int64())}))
+    eng.push("e", pa.record_batch({"t": pa.array([8], pa.int64())}))  # no advance: no watermark
+    eng.push("e", pa.record_batch({"t": pa.array([20], pa.int64())}))
+    marks = [r.time for r in seen if isinstance(r, Watermark)]
+    assert marks == [4, 14]
+    with pytest.raises(PlanError, match="watermarks need a time column"):
+        eng.define_stream("x", schema, max_out_of_orderness=1)
