@@ -1,0 +1,432 @@
+"""Numba kernels of the hash window joins: Murmur3, the fast chained window index, HB-SJ.
+
+Every kernel is ``@njit(cache=True, nogil=True)`` and written so that its ``py_func`` (the plain
+Python twin) computes the same thing on NumPy arrays; the tests run both. Integer arithmetic is
+done in ``int64`` and masked, which wraps identically in numba and is exact in Python.
+
+Two index layouts, both over one stream's sliding window, with ``K`` indexed attributes sharing
+one ordered window (the Q3 orders stage indexes ``o_custkey`` and ``o_orderkey`` together):
+
+**Fast index** (``fx_*``): a ring of ``cap`` window positions; per attribute a bucket array of
+FIFO chains threaded through the ring (``head``/``tail`` per bucket, ``nxt`` per position).
+A chain lists its tuples in arrival order, so the window's oldest tuple is always at the head of
+its chain: expiry and insert are O(1), a probe walks one chain and yields matches oldest first.
+
+**HB-SJ** (``hb_*``, Diba section 5.2.2): per attribute four storage tables of ``ht`` slots,
+tables 0 and 1 addressed by Murmur3 with seed ``SEED1``, tables 2 and 3 with ``SEED2``; a tuple
+goes to the first table whose addressed slot is free, else to the overflow buffer (a FIFO ring,
+searched by nested loop). The ordered sliding window records, per position, where the tuple was
+stored (``wloc``: table 0..3, 4 = overflow, 5 = not indexed because its key is null) and at which
+slot (``widx``). Per attribute statistics (``stats``): inserts into tables 0..3, into overflow,
+overflow peak size, overflow comparisons, probes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "murmur3_32",
+    "SEED1",
+    "SEED2",
+    "fx_bucket",
+    "fx_update",
+    "fx_probe",
+    "fx_join_sequence",
+    "hb_update",
+    "hb_probe",
+    "hb_join_sequence",
+    "ST_OVF_INS",
+    "ST_OVF_PEAK",
+    "ST_OVF_CMP",
+    "ST_PROBES",
+    "N_STATS",
+]
+
+M32 = 0xFFFFFFFF
+SEED1 = 0
+SEED2 = 0x9747B28C
+#: The fast index's multiplier (odd, < 2**63): bucket = bits 32.. of key * FX_MULT.
+FX_MULT = 0x7FB5D329728EA185
+
+ST_OVF_INS = 4
+ST_OVF_PEAK = 5
+ST_OVF_CMP = 6
+ST_PROBES = 7
+N_STATS = 8
+
+LOC_OVF = 4
+LOC_NONE = 5
+
+
+@njit(cache=True, nogil=True)
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & M32
+
+
+@njit(cache=True, nogil=True)
+def _mix_block(h: int, k: int) -> int:
+    k = (k * 0xCC9E2D51) & M32
+    k = _rotl32(k, 15)
+    k = (k * 0x1B873593) & M32
+    h ^= k
+    h = _rotl32(h, 13)
+    return (h * 5 + 0xE6546B64) & M32
+
+
+@njit(cache=True, nogil=True)
+def murmur3_32(key: int, seed: int) -> int:
+    """MurmurHash3_x86_32 of the 8 little-endian bytes of int64 ``key`` (= ``mmh3.hash``, unsigned)."""
+    h = seed & M32
+    h = _mix_block(h, key & M32)
+    h = _mix_block(h, (key >> 32) & M32)
+    h ^= 8
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & M32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & M32
+    h ^= h >> 16
+    return h
+
+
+# --------------------------------------------------------------------------------------------
+# fast index
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def fx_bucket(key: int, mask: int) -> int:
+    """Bucket of ``key`` in a table of ``mask + 1`` buckets (a power of two, at most 2**31)."""
+    return ((key * FX_MULT) >> 32) & mask
+
+
+@njit(cache=True, nogil=True)
+def _fx_expire(pos, ring_seq, keys, valid, nxt, head, tail, mask):  # type: ignore[no-untyped-def]
+    for a in range(keys.shape[0]):
+        if valid[a, pos]:
+            b = fx_bucket(keys[a, pos], mask)
+            if head[a, b] != pos:
+                raise RuntimeError("fast index: expired tuple is not the oldest of its chain")
+            head[a, b] = nxt[a, pos]
+            if head[a, b] == -1:
+                tail[a, b] = -1
+    ring_seq[pos] = -1
+
+
+@njit(cache=True, nogil=True)
+def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, mask):  # type: ignore[no-untyped-def]
+    ring_seq[pos] = seq
+    for a in range(keys.shape[0]):
+        ok = vcol[a, j]
+        valid[a, pos] = ok
+        nxt[a, pos] = -1
+        if ok:
+            k = kcol[a, j]
+            keys[a, pos] = k
+            b = fx_bucket(k, mask)
+            t = tail[a, b]
+            if t == -1:
+                head[a, b] = pos
+            else:
+                nxt[a, t] = pos
+            tail[a, b] = pos
+
+
+@njit(cache=True, nogil=True)
+def fx_update(ring_seq, keys, valid, nxt, head, tail, mask, expire_pos, insert_pos, seqs, new_keys, new_valid):  # type: ignore[no-untyped-def]
+    """For each new tuple j: expire the ring position ``expire_pos[j]`` (when >= 0), then store
+    tuple j (``seqs[j]``, keys ``new_keys[:, j]``) at ``insert_pos[j]`` (when >= 0)."""
+    for j in range(seqs.shape[0]):
+        e = expire_pos[j]
+        if e >= 0:
+            _fx_expire(e, ring_seq, keys, valid, nxt, head, tail, mask)
+        p = insert_pos[j]
+        if p >= 0:
+            _fx_insert(p, seqs[j], new_keys, new_valid, j, ring_seq, keys, valid, nxt, head, tail, mask)
+
+
+@njit(cache=True, nogil=True)
+def _grow(a: np.ndarray) -> np.ndarray:
+    b = np.empty(a.shape[0] * 2, a.dtype)
+    b[: a.shape[0]] = a
+    return b
+
+
+@njit(cache=True, nogil=True)
+def fx_probe(ring_seq, keys, nxt, head, mask, attr, pkeys, pvalid):  # type: ignore[no-untyped-def]
+    """All (probe index, stored seq) with equal key on attribute ``attr``; per probe oldest first."""
+    cap = pkeys.shape[0] * 2 + 16
+    out_i = np.empty(cap, np.int64)
+    out_s = np.empty(cap, np.int64)
+    n = 0
+    for i in range(pkeys.shape[0]):
+        if not pvalid[i]:
+            continue
+        k = pkeys[i]
+        p = head[attr, fx_bucket(k, mask)]
+        while p != -1:
+            if keys[attr, p] == k:
+                if n == out_i.shape[0]:
+                    out_i = _grow(out_i)
+                    out_s = _grow(out_s)
+                out_i[n] = i
+                out_s[n] = ring_seq[p]
+                n += 1
+            p = nxt[attr, p]
+    return out_i[:n], out_s[:n]
+
+
+@njit(cache=True, nogil=True)
+def fx_join_sequence(  # type: ignore[no-untyped-def]
+    sides, seqs, pkeys, pvalid, window, pu, parts,
+    l_ring, l_keys, l_valid, l_nxt, l_head, l_tail,
+    r_ring, r_keys, r_valid, r_nxt, r_head, r_tail,
+    mask,
+):
+    """Two-way count-window join over a mixed arrival sequence (the PU ``pu`` of ``parts``).
+
+    Tuple i of side ``sides[i]`` (0 = left, 1 = right) with per-side sequence number ``seqs[i]``
+    probes the other side's window, then that side's tuple ``seqs[i] - window`` expires (when
+    this PU stores it), then tuple i is stored (when ``seqs[i] % parts == pu``). Returns
+    (arrival index, matched seq on the other side), in arrival order, oldest match first.
+    """
+    cap = l_ring.shape[0]
+    kbuf = np.empty((1, 1), np.int64)
+    vbuf = np.empty((1, 1), np.bool_)
+    m = pkeys.shape[0] * 2 + 16
+    out_i = np.empty(m, np.int64)
+    out_s = np.empty(m, np.int64)
+    n = 0
+    for i in range(sides.shape[0]):
+        left = sides[i] == 0
+        k = pkeys[i]
+        ok = pvalid[i]
+        if ok:
+            if left:
+                p = r_head[0, fx_bucket(k, mask)]
+            else:
+                p = l_head[0, fx_bucket(k, mask)]
+            while p != -1:
+                if left:
+                    hit = r_keys[0, p] == k
+                    s = r_ring[p]
+                    nx = r_nxt[0, p]
+                else:
+                    hit = l_keys[0, p] == k
+                    s = l_ring[p]
+                    nx = l_nxt[0, p]
+                if hit:
+                    if n == out_i.shape[0]:
+                        out_i = _grow(out_i)
+                        out_s = _grow(out_s)
+                    out_i[n] = i
+                    out_s[n] = s
+                    n += 1
+                p = nx
+        s = seqs[i]
+        e = s - window
+        kbuf[0, 0] = k
+        vbuf[0, 0] = ok
+        if left:
+            if e >= 0 and e % parts == pu:
+                _fx_expire((e // parts) % cap, l_ring, l_keys, l_valid, l_nxt, l_head, l_tail, mask)
+            if s % parts == pu:
+                _fx_insert((s // parts) % cap, s, kbuf, vbuf, 0, l_ring, l_keys, l_valid, l_nxt,
+                           l_head, l_tail, mask)
+        else:
+            if e >= 0 and e % parts == pu:
+                _fx_expire((e // parts) % cap, r_ring, r_keys, r_valid, r_nxt, r_head, r_tail, mask)
+            if s % parts == pu:
+                _fx_insert((s // parts) % cap, s, kbuf, vbuf, 0, r_ring, r_keys, r_valid, r_nxt,
+                           r_head, r_tail, mask)
+    return out_i[:n], out_s[:n]
+
+
+# --------------------------------------------------------------------------------------------
+# HB-SJ
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _hb_expire(pos, wseq, wloc, widx, tseq, oinfo):  # type: ignore[no-untyped-def]
+    cap = wseq.shape[0]
+    for a in range(wloc.shape[0]):
+        loc = wloc[a, pos]
+        if loc < LOC_OVF:
+            tseq[a, loc, widx[a, pos]] = -1
+        elif loc == LOC_OVF:
+            # The overflow buffer is a FIFO: the window's oldest overflowed tuple is its head.
+            if oinfo[a, 0] != widx[a, pos]:
+                raise RuntimeError("HB-SJ: expired tuple is not the oldest of the overflow buffer")
+            oinfo[a, 0] = (oinfo[a, 0] + 1) % cap
+            oinfo[a, 1] -= 1
+        wloc[a, pos] = LOC_NONE
+    wseq[pos] = -1
+
+
+@njit(cache=True, nogil=True)
+def _hb_insert(pos, seq, kcol, vcol, j, wseq, wloc, widx, tkey, tseq, okey, oseq, oinfo, stats):  # type: ignore[no-untyped-def]
+    cap = wseq.shape[0]
+    ht = tkey.shape[2]
+    wseq[pos] = seq
+    for a in range(wloc.shape[0]):
+        if not vcol[a, j]:
+            wloc[a, pos] = LOC_NONE
+            continue
+        k = kcol[a, j]
+        h1 = murmur3_32(k, SEED1) % ht
+        h2 = murmur3_32(k, SEED2) % ht
+        placed = False
+        for t in range(4):
+            idx = h1 if t < 2 else h2
+            if tseq[a, t, idx] == -1:
+                tseq[a, t, idx] = seq
+                tkey[a, t, idx] = k
+                wloc[a, pos] = t
+                widx[a, pos] = idx
+                stats[a, t] += 1
+                placed = True
+                break
+        if not placed:
+            slot = (oinfo[a, 0] + oinfo[a, 1]) % cap
+            okey[a, slot] = k
+            oseq[a, slot] = seq
+            oinfo[a, 1] += 1
+            wloc[a, pos] = LOC_OVF
+            widx[a, pos] = slot
+            stats[a, ST_OVF_INS] += 1
+            if oinfo[a, 1] > stats[a, ST_OVF_PEAK]:
+                stats[a, ST_OVF_PEAK] = oinfo[a, 1]
+
+
+@njit(cache=True, nogil=True)
+def hb_update(wseq, wloc, widx, tkey, tseq, okey, oseq, oinfo, stats, expire_pos, insert_pos, seqs, new_keys, new_valid):  # type: ignore[no-untyped-def]
+    """HB-SJ expire-oldest-before-insert for each new tuple (see :func:`fx_update`)."""
+    for j in range(seqs.shape[0]):
+        e = expire_pos[j]
+        if e >= 0:
+            _hb_expire(e, wseq, wloc, widx, tseq, oinfo)
+        p = insert_pos[j]
+        if p >= 0:
+            _hb_insert(p, seqs[j], new_keys, new_valid, j, wseq, wloc, widx, tkey, tseq, okey,
+                       oseq, oinfo, stats)
+
+
+@njit(cache=True, nogil=True)
+def _hb_probe_one(k, a, tkey, tseq, okey, oseq, oinfo, stats, buf):  # type: ignore[no-untyped-def]
+    """Matches of ``k`` on attribute ``a`` into ``buf`` oldest first; returns their number."""
+    ht = tkey.shape[2]
+    cap = okey.shape[1]
+    h1 = murmur3_32(k, SEED1) % ht
+    h2 = murmur3_32(k, SEED2) % ht
+    stats[a, ST_PROBES] += 1
+    n = 0
+    # The four tables, examined "in parallel": at most four matches, sorted by insertion sort.
+    for t in range(4):
+        idx = h1 if t < 2 else h2
+        s = tseq[a, t, idx]
+        if s != -1 and tkey[a, t, idx] == k:
+            j = n
+            while j > 0 and buf[j - 1] > s:
+                buf[j] = buf[j - 1]
+                j -= 1
+            buf[j] = s
+            n += 1
+    ntab = n
+    # The overflow buffer, by nested loop, in arrival order.
+    head = oinfo[a, 0]
+    cnt = oinfo[a, 1]
+    stats[a, ST_OVF_CMP] += cnt
+    for q in range(cnt):
+        slot = (head + q) % cap
+        if okey[a, slot] == k:
+            buf[n] = oseq[a, slot]
+            n += 1
+    if ntab and n > ntab:
+        # merge the (sorted) table matches with the (sorted) overflow matches
+        tmp = buf[:n].copy()
+        i1 = 0
+        i2 = ntab
+        o = 0
+        while i1 < ntab or i2 < n:
+            if i2 >= n or (i1 < ntab and tmp[i1] < tmp[i2]):
+                buf[o] = tmp[i1]
+                i1 += 1
+            else:
+                buf[o] = tmp[i2]
+                i2 += 1
+            o += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def hb_probe(tkey, tseq, okey, oseq, oinfo, stats, attr, pkeys, pvalid):  # type: ignore[no-untyped-def]
+    """All (probe index, stored seq) with equal key on attribute ``attr``; per probe oldest first."""
+    buf = np.empty(okey.shape[1] + 4, np.int64)
+    m = pkeys.shape[0] * 2 + 16
+    out_i = np.empty(m, np.int64)
+    out_s = np.empty(m, np.int64)
+    n = 0
+    for i in range(pkeys.shape[0]):
+        if not pvalid[i]:
+            continue
+        c = _hb_probe_one(pkeys[i], attr, tkey, tseq, okey, oseq, oinfo, stats, buf)
+        while n + c > out_i.shape[0]:
+            out_i = _grow(out_i)
+            out_s = _grow(out_s)
+        for q in range(c):
+            out_i[n] = i
+            out_s[n] = buf[q]
+            n += 1
+    return out_i[:n], out_s[:n]
+
+
+@njit(cache=True, nogil=True)
+def hb_join_sequence(  # type: ignore[no-untyped-def]
+    sides, seqs, pkeys, pvalid, window, pu, parts,
+    l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats,
+    r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats,
+):
+    """HB-SJ two-way count-window join over a mixed arrival sequence (see :func:`fx_join_sequence`)."""
+    cap = l_wseq.shape[0]
+    buf = np.empty(cap + 4, np.int64)
+    kbuf = np.empty((1, 1), np.int64)
+    vbuf = np.empty((1, 1), np.bool_)
+    m = pkeys.shape[0] * 2 + 16
+    out_i = np.empty(m, np.int64)
+    out_s = np.empty(m, np.int64)
+    n = 0
+    for i in range(sides.shape[0]):
+        left = sides[i] == 0
+        k = pkeys[i]
+        ok = pvalid[i]
+        if ok:
+            if left:
+                c = _hb_probe_one(k, 0, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats, buf)
+            else:
+                c = _hb_probe_one(k, 0, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats, buf)
+            while n + c > out_i.shape[0]:
+                out_i = _grow(out_i)
+                out_s = _grow(out_s)
+            for q in range(c):
+                out_i[n] = i
+                out_s[n] = buf[q]
+                n += 1
+        s = seqs[i]
+        e = s - window
+        kbuf[0, 0] = k
+        vbuf[0, 0] = ok
+        if left:
+            if e >= 0 and e % parts == pu:
+                _hb_expire((e // parts) % cap, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)
+            if s % parts == pu:
+                _hb_insert((s // parts) % cap, s, kbuf, vbuf, 0, l_wseq, l_wloc, l_widx, l_tkey,
+                           l_tseq, l_okey, l_oseq, l_oinfo, l_stats)
+        else:
+            if e >= 0 and e % parts == pu:
+                _hb_expire((e // parts) % cap, r_wseq, r_wloc, r_widx, r_tseq, r_oinfo)
+            if s % parts == pu:
+                _hb_insert((s // parts) % cap, s, kbuf, vbuf, 0, r_wseq, r_wloc, r_widx, r_tkey,
+                           r_tseq, r_okey, r_oseq, r_oinfo, r_stats)
+    return out_i[:n], out_s[:n]

@@ -1,0 +1,577 @@
+"""Hash window join: the two-way equi-join over sliding windows, and its fast default index.
+
+Semantics. Tuples of the left stream R and the right stream S arrive in one order on the data
+path. An arriving r is processed as::
+
+    emit { (r, s) : s in W_S, s.key == r.key }   ->   expire from W_R   ->   insert r into W_R
+
+and symmetrically for an arriving s. ``W`` is a count window (the last ``w`` tuples of the
+stream, :class:`~splice.joins.window.CountWindow`) or a time window
+(:class:`~splice.joins.window.TimeWindow`: stored tuples within ``D`` of the arriving tuple's
+event time, evicted by watermark; late tuples go to the late side output). Null keys never match
+(they still occupy their window position) and are counted. Output rows list the left input's
+columns then the right input's (a right column whose name is taken gets the suffix ``_right``),
+ordered by the arrival of the later tuple, then by the arrival of the matched one. Results are
+therefore deterministic for a given arrival order, however the input is cut into batches.
+
+Algorithm. Within one batch of one stream the opposite window does not change, so the batch
+probes it in one kernel call, then expires and inserts its tuples in order. Implementations:
+
+* ``impl="fast"`` (:class:`FastIndex`): a ring of window positions threaded by per-bucket FIFO
+  chains (``2 w`` buckets): the window's oldest tuple always heads its chain, so expiry and
+  insert are O(1) and a probe walks one chain, yielding matches oldest first.
+* ``impl="hbsj"`` (:class:`~splice.joins.hbsj.HBSJIndex`): Diba's four Murmur3 tables and
+  overflow buffer; same results, plus per-table and overflow statistics.
+* ``parallel=P`` (:class:`~splice.joins.splitjoin.SplitIndex`): SplitJoin over P PUs.
+
+State: per side the retained rows (:class:`~splice.joins.window.RowStore`), the index (derived:
+rebuilt on restore, not stored), the next sequence number and the null-key count.
+
+>>> import pyarrow as pa
+>>> from splice.testing import OperatorHarness
+>>> spec = HashWindowJoin(left=2, right=3, on="k", window=CountWindow(2))
+>>> h = OperatorHarness(spec, {2: pa.schema([("k", pa.int64()), ("a", pa.int64())]),
+...                            3: pa.schema([("k", pa.int64()), ("b", pa.int64())])})
+>>> _ = h.push(2, pa.record_batch({"k": [1, 1, 1], "a": [10, 11, 12]}))
+>>> h.push(3, pa.record_batch({"k": [1], "b": [20]})).to_pydict()  # left 10 has expired
+{'k': [1, 1], 'a': [11, 12], 'k_right': [1, 1], 'b': [20, 20]}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import numpy as np
+import pyarrow as pa
+
+from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.core.time import MIN_TIME, time_values
+from splice.joins._hash_kernels import fx_join_sequence, fx_probe, fx_update, hb_join_sequence
+from splice.joins.hbsj import HBSJIndex
+from splice.joins.splitjoin import SplitIndex, WindowIndex, merge_matches
+from splice.joins.window import CountWindow, JoinWindow, RowStore, TimeWindow
+
+__all__ = [
+    "HashWindowJoin",
+    "FastIndex",
+    "Impl",
+    "join_output_schema",
+    "key_values",
+    "check_key_types",
+    "make_index",
+    "join_sequence",
+]
+
+Impl = Literal["fast", "hbsj"]
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+class FastIndex:
+    """One stream's window indexed on ``n_attrs`` attributes by FIFO bucket chains.
+
+    ``window=None`` makes it unbounded (positions are handed out densely and the ring grows);
+    ``pu``/``parts`` make it one PU's share of a SplitJoin (tuples ``seq % parts == pu``).
+    """
+
+    kind = "fast"
+
+    def __init__(
+        self, n_attrs: int, window: int | None, pu: int = 0, parts: int = 1, buckets: int | None = None
+    ) -> None:
+        if window is not None and window < 1:
+            raise PlanError(f"count window size must be >= 1, got {window}")
+        self.n_attrs, self.window, self.pu, self.parts = n_attrs, window, pu, parts
+        self._buckets = buckets
+        cap = -(-window // parts) if window is not None else 1024
+        self._alloc(cap)
+
+    def _alloc(self, cap: int) -> None:
+        k = self.n_attrs
+        nb = _next_pow2(self._buckets) if self._buckets else max(16, _next_pow2(2 * cap))
+        self.cap, self.mask = cap, nb - 1
+        self.ring = np.full(cap, -1, np.int64)
+        self.keys = np.zeros((k, cap), np.int64)
+        self.valid = np.zeros((k, cap), np.bool_)
+        self.nxt = np.full((k, cap), -1, np.int64)
+        self.head = np.full((k, nb), -1, np.int64)
+        self.tail = np.full((k, nb), -1, np.int64)
+        self.used = 0  # unbounded: next dense position
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.ring, self.keys, self.valid, self.nxt, self.head, self.tail)
+
+    def insert(self, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray, expire: bool = True) -> None:
+        """Tuples ``seqs`` arrive in order; for each, the tuple ``w`` arrivals older expires, then
+        it is stored (when this PU owns it). ``keys``/``valid`` are ``(n_attrs, n)``."""
+        seqs = np.ascontiguousarray(seqs, dtype=np.int64)
+        keys = np.ascontiguousarray(keys, np.int64)
+        valid = np.ascontiguousarray(valid, np.bool_)
+        p = self.parts
+        own = seqs % p == self.pu
+        if self.window is None:
+            n_own = int(own.sum())
+            if self.used + n_own > self.cap:
+                self._grow(self.used + n_own)
+            ins = np.full(len(seqs), -1, np.int64)
+            ins[own] = self.used + np.arange(n_own)
+            self.used += n_own
+            exp = np.full(len(seqs), -1, np.int64)
+        else:
+            ins = np.where(own, (seqs // p) % self.cap, -1)
+            e = seqs - self.window
+            if expire:
+                exp = np.where((e >= 0) & (e % p == self.pu), (e // p) % self.cap, -1)
+            else:
+                exp = np.full(len(seqs), -1, np.int64)
+        fx_update(*self.arrays(), self.mask, exp, ins, seqs, keys, valid)  # type: ignore[call-arg]
+
+    def _live(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        pos = np.flatnonzero(self.ring >= 0)
+        order = np.argsort(self.ring[pos], kind="stable")
+        pos = pos[order]
+        return self.ring[pos], self.keys[:, pos], self.valid[:, pos]
+
+    def _grow(self, need: int) -> None:
+        seqs, keys, valid = self._live()
+        self._alloc(max(2 * self.cap, _next_pow2(need)))
+        self.insert(seqs, keys, valid, expire=False)
+
+    def retain(self, keep: np.ndarray) -> None:
+        """Unbounded mode: keep only the live tuples whose seq is in sorted ``keep``."""
+        seqs, keys, valid = self._live()
+        m = np.isin(seqs, keep)
+        self._alloc(max(1024, _next_pow2(2 * int(m.sum()))))
+        self.insert(seqs[m], keys[:, m], valid[:, m], expire=False)
+
+    def probe(self, attr: int, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(probe index, stored seq) of every match on attribute ``attr``, oldest match first."""
+        return fx_probe(self.ring, self.keys, self.nxt, self.head, self.mask, attr,
+                        np.ascontiguousarray(keys, np.int64), np.ascontiguousarray(valid, np.bool_))
+
+    def live_seqs(self) -> np.ndarray:
+        return np.sort(self.ring[self.ring >= 0])
+
+    def stats(self) -> list[dict[str, Any]]:
+        return [{"buckets": self.mask + 1, "stored": int((self.ring >= 0).sum())}
+                for _ in range(self.n_attrs)]
+
+    def counters(self) -> np.ndarray:
+        return np.zeros(0, np.int64)
+
+    def set_counters(self, counters: np.ndarray) -> None:
+        pass
+
+
+def make_index(
+    impl: Impl, n_attrs: int, window: int | None, parallel: int = 1, table_size: int | None = None
+) -> WindowIndex:
+    """The window index of ``impl`` (SplitJoin across ``parallel`` PUs when > 1)."""
+    if impl not in get_args(Impl):
+        raise PlanError(f"unknown hash join implementation {impl!r} (choose {', '.join(get_args(Impl))})")
+
+    def one(pu: int, parts: int) -> WindowIndex:
+        if impl == "hbsj":
+            return HBSJIndex(n_attrs, window, table_size, pu, parts)
+        return FastIndex(n_attrs, window, pu, parts, buckets=table_size)
+
+    return one(0, 1) if parallel == 1 else SplitIndex(one, parallel)
+
+
+# --------------------------------------------------------------------------------------------
+# keys and schemas
+# --------------------------------------------------------------------------------------------
+
+
+def _key_family(t: pa.DataType) -> str | None:
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return "integer"
+    if pa.types.is_date(t):
+        return f"date:{t}"
+    if pa.types.is_timestamp(t):
+        return f"timestamp:{t.unit}:{t.tz}"
+    return None
+
+
+def check_key_types(lt: pa.DataType, rt: pa.DataType, lcol: str, rcol: str,
+                    lname: str = "left", rname: str = "right") -> None:
+    """Join keys must be integer, date or timestamp columns of the same kind on both sides."""
+    for t, c, n in ((lt, lcol, lname), (rt, rcol, rname)):
+        if _key_family(t) is None or t == pa.uint64():
+            raise SchemaError(
+                f"stream {n!r}: join key column {c!r} has type {t}; hash window joins take "
+                "integer (up to int64), boolean, date or timestamp keys"
+            )
+    if _key_family(lt) != _key_family(rt):
+        raise SchemaError(
+            f"join key types differ: stream {lname!r} column {lcol!r} is {lt}, "
+            f"stream {rname!r} column {rcol!r} is {rt}"
+        )
+
+
+def key_values(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values with nulls as 0, validity) of a key column."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    t = col.type
+    valid = np.ones(len(col), np.bool_) if col.null_count == 0 else col.is_valid().to_numpy(zero_copy_only=False)
+    if pa.types.is_date32(t):
+        col = col.cast(pa.int32())
+    elif pa.types.is_timestamp(t) or pa.types.is_date64(t):
+        col = col.view(pa.int64())
+    if col.null_count:
+        col = col.fill_null(0)
+    v = col.to_numpy(zero_copy_only=False)
+    return v.astype(np.int64, copy=False), valid
+
+
+def join_output_schema(left: pa.Schema, right: pa.Schema) -> tuple[pa.Schema, list[str]]:
+    """Left's fields then right's; a right name already taken gets ``_right`` (repeated)."""
+    taken = set(left.names)
+    names = []
+    for f in right:
+        n = f.name
+        while n in taken:
+            n = n + "_right"
+        taken.add(n)
+        names.append(n)
+    fields = list(left) + [pa.field(n, f.type, f.nullable) for n, f in zip(names, right, strict=True)]
+    return pa.schema(fields), names
+
+
+def _split_on(on: str | tuple[str, str]) -> tuple[str, str]:
+    if isinstance(on, str):
+        if "," in on:
+            raise PlanError(
+                f"hash window join takes one key column per side, got {on!r} "
+                "(combine multi-column keys into one column first)"
+            )
+        return on, on
+    return on[0], on[1]
+
+
+# --------------------------------------------------------------------------------------------
+# the operator
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HashWindowJoin(OperatorSpec):
+    """Two-way equi-join of streams ``left`` and ``right`` over sliding windows (see module doc).
+
+    ``on`` is the key column (or ``(left column, right column)``), ``window`` a
+    :class:`CountWindow` or :class:`TimeWindow`, ``impl`` ``"fast"`` or ``"hbsj"``,
+    ``table_size`` the HB-SJ table size (default the next power of two >= 2 w) or the fast
+    index's bucket count, ``parallel`` the number of SplitJoin PUs.
+    """
+
+    left: int
+    right: int
+    on: str | tuple[str, str]
+    window: JoinWindow
+    impl: Impl = "fast"
+    table_size: int | None = None
+    parallel: int = 1
+    name: str = "hash_window_join"
+
+    def __post_init__(self) -> None:
+        if self.left == self.right:
+            raise PlanError(f"{self.name}: left and right must be different streams, got {self.left} twice")
+        if not isinstance(self.window, CountWindow | TimeWindow):
+            raise PlanError(f"{self.name}: window must be a CountWindow or TimeWindow, got {self.window!r}")
+        if self.impl not in get_args(Impl):
+            raise PlanError(f"{self.name}: unknown impl {self.impl!r} (choose fast or hbsj)")
+        if isinstance(self.window, TimeWindow) and self.impl == "hbsj":
+            raise PlanError(f"{self.name}: HB-SJ implements count windows; use impl='fast' for time windows")
+        if self.parallel < 1:
+            raise PlanError(f"{self.name}: parallel must be >= 1, got {self.parallel}")
+        if self.table_size is not None and self.table_size < 1:
+            raise PlanError(f"{self.name}: table_size must be >= 1, got {self.table_size}")
+        _split_on(self.on)
+
+    def _schemas(self, inputs: InputSchemas) -> tuple[pa.Schema, pa.Schema]:
+        for sid, side in ((self.left, "left"), (self.right, "right")):
+            if sid not in inputs:
+                known = ", ".join(map(str, sorted(inputs))) or "none"
+                raise PlanError(f"{self.name}: unknown {side} stream id {sid} (inputs: {known})")
+        ls, rs = inputs[self.left], inputs[self.right]
+        lcol, rcol = _split_on(self.on)
+        for s, c, sid in ((ls, lcol, self.left), (rs, rcol, self.right)):
+            if c not in s.names:
+                raise SchemaError(f"{self.name}: stream {sid} has no key column {c!r} (columns: {', '.join(s.names)})")
+        check_key_types(ls.field(lcol).type, rs.field(rcol).type, lcol, rcol,
+                        f"stream {self.left}", f"stream {self.right}")
+        if isinstance(self.window, TimeWindow):
+            for s, sid in ((ls, self.left), (rs, self.right)):
+                c = self.window.column
+                if c not in s.names:
+                    raise SchemaError(f"{self.name}: stream {sid} has no time column {c!r}")
+        return ls, rs
+
+    def output_schema(self, inputs: InputSchemas) -> pa.Schema:
+        ls, rs = self._schemas(inputs)
+        return join_output_schema(ls, rs)[0]
+
+    def columns_used(self, inputs: InputSchemas) -> dict[int, set[str]] | None:
+        return None
+
+    def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
+        ls, rs = self._schemas(inputs)
+        return _HashWindowJoinLogic(self, ls, rs, state)
+
+
+class _Side:
+    """One input's window: rows, index, sequence counter, event times, watermark."""
+
+    def __init__(self, spec: HashWindowJoin, schema: pa.Schema, key: str, sid: int) -> None:
+        self.schema, self.key, self.sid = schema, key, sid
+        w = spec.window.size if isinstance(spec.window, CountWindow) else None
+        self.count = w
+        self.index = make_index(spec.impl, 1, w, spec.parallel, spec.table_size)
+        self.rows = RowStore(schema)
+        self.nulls = 0
+        self.times = np.zeros(0, np.int64)  # time windows: event time by seq - times_base
+        self.times_base = 0
+        self.watermark = MIN_TIME
+        self.late = 0
+
+    def time_of(self, seqs: np.ndarray) -> np.ndarray:
+        return self.times[seqs - self.times_base]
+
+
+class _HashWindowJoinLogic(OperatorLogic):
+    def __init__(self, spec: HashWindowJoin, ls: pa.Schema, rs: pa.Schema, state: Any) -> None:
+        self.spec = spec
+        lcol, rcol = _split_on(spec.on)
+        self.schema, self._right_names = join_output_schema(ls, rs)
+        self.sides = {spec.left: _Side(spec, ls, lcol, spec.left), spec.right: _Side(spec, rs, rcol, spec.right)}
+        self.time = spec.window if isinstance(spec.window, TimeWindow) else None
+        self._late: list[pa.RecordBatch] = []
+        if state is not None:
+            self._restore(state)
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        me = self.sides.get(stream_id)
+        if me is None:
+            raise PlanError(
+                f"{self.spec.name}: unknown stream id {stream_id} (inputs: {self.spec.left}, {self.spec.right})"
+            )
+        if batch.num_rows == 0:
+            return []
+        other = self.sides[self.spec.right if stream_id == self.spec.left else self.spec.left]
+        if batch.schema.names != me.schema.names:
+            batch = batch.select(me.schema.names)
+        t_new: np.ndarray | None = None
+        if self.time is not None:
+            t_new = time_values(batch, self.time.column, str(stream_id))
+            late = t_new <= me.watermark
+            if late.any():
+                self._late.append(batch.filter(pa.array(late)))
+                me.late += int(late.sum())
+                keep = ~late
+                batch = batch.filter(pa.array(keep))
+                t_new = t_new[keep]
+                if batch.num_rows == 0:
+                    return []
+        keys, valid = key_values(batch.column(me.key))
+        me.nulls += int(len(valid) - valid.sum())
+        out: list[pa.RecordBatch] = []
+        pidx, mseq = other.index.probe(0, keys, valid)
+        if self.time is not None and len(pidx):
+            assert t_new is not None
+            ok = np.abs(t_new[pidx] - other.time_of(mseq)) <= self.time.length
+            pidx, mseq = pidx[ok], mseq[ok]
+        if len(pidx):
+            mine = batch.take(pa.array(pidx))
+            theirs = other.rows.take(mseq)
+            out.append(self._assemble(mine, theirs, stream_id == self.spec.left))
+        first = me.rows.append(batch)
+        seqs = np.arange(first, first + batch.num_rows, dtype=np.int64)
+        me.index.insert(seqs, keys[None, :], valid[None, :])
+        if me.count is not None:
+            me.rows.evict_before(me.rows.end - me.count)
+        elif t_new is not None:
+            me.times = np.concatenate([me.times[me.rows.start - me.times_base:], t_new])
+            me.times_base = me.rows.start
+        return out
+
+    def _assemble(self, mine: pa.RecordBatch, theirs: pa.Table, mine_is_left: bool) -> pa.RecordBatch:
+        lt = mine if mine_is_left else theirs
+        rt = theirs if mine_is_left else mine
+        cols = [lt.column(i) for i in range(lt.num_columns)] + [rt.column(i) for i in range(rt.num_columns)]
+        cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in cols]
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+    # -- time ---------------------------------------------------------------------------------
+
+    def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
+        me = self.sides.get(stream_id)
+        if me is None:
+            raise PlanError(f"{self.spec.name}: watermark for unknown stream id {stream_id}")
+        if time <= me.watermark:
+            return []
+        me.watermark = time
+        if self.time is not None:
+            other = self.sides[self.spec.right if stream_id == self.spec.left else self.spec.left]
+            self._evict(other, time - self.time.length)
+        return []
+
+    def _evict(self, side: _Side, upto: int) -> None:
+        """Drop tuples of ``side`` with time ``<= upto`` when they are at least half of it."""
+        live = side.index.live_seqs()
+        if not len(live):
+            return
+        dead = side.time_of(live) <= upto
+        n_dead = int(dead.sum())
+        if n_dead == 0 or 2 * n_dead < len(live):
+            return
+        keep = live[~dead]
+        idx = side.index
+        for ix in idx.pus if isinstance(idx, SplitIndex) else [idx]:
+            assert isinstance(ix, FastIndex)
+            ix.retain(keep)
+        first = int(keep[0]) if len(keep) else side.rows.end
+        side.rows.evict_before(first)
+        side.times = side.times[side.rows.start - side.times_base:]
+        side.times_base = side.rows.start
+
+    def drain_late(self) -> list[pa.RecordBatch]:
+        out, self._late = self._late, []
+        return out
+
+    # -- state --------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Per side: null keys, late rows, window size now, and the index's statistics."""
+        out: dict[str, Any] = {}
+        for name, sid in (("left", self.spec.left), ("right", self.spec.right)):
+            s = self.sides[sid]
+            out[name] = {"null_keys": s.nulls, "late": s.late, "stored": int(len(s.index.live_seqs())),
+                         "index": s.index.stats()[0]}
+        return out
+
+    def snapshot(self) -> Any:
+        snap = {}
+        for sid, s in self.sides.items():
+            live = s.index.live_seqs()
+            first = int(live[0]) if len(live) else s.rows.end
+            snap[sid] = {
+                "rows": s.rows.rows_from(first), "first": first, "end": s.rows.end, "live": live.copy(),
+                "nulls": s.nulls, "late": s.late, "watermark": s.watermark,
+                "times": s.times[first - s.times_base:].copy() if self.time is not None else None,
+                "counters": s.index.counters(),
+            }
+        return snap
+
+    def _restore(self, state: Any) -> None:
+        for sid, st in state.items():
+            s = self.sides.get(sid)
+            if s is None:
+                raise StateError(f"{self.spec.name}: snapshot has unknown stream id {sid}")
+            s.rows = RowStore(s.schema, st["first"])
+            rows: pa.Table = st["rows"]
+            for b in rows.select(s.schema.names).to_batches():
+                s.rows.append(b)
+            if s.rows.end != st["end"]:
+                s.rows.end = st["end"]
+            s.nulls, s.late, s.watermark = st["nulls"], st["late"], st["watermark"]
+            live = np.asarray(st["live"], np.int64)
+            if len(live):
+                keys, valid = key_values(rows.column(s.key))
+                off = live - st["first"]
+                s.index.insert(live, keys[off][None, :], valid[off][None, :], expire=False)
+            if st["times"] is not None:
+                s.times, s.times_base = st["times"], st["first"]
+            s.index.set_counters(st["counters"])
+
+    def state_bytes(self) -> int:
+        return sum(s.rows.nbytes() for s in self.sides.values())
+
+
+# --------------------------------------------------------------------------------------------
+# whole arrival sequences (the `splice join` command): both streams interleaved in one call
+# --------------------------------------------------------------------------------------------
+
+
+def join_sequence(
+    sides: np.ndarray,
+    keys: np.ndarray,
+    valid: np.ndarray,
+    window: int,
+    impl: Impl = "fast",
+    parallel: int = 1,
+    table_size: int | None = None,
+    chunk: int = 1 << 20,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """Count-window join over a whole mixed arrival sequence, in chunks of ``chunk`` tuples.
+
+    ``sides[i]`` is 0 (left) or 1 (right), ``keys``/``valid`` the tuple's key. Returns
+    ``(arrival index, left seq, right seq)`` of every output row, in output order, and the
+    indexes' statistics. ``seq`` numbers each side's tuples 0, 1, ... in arrival order.
+    """
+    if window < 1:
+        raise PlanError(f"count window size must be >= 1, got {window}")
+    sides = np.ascontiguousarray(sides, np.int8)
+    keys = np.ascontiguousarray(keys, np.int64)
+    valid = np.ascontiguousarray(valid, np.bool_)
+    is_right = sides.astype(np.int64)
+    nright = np.cumsum(is_right) - is_right
+    seqs = np.where(sides == 0, np.arange(len(sides)) - nright, nright).astype(np.int64)
+
+    pus: list[tuple[Any, Any]] = []
+    for pu in range(parallel):
+        if impl == "hbsj":
+            pus.append((HBSJIndex(1, window, table_size, pu, parallel),
+                        HBSJIndex(1, window, table_size, pu, parallel)))
+        else:
+            pus.append((FastIndex(1, window, pu, parallel, table_size),
+                        FastIndex(1, window, pu, parallel, table_size)))
+
+    def run(pu: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        li, ri = pus[pu]
+        sl = slice(lo, hi)
+        if impl == "hbsj":
+            assert isinstance(li, HBSJIndex) and isinstance(ri, HBSJIndex)
+            i, s = hb_join_sequence(sides[sl], seqs[sl], keys[sl], valid[sl], window, pu, parallel,
+                                    *li.arrays(), *ri.arrays())
+        else:
+            assert isinstance(li, FastIndex) and isinstance(ri, FastIndex)
+            i, s = fx_join_sequence(sides[sl], seqs[sl], keys[sl], valid[sl], window, pu, parallel,
+                                    *li.arrays(), *ri.arrays(), li.mask)
+        return i + lo, s
+
+    out_i, out_s = [], []
+    pool = None
+    if parallel > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(parallel)
+    try:
+        for lo in range(0, len(sides), chunk):
+            hi = min(len(sides), lo + chunk)
+            if pool is None:
+                i, s = run(0, lo, hi)
+            else:
+                i, s = merge_matches(list(pool.map(lambda pu: run(pu, lo, hi), range(parallel))))  # noqa: B023
+            out_i.append(i)
+            out_s.append(s)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    ai = np.concatenate(out_i) if out_i else np.zeros(0, np.int64)
+    ms = np.concatenate(out_s) if out_s else np.zeros(0, np.int64)
+    from_left = sides[ai] == 0
+    lseq = np.where(from_left, seqs[ai], ms)
+    rseq = np.where(from_left, ms, seqs[ai])
+    stats: dict[str, Any] = {
+        "left": SplitIndex(lambda pu, _p: pus[pu][0], parallel).stats()[0],
+        "right": SplitIndex(lambda pu, _p: pus[pu][1], parallel).stats()[0],
+        "null_keys": int(len(valid) - valid.sum()),
+    }
+    return ai, lseq, rseq, stats

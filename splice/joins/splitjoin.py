@@ -1,0 +1,106 @@
+"""SplitJoin across processing units (Diba section 5.4): every PU probes, each PU stores a share.
+
+With ``P`` PUs, tuple number ``n`` of a stream is stored by PU ``n mod P`` only, and expires
+there when tuple ``n + w`` of the same stream arrives (every PU sees every tuple, so each knows
+the global count). The union of the PUs' sub-windows is therefore exactly the count window
+``n - w + 1 .. n``, every PU probes each arriving tuple against its sub-window, and the merged
+matches (ordered by arrival, then by matched tuple) are identical to the single-PU join's.
+
+The PUs run their numba kernels on threads (the kernels release the GIL).
+
+>>> import numpy as np
+>>> from splice.joins.hash_window_join import FastIndex
+>>> ix = SplitIndex(lambda pu, parts: FastIndex(1, 4, pu=pu, parts=parts), parts=3)
+>>> ix.insert(np.arange(6), np.array([[1, 1, 2, 1, 1, 1]]), np.ones((1, 6), bool))
+>>> ix.probe(0, np.array([1]), np.array([True]))[1]  # window holds tuples 2..5
+array([3, 4, 5])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = ["SplitIndex", "WindowIndex", "merge_matches"]
+
+
+class WindowIndex(Protocol):
+    """What a join stage needs from a window index (fast index, HB-SJ, SplitJoin)."""
+
+    kind: str
+
+    def insert(self, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray, expire: bool = True) -> None: ...
+
+    def probe(self, attr: int, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def live_seqs(self) -> np.ndarray: ...
+
+    def stats(self) -> list[dict[str, Any]]: ...
+
+    def counters(self) -> np.ndarray: ...
+
+    def set_counters(self, counters: np.ndarray) -> None: ...
+
+
+def merge_matches(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Merge per-PU (probe index, seq) lists into one ordered by probe index, then seq."""
+    i = np.concatenate([p[0] for p in parts])
+    s = np.concatenate([p[1] for p in parts])
+    order = np.lexsort((s, i))
+    return i[order], s[order]
+
+
+class SplitIndex:
+    """``parts`` sub-window indexes built by ``make(pu, parts)``, probed and updated together."""
+
+    def __init__(self, make: Callable[[int, int], WindowIndex], parts: int) -> None:
+        self.parts = parts
+        self.pus = [make(pu, parts) for pu in range(parts)]
+        self.kind = self.pus[0].kind
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _map(self, fn: Callable[[WindowIndex], Any]) -> list[Any]:
+        if self.parts == 1:
+            return [fn(self.pus[0])]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.parts, thread_name_prefix="splitjoin-pu")
+        return list(self._pool.map(fn, self.pus))
+
+    def insert(self, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray, expire: bool = True) -> None:
+        self._map(lambda ix: ix.insert(seqs, keys, valid, expire))
+
+    def probe(self, attr: int, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return merge_matches(self._map(lambda ix: ix.probe(attr, keys, valid)))
+
+    def live_seqs(self) -> np.ndarray:
+        return np.sort(np.concatenate([ix.live_seqs() for ix in self.pus]))
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Per attribute, the PUs' statistics summed (``per_pu`` keeps each PU's)."""
+        per = [ix.stats() for ix in self.pus]
+        out: list[dict[str, Any]] = []
+        for a in range(len(per[0])):
+            total: dict[str, Any] = {}
+            for k, v in per[0][a].items():
+                if isinstance(v, list):
+                    total[k] = [sum(p[a][k][j] for p in per) for j in range(len(v))]
+                else:
+                    total[k] = sum(p[a][k] for p in per)
+            total["per_pu"] = [p[a] for p in per]
+            out.append(total)
+        return out
+
+    def counters(self) -> np.ndarray:
+        return np.stack([ix.counters() for ix in self.pus])
+
+    def set_counters(self, counters: np.ndarray) -> None:
+        for ix, c in zip(self.pus, counters, strict=True):
+            ix.set_counters(c)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None

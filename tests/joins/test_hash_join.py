@@ -1,0 +1,286 @@
+"""Hash window joins (fast, HB-SJ, SplitJoin) against the nested-loop reference."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import mmh3
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splice.core.errors import PlanError, SchemaError
+from splice.core.records import Data, Watermark
+from splice.joins._hash_kernels import (
+    SEED1,
+    SEED2,
+    fx_join_sequence,
+    fx_probe,
+    fx_update,
+    hb_probe,
+    hb_update,
+    murmur3_32,
+)
+from splice.joins.hash_window_join import FastIndex, HashWindowJoin, join_sequence
+from splice.joins.hbsj import HBSJIndex
+from splice.joins.window import CountWindow, RowStore, TimeWindow, parse_count_window
+from splice.testing import OperatorHarness, check_operator, rows_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from reference.hash_window_join import count_window_join, time_window_join  # noqa: E402
+
+L, R = 2, 3
+SCHEMA = pa.schema([("k", pa.int64()), ("id", pa.int64())])
+INPUTS = {L: SCHEMA, R: SCHEMA}
+SPLITS = [1, 2, 7, 49, 50, 51, 100]
+
+
+# -- Murmur3 -----------------------------------------------------------------------------------
+
+
+def test_murmur3_equals_mmh3_on_random_keys() -> None:
+    rng = np.random.default_rng(7)
+    keys = np.concatenate([rng.integers(-(2**63), 2**63 - 1, 500, dtype=np.int64),
+                           np.array([0, 1, -1, 2**63 - 1, -(2**63)], np.int64)])
+    for seed in (SEED1, SEED2, 42):
+        for k in keys.tolist():
+            want = mmh3.hash(np.int64(k).tobytes(), seed, signed=False)
+            assert murmur3_32(k, seed) == want
+            assert murmur3_32.py_func(k, seed) == want
+
+
+# -- the reference, as arrivals -> batches ---------------------------------------------------------
+
+
+arrival_lists = st.lists(
+    st.tuples(st.integers(0, 1), st.one_of(st.none(), st.integers(-3, 8))), max_size=160
+)
+skewed = st.lists(st.tuples(st.integers(0, 1), st.sampled_from([1, 1, 1, 1, 2, None])), max_size=160)
+
+
+def to_records(arrivals: list[tuple[int, int | None]], split: int) -> list[Data]:
+    """Runs of one side, cut into batches of ``split`` rows; ``id`` = global arrival index."""
+    recs: list[Data] = []
+    i = 0
+    while i < len(arrivals):
+        j = i
+        while j < len(arrivals) and arrivals[j][0] == arrivals[i][0] and j - i < split:
+            j += 1
+        side = arrivals[i][0]
+        b = pa.record_batch({"k": pa.array([a[1] for a in arrivals[i:j]], pa.int64()),
+                             "id": pa.array(range(i, j), pa.int64())}, schema=SCHEMA)
+        recs.append(Data(L if side == 0 else R, b))
+        i = j
+    return recs
+
+
+def expected_rows(arrivals: list[tuple[int, int | None]], pairs: list[tuple[int, int]]) -> list[tuple]:
+    ids = [[i for i, a in enumerate(arrivals) if a[0] == s] for s in (0, 1)]
+    return [(arrivals[ids[0][ls]][1], ids[0][ls], arrivals[ids[1][rs]][1], ids[1][rs]) for ls, rs in pairs]
+
+
+def run_join(spec: HashWindowJoin, records: list) -> tuple[pa.Table, OperatorHarness]:
+    h = OperatorHarness(spec, INPUTS)
+    return h.run(records), h
+
+
+@settings(max_examples=40)
+@given(arrivals=st.one_of(arrival_lists, skewed), w=st.integers(1, 64), split=st.sampled_from(SPLITS),
+       impl=st.sampled_from(["fast", "hbsj"]), parallel=st.integers(1, 3),
+       table_size=st.sampled_from([None, 1, 2, 4]))
+def test_count_window_join_equals_nested_loop(arrivals, w, split, impl, parallel, table_size) -> None:
+    spec = HashWindowJoin(L, R, "k", CountWindow(w), impl=impl, parallel=parallel, table_size=table_size)
+    got, h = run_join(spec, to_records(arrivals, split))
+    assert got.schema.names == ["k", "id", "k_right", "id_right"]
+    assert rows_of(got) == expected_rows(arrivals, count_window_join(arrivals, w))
+    st_ = h.logic.stats()  # type: ignore[attr-defined]
+    nulls = sum(1 for a in arrivals if a[1] is None)
+    assert st_["left"]["null_keys"] + st_["right"]["null_keys"] == nulls
+
+
+@settings(max_examples=30)
+@given(arrivals=st.one_of(arrival_lists, skewed), w=st.integers(1, 64),
+       impl=st.sampled_from(["fast", "hbsj"]), parallel=st.integers(1, 3),
+       chunk=st.sampled_from([1, 7, 50, 1 << 20]), table_size=st.sampled_from([None, 1, 8]))
+def test_mixed_sequence_equals_nested_loop(arrivals, w, impl, parallel, chunk, table_size) -> None:
+    """Both streams interleaved inside one batch (the `splice join` path)."""
+    sides = np.array([a[0] for a in arrivals], np.int8)
+    keys = np.array([a[1] or 0 for a in arrivals], np.int64)
+    valid = np.array([a[1] is not None for a in arrivals], np.bool_)
+    _, ls, rs, stats = join_sequence(sides, keys, valid, w, impl, parallel, table_size, chunk)
+    assert list(zip(ls.tolist(), rs.tolist(), strict=True)) == count_window_join(arrivals, w)
+    assert stats["null_keys"] == int((~valid).sum())
+
+
+def test_within_batch_sees_only_earlier_rows() -> None:
+    arr = [(0, 1), (0, 1), (1, 1), (0, 1), (1, 1)]
+    spec = HashWindowJoin(L, R, "k", CountWindow(2))
+    got, _ = run_join(spec, to_records(arr, 100))
+    assert rows_of(got) == expected_rows(arr, count_window_join(arr, 2))
+    assert rows_of(got) == [(1, 0, 1, 2), (1, 1, 1, 2), (1, 3, 1, 2), (1, 1, 1, 4), (1, 3, 1, 4)]
+
+
+def test_hbsj_overflow_statistics() -> None:
+    ix = HBSJIndex(n_attrs=1, window=8, table_size=4)
+    ix.insert(np.arange(8), np.full((1, 8), 5), np.ones((1, 8), bool))
+    s = ix.stats()[0]
+    assert s["table_inserts"] == [1, 1, 1, 1] and s["overflow_inserts"] == 4 and s["overflow_now"] == 4
+    i, q = ix.probe(0, np.array([5]), np.array([True]))
+    assert q.tolist() == list(range(8))
+    assert ix.stats()[0]["overflow_comparisons"] == 4
+    ix.insert(np.arange(8, 12), np.full((1, 4), 6), np.ones((1, 4), bool))  # 0..3 expire: slots free
+    assert ix.stats()[0]["overflow_now"] == 4
+    assert ix.probe(0, np.array([5]), np.array([True]))[1].tolist() == [4, 5, 6, 7]
+
+
+# -- kernels against their plain-Python twins -------------------------------------------------------
+
+
+@settings(max_examples=10)
+@given(keys=st.lists(st.integers(-4, 4), min_size=1, max_size=60), w=st.integers(1, 9))
+def test_kernels_equal_python_twins(keys, w) -> None:
+    n = len(keys)
+    seqs = np.arange(n, dtype=np.int64)
+    k2 = np.array([keys], np.int64)
+    v2 = np.array([[x != 0 for x in keys]], np.bool_)
+    e = seqs - w
+    exp = np.where(e >= 0, e % w, -1)
+    ins = seqs % w
+    a, b = FastIndex(1, w), FastIndex(1, w)
+    fx_update(*a.arrays(), a.mask, exp, ins, seqs, k2, v2)
+    fx_update.py_func(*b.arrays(), b.mask, exp, ins, seqs, k2, v2)
+    for x, y in zip(a.arrays(), b.arrays(), strict=True):
+        assert np.array_equal(x, y)
+    pk = np.arange(-4, 5, dtype=np.int64)
+    pv = np.ones(len(pk), np.bool_)
+    r1 = fx_probe(a.ring, a.keys, a.nxt, a.head, a.mask, 0, pk, pv)
+    r2 = fx_probe.py_func(a.ring, a.keys, a.nxt, a.head, a.mask, 0, pk, pv)
+    assert all(np.array_equal(x, y) for x, y in zip(r1, r2, strict=True))
+    c, d = HBSJIndex(1, w, 2), HBSJIndex(1, w, 2)
+    hb_update(*c.arrays(), exp, ins, seqs, k2, v2)
+    hb_update.py_func(*d.arrays(), exp, ins, seqs, k2, v2)
+    for x, y in zip(c.arrays(), d.arrays(), strict=True):
+        assert np.array_equal(x, y)
+    r3 = hb_probe(c.tkey, c.tseq, c.okey, c.oseq, c.oinfo, c.st, 0, pk, pv)
+    r4 = hb_probe.py_func(d.tkey, d.tseq, d.okey, d.oseq, d.oinfo, d.st, 0, pk, pv)
+    assert all(np.array_equal(x, y) for x, y in zip(r1, r3, strict=True))
+    assert all(np.array_equal(x, y) for x, y in zip(r3, r4, strict=True))
+    sides = np.array([i % 2 for i in range(n)], np.int8)
+    sq = np.array([i // 2 for i in range(n)], np.int64)
+    pk2, pv2 = k2[0], v2[0]
+    lx, rx, ly, ry = FastIndex(1, w), FastIndex(1, w), FastIndex(1, w), FastIndex(1, w)
+    o1 = fx_join_sequence(sides, sq, pk2, pv2, w, 0, 1, *lx.arrays(), *rx.arrays(), lx.mask)
+    o2 = fx_join_sequence.py_func(sides, sq, pk2, pv2, w, 0, 1, *ly.arrays(), *ry.arrays(), ly.mask)
+    assert all(np.array_equal(x, y) for x, y in zip(o1, o2, strict=True))
+
+
+# -- operator contract, snapshots -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("impl,parallel", [("fast", 1), ("hbsj", 1), ("fast", 3), ("hbsj", 2)])
+def test_operator_contract(impl: str, parallel: int) -> None:
+    rng = np.random.default_rng(3)
+    arr = [(int(rng.integers(0, 2)), int(rng.integers(0, 5)) if rng.random() > 0.1 else None)
+           for _ in range(60)]
+    spec = HashWindowJoin(L, R, "k", CountWindow(5), impl=impl, parallel=parallel)  # type: ignore[arg-type]
+    got = check_operator(spec, INPUTS, to_records(arr, 7))
+    assert rows_of(got) == expected_rows(arr, count_window_join(arr, 5))
+
+
+def test_stats_survive_restore() -> None:
+    spec = HashWindowJoin(L, R, "k", CountWindow(6), impl="hbsj", table_size=1)
+    recs = to_records([(0, 1)] * 6 + [(1, 1)], 3)
+    h = OperatorHarness(spec, INPUTS)
+    h.step(recs[0])
+    h.snapshot_and_restore()
+    for r in recs[1:]:
+        h.step(r)
+    s = h.logic.stats()["left"]  # type: ignore[attr-defined]
+    assert s["index"]["overflow_inserts"] == 2 and s["stored"] == 6
+
+
+# -- time windows -----------------------------------------------------------------------------------
+
+
+TSCHEMA = pa.schema([("k", pa.int64()), ("id", pa.int64()), ("t", pa.int64())])
+
+
+@settings(max_examples=30)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 1), st.one_of(st.none(), st.integers(0, 4)),
+                            st.integers(0, 60)), max_size=80),
+    length=st.integers(0, 10), wm_every=st.integers(1, 20), lag=st.integers(0, 15),
+    parallel=st.integers(1, 2),
+)
+def test_time_window_join_equals_nested_loop(rows, length, wm_every, lag, parallel) -> None:
+    events: list[tuple[str, int, int | None, int]] = []
+    recs: list = []
+    seen = [-(10**9), -(10**9)]
+    for i, (side, k, t) in enumerate(rows):
+        events.append(("row", side, k, t))
+        b = pa.record_batch({"k": pa.array([k], pa.int64()), "id": [i], "t": [t]}, schema=TSCHEMA)
+        recs.append(Data(L if side == 0 else R, b))
+        seen[side] = max(seen[side], t)
+        if i % wm_every == wm_every - 1:
+            wm = seen[side] - lag
+            events.append(("wm", side, wm, 0))
+            recs.append(Watermark(L if side == 0 else R, wm))
+    pairs, late = time_window_join(events, length)
+    spec = HashWindowJoin(L, R, "k", TimeWindow(length, "t"), parallel=parallel)
+    h = OperatorHarness(spec, {L: TSCHEMA, R: TSCHEMA})
+    got = h.run(recs)
+    ids = [[i for i, r in enumerate(rows) if r[0] == s] for s in (0, 1)]
+    want = sorted((ids[0][a], ids[1][b]) for a, b in pairs)
+    got_pairs = sorted(zip(got.column("id").to_pylist(), got.column("id_right").to_pylist(), strict=True))
+    assert got_pairs == want
+    got_late = sum(b.num_rows for b in h.late)
+    assert got_late == len(late)
+
+
+# -- bad input --------------------------------------------------------------------------------------
+
+
+def test_bad_window_sizes() -> None:
+    for w in (0, -3):
+        with pytest.raises(PlanError, match="window size must be >= 1"):
+            CountWindow(w)
+        with pytest.raises(PlanError, match=">= 1"):
+            join_sequence(np.zeros(1, np.int8), np.zeros(1, np.int64), np.ones(1, bool), w)
+    with pytest.raises(PlanError):
+        parse_count_window("zero")
+    assert parse_count_window("2^10") == 1024 and parse_count_window("unbounded") is None
+
+
+def test_key_type_mismatch_names_streams_and_columns() -> None:
+    spec = HashWindowJoin(L, R, "k", CountWindow(4))
+    bad = {L: SCHEMA, R: pa.schema([("k", pa.string()), ("id", pa.int64())])}
+    with pytest.raises(SchemaError, match="'k'.*string"):
+        spec.output_schema(bad)
+    bad2 = {L: SCHEMA, R: pa.schema([("k", pa.date32()), ("id", pa.int64())])}
+    with pytest.raises(SchemaError, match="differ.*stream 3.*date32"):
+        spec.build(bad2)
+    with pytest.raises(SchemaError, match="no key column 'x'"):
+        HashWindowJoin(L, R, "x", CountWindow(4)).output_schema(INPUTS)
+
+
+def test_unknown_stream() -> None:
+    spec = HashWindowJoin(L, 9, "k", CountWindow(4))
+    with pytest.raises(PlanError, match="unknown right stream id 9"):
+        spec.output_schema(INPUTS)
+    h = OperatorHarness(HashWindowJoin(L, R, "k", CountWindow(4)), INPUTS)
+    with pytest.raises(PlanError, match="unknown stream id 7"):
+        h.push(7, pa.record_batch({"k": [1], "id": [1]}, schema=SCHEMA))
+    h.push(L, pa.record_batch({"k": [1], "id": [1]}, schema=SCHEMA))  # still works afterwards
+
+
+def test_row_store_keeps_few_chunks() -> None:
+    store = RowStore(SCHEMA)
+    for i in range(1000):
+        store.append(pa.record_batch({"k": [i], "id": [i]}, schema=SCHEMA))
+    assert len(store._chunks) <= 12
+    assert store.take(np.array([999, 0, 500])).column("k").to_pylist() == [999, 0, 500]
+    store.evict_before(990)
+    assert store.take(np.array([995])).column("id").to_pylist() == [995]
