@@ -1,0 +1,249 @@
+"""Tumbling and hopping windowed aggregation on event time, closed by watermarks.
+
+Semantics. With ``size`` and ``slide`` (``slide = size`` for tumbling windows) in the time
+column's units (days for dates, the unit of a timestamp, the value of an integer column), the
+windows are ``[s, s + size)`` for every ``s`` that is a multiple of ``slide`` (aligned at 0). A row
+with time ``t`` belongs to every window with ``s <= t < s + size``. For each window and each
+group of ``keys`` the operator emits one row::
+
+    window_start, window_end, keys..., aggregates...
+
+A window is complete when a watermark ``W >= s + size - 1 + allowed_lateness`` arrives (no later
+row can have a time inside it, up to the allowed lateness): its rows are emitted then, in window
+order and, within a window, in first-seen group order, and its state is freed. A row is **late**
+when every window it belongs to is already complete; late rows are counted (``late_rows``) and
+returned by ``drain_late()``, never dropped silently. A row that arrives while some of its windows
+are complete counts only in the open ones. END flushes every remaining window.
+
+State ``WINDOWS``: one :class:`~splice.ops.aggregate.GroupAggregator` per open window start,
+bucketed by time so that a watermark frees whole windows. Aggregates are those of
+:class:`~splice.ops.aggregate.GroupBy` (exact decimals, nulls skipped).
+
+>>> import pyarrow as pa
+>>> from splice.ops.aggregate import Agg
+>>> from splice.testing import OperatorHarness
+>>> spec = WindowAggregate("t", size=10, aggregates=[Agg("n", "count")])
+>>> h = OperatorHarness(spec, {2: pa.schema([("t", pa.int64())])})
+>>> _ = h.push(2, pa.record_batch({"t": [1, 12, 5]}))
+>>> h.watermark(2, 9).to_pydict()
+{'window_start': [0], 'window_end': [10], 'n': [2]}
+>>> _ = h.push(2, pa.record_batch({"t": [3]}))          # window [0, 10) is complete: late
+>>> h.late[0].to_pydict(), h.end().to_pydict()
+({'t': [3]}, {'window_start': [10], 'window_end': [20], 'n': [1]})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.core.time import MIN_TIME, time_values
+from splice.ops.aggregate import Agg, AggPlan, GroupAggregator, _from_int64, plan_aggregates
+
+__all__ = ["WindowAggregate"]
+
+
+@dataclass(frozen=True)
+class WindowAggregate(OperatorSpec):
+    """Group-by aggregation per tumbling (``slide=None``) or hopping window of ``time_column``.
+
+    See the module docstring for the semantics. ``size``, ``slide`` and ``allowed_lateness`` are
+    integers in the time column's units; ``slide`` must divide nothing in particular but must
+    satisfy ``0 < slide <= size`` (a slide beyond the size would leave rows in no window).
+    """
+
+    time_column: str
+    size: int
+    slide: int | None = None
+    keys: Sequence[str] = ()
+    aggregates: Sequence[Agg] = ()
+    allowed_lateness: int = 0
+    name: str = "window_aggregate"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keys, str):
+            raise PlanError(f"{self.name}: keys must be a list of column names, got {self.keys!r}")
+        object.__setattr__(self, "keys", tuple(self.keys))
+        object.__setattr__(self, "aggregates", tuple(self.aggregates))
+        for label, v in (("size", self.size), ("allowed_lateness", self.allowed_lateness)):
+            if not isinstance(v, int | np.integer) or isinstance(v, bool):
+                raise PlanError(f"{self.name}: {label} must be an integer, got {v!r}")
+        if self.size <= 0:
+            raise PlanError(f"{self.name}: window size must be > 0, got {self.size}")
+        if self.allowed_lateness < 0:
+            raise PlanError(f"{self.name}: allowed_lateness must be >= 0, got {self.allowed_lateness}")
+        if self.slide is not None:
+            if not isinstance(self.slide, int | np.integer) or isinstance(self.slide, bool):
+                raise PlanError(f"{self.name}: slide must be an integer, got {self.slide!r}")
+            if not 0 < self.slide <= self.size:
+                raise PlanError(
+                    f"{self.name}: slide must satisfy 0 < slide <= size ({self.size}), got {self.slide}"
+                )
+        for k in ("window_start", "window_end"):
+            if k in self.keys or any(a.name == k for a in self.aggregates):
+                raise PlanError(f"{self.name}: {k!r} is reserved for the window bounds")
+
+    @property
+    def step(self) -> int:
+        return int(self.slide if self.slide is not None else self.size)
+
+    def _schema(self, inputs: InputSchemas) -> tuple[int, pa.Schema]:
+        if len(inputs) != 1:
+            raise PlanError(f"{self.name} takes exactly one input stream, got {len(inputs)}")
+        sid, schema = next(iter(inputs.items()))
+        if self.time_column not in schema.names:
+            raise SchemaError(
+                f"{self.name} (stream {sid}): time column {self.time_column!r} does not exist "
+                f"(columns: {', '.join(schema.names)})"
+            )
+        t = schema.field(self.time_column).type
+        if not (pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_integer(t)):
+            raise SchemaError(
+                f"{self.name} (stream {sid}): time column {self.time_column!r} has type {t}, "
+                "expected a timestamp, date or integer column"
+            )
+        return sid, schema
+
+    def plan(self, inputs: InputSchemas) -> AggPlan:
+        _, schema = self._schema(inputs)
+        return plan_aggregates(schema, self.keys, self.aggregates, self.name)
+
+    def output_schema(self, inputs: InputSchemas) -> pa.Schema:
+        _, schema = self._schema(inputs)
+        t = schema.field(self.time_column).type
+        bounds = [pa.field("window_start", t, False), pa.field("window_end", t, False)]
+        return pa.schema(bounds + self.plan(inputs).output_fields())
+
+    def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]]:
+        sid, _ = self._schema(inputs)
+        return {sid: self.plan(inputs).columns() | {self.time_column}}
+
+    def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
+        return _WindowLogic(self, self.plan(inputs), self.output_schema(inputs), state)
+
+
+class _WindowLogic(OperatorLogic):
+    def __init__(self, spec: WindowAggregate, plan: AggPlan, schema: pa.Schema, state: Any):
+        self.spec = spec
+        self.plan = plan
+        self.schema = schema
+        self.time_type = schema.field("window_start").type
+        self.size = int(spec.size)
+        self.slide = spec.step
+        self.lateness = int(spec.allowed_lateness)
+        #: WINDOWS: window start -> per-group state of that window
+        self.windows: dict[int, GroupAggregator] = {}
+        self.watermark = int(MIN_TIME)
+        self.late: list[pa.RecordBatch] = []
+        self.late_rows = 0
+        if state is not None:
+            try:
+                self.watermark = int(state["watermark"])
+                self.late_rows = int(state["late_rows"])
+                self.late = list(state["late"])
+                self.windows = {
+                    int(s): GroupAggregator(plan, st) for s, st in state["windows"].items()
+                }
+            except (KeyError, TypeError, ValueError) as exc:
+                raise StateError(f"{spec.name}: cannot restore state: {exc}") from exc
+
+    def _closed(self, starts: np.ndarray) -> np.ndarray:
+        """Whether the windows starting at ``starts`` are complete under the current watermark."""
+        if self.watermark == MIN_TIME:
+            return np.zeros(len(starts), dtype=bool)
+        return starts + (self.size - 1 + self.lateness) <= self.watermark
+
+    def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
+        t = time_values(batch, self.spec.time_column, f"{self.spec.name} input {stream_id}")
+        last = (t // self.slide) * self.slide  # the latest window of each row
+        late = self._closed(last)
+        if late.any():
+            self.late.append(batch.filter(pa.array(late)))
+            self.late_rows += int(late.sum())
+        rows_parts, start_parts = [], []
+        for j in range((self.size + self.slide - 1) // self.slide):
+            s = last - j * self.slide
+            ok = (s + self.size > t) & ~self._closed(s)
+            if ok.any():
+                rows_parts.append(np.flatnonzero(ok))
+                start_parts.append(s[ok])
+        if not rows_parts:
+            return []
+        rows = np.concatenate(rows_parts)
+        starts = np.concatenate(start_parts)
+        order = np.lexsort((rows, starts))
+        rows, starts = rows[order], starts[order]
+        cuts = np.flatnonzero(np.diff(starts)) + 1
+        bounds = np.concatenate([[0], cuts, [len(starts)]])
+        try:
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+                start = int(starts[a])
+                agg = self.windows.get(start)
+                if agg is None:
+                    agg = self.windows[start] = GroupAggregator(self.plan)
+                if b - a == batch.num_rows:
+                    agg.update(batch)
+                else:
+                    agg.update(batch.take(pa.array(rows[a:b])))
+        except SchemaError as exc:
+            raise SchemaError(f"{self.spec.name} (stream {stream_id}): {exc}") from exc
+        return []
+
+    def _emit(self, starts: list[int]) -> list[pa.RecordBatch]:
+        out = []
+        for s in sorted(starts):
+            agg = self.windows.pop(s)
+            cols = agg.result_columns()
+            n = agg.n_groups
+            if n == 0:
+                continue
+            st = np.full(n, s, dtype=np.int64)
+            bounds = [self._time_array(st), self._time_array(st + self.size)]
+            out.append(pa.RecordBatch.from_arrays(bounds + cols, schema=self.schema))
+        return out
+
+    def _time_array(self, values: np.ndarray) -> pa.Array:
+        if pa.types.is_date64(self.time_type):
+            values = values * 86_400_000
+        return _from_int64(values, None, self.time_type)
+
+    def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
+        if time <= self.watermark:
+            return []
+        self.watermark = int(time)
+        if not self.windows:
+            return []
+        starts = np.fromiter(self.windows.keys(), dtype=np.int64, count=len(self.windows))
+        done = starts[self._closed(starts)]
+        return self._emit([int(s) for s in done])
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        return self._emit(list(self.windows))
+
+    def drain_late(self) -> list[pa.RecordBatch]:
+        out, self.late = self.late, []
+        return out
+
+    def output_watermark(self) -> int | None:
+        if self.watermark == MIN_TIME:
+            return None
+        return self.watermark - self.lateness
+
+    def snapshot(self) -> Any:
+        return {
+            "watermark": self.watermark,
+            "late_rows": self.late_rows,
+            "late": tuple(self.late),
+            "windows": {s: agg.snapshot() for s, agg in self.windows.items()},
+        }
+
+    def state_bytes(self) -> int:
+        return sum(agg.nbytes() for agg in self.windows.values())
