@@ -542,7 +542,7 @@ def join_sequence(
                                     *li.arrays(), *ri.arrays())
         else:
             assert isinstance(li, FastIndex) and isinstance(ri, FastIndex)
-            i, s = fx_join_sequence(sides[sl], seqs[sl], keys[sl], valid[sl], window, pu, parallel,
+            i, s = fx_join_sequence(sides[sl], seqs[sl], keys[sl], valid[sl], window, pu, parallel,  # type: ignore[call-arg]
                                     *li.arrays(), *ri.arrays(), li.mask)
         return i + lo, s
 
