@@ -1,0 +1,143 @@
+"""numba kernels of the immutable B+-Tree: sorted leaves plus implicit inner levels.
+
+The entries ``(ks[i], ps[i])``, ``i < n``, are sorted; leaf ``b`` is the block
+``[b*LEAF_SIZE, (b+1)*LEAF_SIZE)``. Inner levels live in one flat array in breadth-first order:
+level 0 has one entry per leaf (its first key), level ``l+1`` one entry per node of level ``l``
+(a node is ``FANOUT`` consecutive entries). The children of entry ``c`` of node ``j`` are node
+``j*FANOUT + c`` one level down: no child references are stored. ``loff[l]`` and ``lcnt[l]`` give
+each level's offset and entry count; the top level has one node (the root, depth 0).
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+__all__ = [
+    "LEAF_SIZE",
+    "FANOUT",
+    "MAX_LEVELS",
+    "inner_capacity",
+    "ibt_build",
+    "ibt_lower_bound",
+    "ibt_search",
+    "ibt_levels",
+    "ibt_route",
+]
+
+#: Entries per leaf block of the immutable B+-Tree.
+LEAF_SIZE = 32
+#: Inner-node fan-out ``f_ib`` of the immutable B+-Tree.
+FANOUT = 32
+#: Upper bound on inner levels (FANOUT**MAX_LEVELS leaves is far beyond memory).
+MAX_LEVELS = 16
+
+
+def inner_capacity(n: int) -> int:
+    """Length of the inner-level array an immutable tree of ``n`` entries needs."""
+    total = 0
+    cnt = max(1, -(-n // LEAF_SIZE))
+    while True:
+        nodes = -(-cnt // FANOUT)
+        total += nodes * FANOUT
+        if nodes == 1:
+            return total + FANOUT
+        cnt = nodes
+
+
+def ibt_levels(n: int) -> int:
+    """Inner levels of an immutable tree of ``n`` entries (0 when empty)."""
+    if n <= 0:
+        return 0
+    levels = 1
+    cnt = -(-n // LEAF_SIZE)
+    while cnt > FANOUT:
+        cnt = -(-cnt // FANOUT)
+        levels += 1
+    return levels
+
+
+@njit(cache=True, nogil=True)
+def ibt_build(ks, n, inner, loff, lcnt):
+    """Build the inner levels over the sorted ``ks[:n]``; return the number of inner levels."""
+    if n == 0:
+        return 0
+    nb = (n + LEAF_SIZE - 1) // LEAF_SIZE
+    for b in range(nb):
+        inner[b] = ks[b * LEAF_SIZE]
+    off = 0
+    cnt = nb
+    lvl = 0
+    while True:
+        loff[lvl] = off
+        lcnt[lvl] = cnt
+        nodes = (cnt + FANOUT - 1) // FANOUT
+        if nodes == 1:
+            return lvl + 1
+        noff = off + nodes * FANOUT
+        for j in range(nodes):
+            inner[noff + j] = inner[off + j * FANOUT]
+        off = noff
+        cnt = nodes
+        lvl += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _child(inner, base, m, lo):
+    # last entry c of the node (entries base..base+m-1) with entry < lo; 0 when none
+    a = 1
+    b = m
+    while a < b:
+        mid = (a + b) >> 1
+        if inner[base + mid] < lo:
+            a = mid + 1
+        else:
+            b = mid
+    return a - 1
+
+
+@njit(cache=True, nogil=True)
+def ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo):
+    """Index of the first entry with key >= ``lo`` (``n`` when none)."""
+    if n == 0:
+        return 0
+    node = 0
+    for lvl in range(nlev - 1, -1, -1):
+        start = node * FANOUT
+        m = min(FANOUT, lcnt[lvl] - start)
+        node = start + _child(inner, loff[lvl] + start, m, lo)
+    i = node * LEAF_SIZE
+    while i < n and ks[i] < lo:
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def ibt_search(ks, ps, n, inner, loff, lcnt, nlev, lo, hi, plo, phi, out, n_out):
+    """Append the positions in ``[plo, phi]`` of entries with key in ``[lo, hi]``; return the new
+    count, or ``-1`` when ``out`` is full."""
+    i = ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo)
+    cap = out.shape[0]
+    while i < n:
+        if ks[i] > hi:
+            break
+        pp = ps[i]
+        if pp >= plo and pp <= phi:
+            if n_out >= cap:
+                return -1
+            out[n_out] = pp
+            n_out += 1
+        i += 1
+    return n_out
+
+
+@njit(cache=True, nogil=True)
+def ibt_route(inner, loff, lcnt, nlev, depth, k):
+    """Node index at ``depth`` (root = 0) whose subtree holds key ``k`` on a descent."""
+    node = 0
+    for d in range(depth):
+        lvl = nlev - 1 - d
+        start = node * FANOUT
+        m = min(FANOUT, lcnt[lvl] - start)
+        node = start + _child(inner, loff[lvl] + start, m, k)
+    return node
+

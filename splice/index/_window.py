@@ -1,0 +1,380 @@
+"""numba kernels of the sliding-window indexes and the single-threaded IBWJ loop.
+
+One state layout serves every structure, so one compiled join loop serves them all (the kind is a
+branch per tuple, not a separate compilation). A state is a tuple of arrays:
+
+====  =====================================================================================
+ 0-7  the B+-Tree node pool (see :mod:`splice.index._bptree`): keys, poss, child, cnt, nxt, prv,
+      pmeta, tmeta — tree 0 (B+-Tree, IM-Tree ``T_I``), tree ``q`` (PIM-Tree partition ``q``),
+      tree ``s`` (link in chain slot ``s``)
+ 8-13 immutable B+-Trees, one per slot (see :mod:`splice.index._immutable`): ``sk[s]``,
+      ``sp[s]``, ``si[s]`` (inner levels), ``sl[s]`` (level offsets), ``sc[s]`` (level counts),
+      ``sm[s] = [n, levels]`` — slot 0 is ``T_S`` of the IM/PIM-Tree; chains use one per link
+ 14   ``ring``: the window's keys by ``pos % len(ring)`` (the sliding window itself)
+ 15   ``meta``: the scalars below
+ 16   ``path``: scratch for tree descents
+ 17   ``cfirst``: first position of the link in each chain slot
+====  =====================================================================================
+
+Positions are the stream's arrival numbers 0, 1, 2, ...; the window after ``NEXT`` arrivals is
+``[NEXT - W, NEXT - 1]``. Expired entries of lazily cleaned structures (chains, IM/PIM-Tree) are
+filtered out of searches by position and dropped at link disposal or merge.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from splice.index._bptree import (
+    bpt_delete,
+    bpt_first_leaf,
+    bpt_free_tree,
+    bpt_insert,
+    bpt_reset,
+    bpt_search,
+    nodes_free,
+)
+from splice.index._immutable import FANOUT, ibt_build, ibt_route, ibt_search
+
+__all__ = [
+    "NLWJ",
+    "BPTREE",
+    "BCHAIN",
+    "IBCHAIN",
+    "IMTREE",
+    "PIMTREE",
+    "M_KIND",
+    "M_W",
+    "M_NEXT",
+    "M_THRESH",
+    "M_DEPTH",
+    "M_NPART",
+    "M_CLEN",
+    "M_LCAP",
+    "M_CHEAD",
+    "M_CCNT",
+    "M_MERGES",
+    "M_TISIZE",
+    "M_PLEVEL",
+    "M_POOLMIN",
+    "META_LEN",
+    "idx_search",
+    "idx_insert",
+    "idx_insert_many",
+    "idx_search_many",
+    "im_merge",
+    "join_run",
+    "sort_small",
+]
+
+NLWJ, BPTREE, BCHAIN, IBCHAIN, IMTREE, PIMTREE = 0, 1, 2, 3, 4, 5
+
+M_KIND = 0  # structure kind
+M_W = 1  # window size w
+M_NEXT = 2  # next position (arrivals so far)
+M_THRESH = 3  # IM/PIM: merge when T_I holds this many entries (ceil(m * w))
+M_DEPTH = 4  # PIM: insertion depth D_I
+M_NPART = 5  # PIM: partitions of T_I now
+M_CLEN = 6  # chain length
+M_LCAP = 7  # chain: entries per link
+M_CHEAD = 8  # chain: slot of the oldest link
+M_CCNT = 9  # chain: links alive
+M_MERGES = 10  # IM/PIM: merges so far
+M_TISIZE = 11  # IM/PIM: entries in T_I
+M_PLEVEL = 12  # PIM: T_S level whose nodes define the partitions
+M_POOLMIN = 13  # free nodes required before an insert
+META_LEN = 16
+
+
+@njit(cache=True, nogil=True)
+def sort_small(a, lo, hi):
+    """Sort ``a[lo:hi]`` in place (insertion sort when short)."""
+    m = hi - lo
+    if m < 2:
+        return
+    if m > 24:
+        a[lo:hi].sort()
+        return
+    for i in range(lo + 1, hi):
+        v = a[i]
+        j = i - 1
+        while j >= lo and a[j] > v:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = v
+
+
+@njit(cache=True, nogil=True)
+def _pim_boundary(st, q):
+    meta = st[15]
+    return st[10][0, st[11][0, meta[M_PLEVEL]] + q * FANOUT]
+
+
+@njit(cache=True, nogil=True)
+def _pim_route(st, k):
+    meta = st[15]
+    if meta[M_NPART] <= 1:
+        return 0
+    sm = st[13]
+    nlev = sm[0, 1]
+    return ibt_route(st[10][0], st[11][0], st[12][0], nlev, nlev - 1 - meta[M_PLEVEL], k)
+
+
+@njit(cache=True, nogil=True)
+def idx_search(st, lo, hi, plo, phi, out, n_out):
+    """Append positions in ``[plo, phi]`` whose key is in ``[lo, hi]``; ``-1`` when ``out`` is full.
+
+    Order: window order for NLWJ, key order per component otherwise (callers sort by position).
+    """
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    kind = meta[M_KIND]
+    if kind == NLWJ:
+        r = ring.shape[0]
+        cap = out.shape[0]
+        for pos in range(plo, phi + 1):
+            v = ring[pos % r]
+            if v >= lo and v <= hi:
+                if n_out >= cap:
+                    return -1
+                out[n_out] = pos
+                n_out += 1
+        return n_out
+    if kind == BPTREE:
+        return bpt_search(pk, pp, pc, pn, nx, tm, 0, lo, hi, plo, phi, out, n_out)
+    if kind == BCHAIN or kind == IBCHAIN:
+        slots = cfirst.shape[0]
+        cnt = meta[M_CCNT]
+        head = meta[M_CHEAD]
+        for c in range(cnt):
+            s = (head + c) % slots
+            first = cfirst[s]
+            last = cfirst[(s + 1) % slots] - 1 if c + 1 < cnt else meta[M_NEXT] - 1
+            if last < plo or first > phi:
+                continue
+            if kind == BCHAIN or c + 1 == cnt:
+                n_out = bpt_search(pk, pp, pc, pn, nx, tm, s, lo, hi, plo, phi, out, n_out)
+            else:
+                n_out = ibt_search(
+                    sk[s], sp[s], sm[s, 0], si[s], sl[s], sc[s], sm[s, 1], lo, hi, plo, phi, out, n_out
+                )
+            if n_out < 0:
+                return -1
+        return n_out
+    # IM-Tree and PIM-Tree: T_S, then T_I (one tree, or the partitions covering [lo, hi])
+    n_out = ibt_search(sk[0], sp[0], sm[0, 0], si[0], sl[0], sc[0], sm[0, 1], lo, hi, plo, phi, out, n_out)
+    if n_out < 0:
+        return -1
+    parts = meta[M_NPART]
+    if parts <= 1:
+        return bpt_search(pk, pp, pc, pn, nx, tm, 0, lo, hi, plo, phi, out, n_out)
+    q = _pim_route(st, lo)
+    first = q
+    while q < parts:
+        if q > first and _pim_boundary(st, q) >= hi:
+            break
+        n_out = bpt_search(pk, pp, pc, pn, nx, tm, q, lo, hi, plo, phi, out, n_out)
+        if n_out < 0:
+            return -1
+        q += 1
+    return n_out
+
+
+@njit(cache=True, nogil=True)
+def im_merge(st, lo):
+    """Merge ``T_I`` into ``T_S``, dropping entries before position ``lo``; re-derive partitions."""
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    parts = max(meta[M_NPART], 1)
+    nti = meta[M_TISIZE]
+    tk = np.empty(nti, sk.dtype)
+    tp = np.empty(nti, np.int64)
+    m = 0
+    for q in range(parts):
+        n = bpt_first_leaf(pc, tm, q)
+        while n >= 0:
+            for j in range(pn[n]):
+                if pp[n, j] >= lo:
+                    tk[m] = pk[n, j]
+                    tp[m] = pp[n, j]
+                    m += 1
+            n = nx[n]
+    ns = sm[0, 0]
+    ok = np.empty(ns + m, sk.dtype)
+    op = np.empty(ns + m, np.int64)
+    i = 0
+    j = 0
+    o = 0
+    s_k = sk[0]
+    s_p = sp[0]
+    while i < ns or j < m:
+        if i < ns and s_p[i] < lo:
+            i += 1
+            continue
+        take_s = False
+        if j >= m:
+            take_s = True
+        elif i < ns:
+            a = s_k[i]
+            b = tk[j]
+            take_s = a < b or (a == b and s_p[i] < tp[j])
+        if take_s:
+            ok[o] = s_k[i]
+            op[o] = s_p[i]
+            i += 1
+        else:
+            ok[o] = tk[j]
+            op[o] = tp[j]
+            j += 1
+        o += 1
+    if o > s_k.shape[0]:
+        raise ValueError("T_S capacity exceeded at merge")
+    s_k[:o] = ok[:o]
+    s_p[:o] = op[:o]
+    sm[0, 0] = o
+    nlev = ibt_build(s_k, o, si[0], sl[0], sc[0])
+    sm[0, 1] = nlev
+    bpt_reset(pm, tm)
+    parts = 1
+    if meta[M_KIND] == PIMTREE and nlev > 0:
+        d = min(meta[M_DEPTH], nlev - 1)
+        lvl = nlev - 1 - d
+        parts = (sc[0, lvl] + FANOUT - 1) // FANOUT
+        meta[M_PLEVEL] = lvl
+    meta[M_NPART] = parts
+    meta[M_TISIZE] = 0
+    meta[M_MERGES] += 1
+
+
+@njit(cache=True, nogil=True)
+def _chain_archive(st, s):
+    # IB-chain: convert the B+-Tree of slot s into the slot's immutable B+-Tree
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    n = bpt_first_leaf(pc, tm, s)
+    o = 0
+    while n >= 0:
+        for j in range(pn[n]):
+            sk[s, o] = pk[n, j]
+            sp[s, o] = pp[n, j]
+            o += 1
+        n = nx[n]
+    sm[s, 0] = o
+    sm[s, 1] = ibt_build(sk[s], o, si[s], sl[s], sc[s])
+    bpt_free_tree(pc, pn, nx, pm, tm, s)
+
+
+@njit(cache=True, nogil=True)
+def idx_insert(st, k):
+    """Append key ``k`` to the window (position ``NEXT``), expiring the oldest entry when full."""
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    kind = meta[M_KIND]
+    w = meta[M_W]
+    p = meta[M_NEXT]
+    r = ring.shape[0]
+    if kind == BPTREE and p >= w:
+        bpt_delete(pk, pp, pc, pn, nx, pv, pm, tm, 0, ring[(p - w) % r], p - w, path)
+    ring[p % r] = k
+    meta[M_NEXT] = p + 1
+    if kind == NLWJ:
+        return
+    if kind == BPTREE:
+        bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, 0, k, p, path)
+        return
+    if kind == BCHAIN or kind == IBCHAIN:
+        slots = cfirst.shape[0]
+        cnt = meta[M_CCNT]
+        act = (meta[M_CHEAD] + cnt - 1) % slots
+        if cnt == 0 or tm[act, 2] >= meta[M_LCAP]:
+            if cnt > 0 and kind == IBCHAIN:
+                _chain_archive(st, act)
+            act = (meta[M_CHEAD] + cnt) % slots
+            cfirst[act] = p
+            cnt += 1
+            meta[M_CCNT] = cnt
+        bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, act, k, p, path)
+        lo = p + 1 - w
+        while meta[M_CCNT] > 1:
+            h = meta[M_CHEAD]
+            if cfirst[(h + 1) % slots] > lo:
+                break
+            if kind == BCHAIN:
+                bpt_free_tree(pc, pn, nx, pm, tm, h)
+            sm[h, 0] = 0
+            sm[h, 1] = 0
+            meta[M_CHEAD] = (h + 1) % slots
+            meta[M_CCNT] -= 1
+        return
+    q = _pim_route(st, k)
+    bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, q, k, p, path)
+    meta[M_TISIZE] += 1
+    if meta[M_TISIZE] >= meta[M_THRESH]:
+        im_merge(st, p + 1 - w)
+
+
+@njit(cache=True, nogil=True)
+def idx_insert_many(st, keys, start):
+    """Insert ``keys[start:]``; return how many were inserted before the pool ran low."""
+    pm = st[6]
+    meta = st[15]
+    for i in range(start, keys.shape[0]):
+        if nodes_free(pm) < meta[M_POOLMIN]:
+            return i
+        idx_insert(st, keys[i])
+    return keys.shape[0]
+
+
+@njit(cache=True, nogil=True)
+def idx_search_many(st, los, his, plo, phi, out_i, out_p, start, n_out):
+    """Search each ``[los[i], his[i]]``; matches as (query index, position), positions ascending
+    per query. Returns ``(next query, count, full)`` — ``full`` when ``out`` ran out of room."""
+    kind = st[15][M_KIND]
+    for i in range(start, los.shape[0]):
+        m0 = n_out
+        r = idx_search(st, los[i], his[i], plo, phi, out_p, n_out)
+        if r < 0:
+            return i, m0, True
+        n_out = r
+        if kind != NLWJ:
+            sort_small(out_p, m0, n_out)
+        for j in range(m0, n_out):
+            out_i[j] = i
+    return los.shape[0], n_out, False
+
+
+@njit(cache=True, nogil=True)
+def join_run(keys, start, lo_off, hi_off, other, own, self_join, out_i, out_p, n_out):
+    """IBWJ over ``keys[start:]``, tuples of the stream that ``own`` indexes, in arrival order.
+
+    Each tuple ``x`` (position ``p``) probes ``other`` for partners with key in
+    ``[x + lo_off, x + hi_off]`` inside the other window (for a self-join: its own window before
+    ``p``), then enters ``own``, expiring the oldest when full. Matches are
+    ``(tuple index, partner position)``, partners ascending. Returns ``(next tuple, count,
+    status)``; status 1: the pool needs room, 2: ``out`` is full — grow and call again.
+    """
+    n = keys.shape[0]
+    ometa = other[15]
+    meta = own[15]
+    pm = own[6]
+    kind = ometa[M_KIND]
+    for i in range(start, n):
+        if nodes_free(pm) < meta[M_POOLMIN]:
+            return i, n_out, 1
+        x = keys[i]
+        if self_join:
+            phi = meta[M_NEXT] - 1
+            plo = max(0, meta[M_NEXT] - meta[M_W])
+        else:
+            phi = ometa[M_NEXT] - 1
+            plo = max(0, ometa[M_NEXT] - ometa[M_W])
+        if phi >= plo:
+            m0 = n_out
+            r = idx_search(other, x + lo_off, x + hi_off, plo, phi, out_p, n_out)
+            if r < 0:
+                return i, m0, 2
+            n_out = r
+            if kind != NLWJ:
+                sort_small(out_p, m0, n_out)
+            for j in range(m0, n_out):
+                out_i[j] = i
+        idx_insert(own, x)
+    return n, n_out, 0
+

@@ -1,0 +1,164 @@
+"""Every index structure against a sorted-list reference under random operation sequences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splice.core.errors import PlanError
+from splice.index import (
+    INDEX_KINDS,
+    BPlusTree,
+    ChainedIndex,
+    ImmutableBPlusTree,
+    IMTree,
+    PIMTree,
+    WindowIndex,
+    max_insertion_depth,
+)
+from tests.reference.sorted_index import SlidingWindowReference, SortedListIndex
+
+small_keys = st.integers(-20, 20)
+
+
+@settings(max_examples=30)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["ins", "ins", "ins", "del", "find"]), small_keys, small_keys),
+        max_size=400,
+    ),
+    as_int=st.booleans(),
+)
+def test_bptree_matches_sorted_list(ops, as_int):
+    dtype = np.int64 if as_int else np.float64
+    tree = BPlusTree(dtype, capacity=8)
+    ref = SortedListIndex()
+    live: list[tuple[int, int]] = []
+    for pos, (op, a, b) in enumerate(ops):
+        if op == "ins":
+            tree.insert(np.array([a]), np.array([pos]))
+            ref.insert(a, pos)
+            live.append((a, pos))
+        elif op == "del" and live:
+            k, p = live.pop(b % len(live))
+            assert tree.delete(np.array([k]), np.array([p])) == 1
+            assert ref.delete(k, p)
+            assert tree.delete(np.array([k]), np.array([p])) == 0
+        else:
+            lo, hi = min(a, b), max(a, b)
+            assert tree.search(lo, hi).tolist() == ref.search(lo, hi)
+        assert len(tree) == len(ref.entries)
+    assert tree.search(-100, 100).tolist() == ref.search(-100, 100)
+
+
+def test_bptree_grows_and_empties():
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 1000, 20_000).astype(np.float64)
+    pos = np.arange(len(keys))
+    tree = BPlusTree(capacity=8)
+    tree.insert(keys, pos)
+    assert tree.height >= 3
+    order = np.lexsort((pos, keys))
+    assert tree.search(-1, 2000).tolist() == pos[order].tolist()
+    assert tree.delete(keys, pos) == len(keys)
+    assert len(tree) == 0 and tree.height == 0
+    assert tree.search(-1, 2000).tolist() == []
+
+
+@settings(max_examples=30)
+@given(
+    keys=st.lists(st.floats(-1e6, 1e6, allow_nan=False), max_size=3000),
+    probes=st.lists(st.tuples(st.floats(-1e6, 1e6), st.floats(0, 1e5)), max_size=20),
+)
+def test_immutable_matches_sorted_list(keys, probes):
+    ks = np.array(keys, np.float64)
+    tree = ImmutableBPlusTree(ks, np.arange(len(ks)))
+    ref = SortedListIndex()
+    for p, k in enumerate(keys):
+        ref.insert(k, p)
+    for lo, width in probes:
+        assert tree.search(lo, lo + width).tolist() == ref.search(lo, lo + width)
+
+
+def test_immutable_many_levels_with_duplicates():
+    ks = np.repeat(np.arange(2000, dtype=np.int64), 40)  # 80k entries, long runs of equal keys
+    tree = ImmutableBPlusTree(ks, np.arange(len(ks)))
+    assert tree.levels >= 3
+    for k in (0, 1, 777, 1999):
+        assert tree.search(k, k).tolist() == list(range(40 * k, 40 * k + 40))
+    assert tree.search(5000, 6000).size == 0
+
+
+window_kinds = st.sampled_from(INDEX_KINDS)
+
+
+@settings(max_examples=40)
+@given(
+    kind=window_kinds,
+    window=st.integers(1, 80),
+    keys=st.lists(st.integers(0, 30), max_size=600),
+    merge_ratio=st.sampled_from([0.01, 0.1, 0.5, 1.0]),
+    depth=st.integers(0, 2),
+    chain=st.integers(2, 5),
+    batch=st.sampled_from([1, 2, 7, 50]),
+    as_int=st.booleans(),
+)
+def test_window_indexes_match_reference(kind, window, keys, merge_ratio, depth, chain, batch, as_int):
+    dtype = np.int64 if as_int else np.float64
+    ix = WindowIndex(kind, window, dtype, merge_ratio=merge_ratio, insertion_depth=depth,
+                     chain_length=chain)
+    ref = SlidingWindowReference(window)
+    for start in range(0, len(keys), batch):
+        part = keys[start : start + batch]
+        ix.insert(np.array(part, dtype))
+        for k in part:
+            ref.insert(k)
+        for lo in (0, 7, 15):
+            assert ix.search(lo, lo + 4).tolist() == ref.search(lo, lo + 4), (kind, start)
+    assert len(ix) == len(keys)
+
+
+@pytest.mark.parametrize("kind", ["bptree", "ibchain", "bchain", "imtree", "pimtree"])
+def test_large_window_random(kind):
+    rng = np.random.default_rng(7)
+    w = 5000
+    keys = rng.random(40_000)
+    ix = WindowIndex(kind, w, merge_ratio=0.125, insertion_depth=1, chain_length=4)
+    ix.insert(keys)
+    lo_pos = len(keys) - w
+    for lo in rng.random(20):
+        want = np.flatnonzero((keys >= lo) & (keys <= lo + 0.01))
+        want = want[want >= lo_pos]
+        assert ix.search(lo, lo + 0.01).tolist() == want.tolist()
+    if kind == "pimtree":
+        assert ix.partitions > 1 and ix.merges > 0
+
+
+def test_pim_partitions_follow_depth():
+    w = 1 << 16
+    ix = PIMTree(w, merge_ratio=0.5, insertion_depth=1)
+    ix.insert(np.random.default_rng(0).random(w))
+    assert ix.partitions == 2  # 2048 leaf blocks -> 64 level-0 nodes -> 2 nodes at depth 1
+    assert max_insertion_depth(w) == 2
+    deep = PIMTree(w, merge_ratio=0.5, insertion_depth=2)
+    deep.insert(np.random.default_rng(0).random(w))
+    assert deep.partitions == 64
+
+
+def test_classes_and_bad_input():
+    assert isinstance(IMTree(10), WindowIndex)
+    assert ChainedIndex(10, 3, immutable=False).kind == "bchain"
+    with pytest.raises(PlanError, match="window"):
+        WindowIndex("bptree", 0)
+    with pytest.raises(PlanError, match="merge ratio"):
+        WindowIndex("imtree", 10, merge_ratio=0.0)
+    with pytest.raises(PlanError, match="merge ratio"):
+        WindowIndex("imtree", 10, merge_ratio=1.5)
+    with pytest.raises(PlanError, match="chain length"):
+        WindowIndex("bchain", 10, chain_length=1)
+    with pytest.raises(PlanError, match="unknown index"):
+        WindowIndex("btree", 10)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="NaN"):
+        WindowIndex("bptree", 10).insert(np.array([np.nan]))
