@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="several TPC-H queries on one lineitem stream, one added online")
     demo.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
-    demo.add_argument("--batch-size", type=_positive_int, default=65_536, help="rows per batch")
+    demo.add_argument("--batch-size", type=_positive_int, default=16_384, help="rows per batch (default 16,384)")
     demo.add_argument("--json", action="store_true", help="print machine-readable results")
 
     tpch = sub.add_parser("tpch", help="TPC-H queries as streams")

@@ -29,8 +29,8 @@ __all__ = ["run_demo"]
 def _alert() -> Select:
     dec = pa.decimal128(15, 2)
     return Select(
-        (pc.field("l_discount") >= pc.scalar(Decimal("0.10"), type=dec))
-        & (pc.field("l_quantity") >= pc.scalar(Decimal("49"), type=dec)),
+        (pc.field("l_discount") >= pa.scalar(Decimal("0.10"), dec))
+        & (pc.field("l_quantity") >= pa.scalar(Decimal("49"), dec)),
         name="large_discount_alert",
     )
 

@@ -31,11 +31,12 @@ def print_table(table: pa.Table, title: str | None = None, limit: int = 40) -> N
     from rich.console import Console
     from rich.table import Table
 
+    console = Console() if Console().is_terminal else Console(width=200)
     t = Table(title=title)
     for name in table.schema.names:
         t.add_column(name, overflow="fold")
     for row in table.slice(0, limit).to_pylist():
         t.add_row(*[str(json_value(v)) for v in row.values()])
-    Console().print(t)
+    console.print(t)
     if table.num_rows > limit:
-        Console().print(f"... {table.num_rows - limit} more rows")
+        console.print(f"... {table.num_rows - limit} more rows")

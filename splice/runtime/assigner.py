@@ -143,6 +143,7 @@ class QueryAssigner:
         if query.name in self.deployed:
             raise PlanError(f"query {query.name!r} is already deployed")
         dep = Deployment(query)
+        dep.source_columns = self._needed_columns(query)
         produced: dict[str, tuple[Stream, int]] = {}  # node -> (stream, last producing brick)
         first_brick: dict[str, int] = {}  # replicas produce one stream from several bricks
         installs: list[Record] = []
@@ -206,21 +207,50 @@ class QueryAssigner:
             f"query {query.name!r}: node {node!r} reads unknown stream {name!r} (defined: {known})"
         )
 
-    def _typecheck(self, query, node, inputs, dep, view):
-        full = {s.id: s.schema for s, _ in inputs}
-        try:
-            used = node.spec.columns_used(full)
-            views: dict[int, list[str] | None] = {}
-            for s, p in inputs:
-                if p != -1:
-                    views[s.id] = None
-                    continue
-                u = None if used is None else set(used.get(s.id, set()))
-                if u is None or dep.source_columns.get(s.id, set()) is None:
-                    dep.source_columns[s.id] = None
+    def _needed_columns(self, query: Query) -> dict[int, set[str] | None]:
+        """Columns of each source stream the whole plan may read (``None``: all of them).
+
+        Operators pass source columns through (a selection keeps every column), so a source
+        column is needed when any node of the plan reads a column of that name. Computed over
+        the full source schemas, a safe over-approximation.
+        """
+        schemas: dict[str, pa.Schema] = {}
+        needed: dict[int, set[str] | None] = {}
+        sources: list[Stream] = []
+        for node in query.nodes:
+            inputs = []
+            for name in node.inputs:
+                if name in schemas:
+                    inputs.append((None, schemas[name]))
+                elif name in self.catalog:
+                    src = self.catalog[name]
+                    if src.id not in needed:
+                        needed[src.id] = set()
+                        sources.append(src)
+                    inputs.append((src, src.schema))
                 else:
-                    dep.source_columns[s.id] = dep.source_columns.get(s.id, set()) | u
-                views[s.id] = view(query, s, u)
+                    self._resolve(query, node.name, name, {})  # raises naming the stream
+            full = {i: sch for i, (_, sch) in enumerate(inputs)}
+            try:
+                used = node.spec.columns_used(full)
+                schemas[node.name] = node.spec.output_schema(full)
+            except SchemaError as exc:
+                raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
+            names: set[str] | None = None
+            if used is not None:
+                names = set().union(*used.values()) if used else set()
+            for src in sources:
+                if names is None:
+                    needed[src.id] = None
+                elif needed[src.id] is not None:
+                    needed[src.id] = needed[src.id] | (names & set(src.schema.names))  # type: ignore[operator]
+        return needed
+
+    def _typecheck(self, query, node, inputs, dep, view):
+        try:
+            views: dict[int, list[str] | None] = {
+                s.id: None if p != -1 else view(query, s, dep.source_columns[s.id]) for s, p in inputs
+            }
             narrowed = {s.id: _view_schema(s.schema, views[s.id]) for s, _ in inputs}
             return views, narrowed, node.spec.output_schema(narrowed)
         except SchemaError as exc:

@@ -114,7 +114,8 @@ class Decomposer:
         arrays = self.tables[stream.id].gather(ids, columns, stream.name)
         out = result.drop_columns([ROW_ID])
         for name, arr in zip(columns, arrays, strict=True):
-            out = out.append_column(name if name not in out.schema.names else f"{name}_{stream.name}", arr)
+            f = stream.schema.field(name)
+            out = out.append_column(f, arr)
         return out
 
     @property

@@ -162,6 +162,8 @@ class Engine:
                     f"query {query.name!r}: cannot compose column(s) {', '.join(map(repr, missing))}: "
                     f"not in stream {name!r}"
                 )
+            if ROW_ID in cols or len(set(cols)) != len(cols):
+                raise PlanError(f"query {query.name!r}: compose columns must be distinct stream columns")
 
     def deploy(self, query: Query) -> QueryResult:
         """Deploy ``query`` now: it sees exactly the records pushed after this call."""

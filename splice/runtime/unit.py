@@ -133,7 +133,7 @@ class ProcessingUnit:
                 if rec.stream_id not in ld.watermarks or rec.time <= ld.watermarks[rec.stream_id]:
                     return []
                 ld.watermarks[rec.stream_id] = rec.time
-                out = self._emit(ld.logic.on_watermark(rec.stream_id, rec.time), rec.seq)
+                out = self._emit(ld.logic.on_watermark(rec.stream_id, rec.time), -1)
                 return out + self._forward_watermark()
             if isinstance(rec, End):
                 return self._emit(ld.logic.on_end(), -1)
