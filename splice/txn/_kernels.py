@@ -1,0 +1,584 @@
+"""numba kernels of the transaction engine: TPG levels and units, executors, rollback closure.
+
+Every kernel here has a plain-Python twin in ``tests/txn/reference.py`` (the serial reference) that
+the tests compare against. Kernels are compiled ``nogil`` so executor threads run in parallel;
+cross-thread completion is published through ``state`` (an int64 array: 0 = BLK, 2 = EXE,
+3 = ABT) with the atomic intrinsics of :mod:`splice.txn._atomics`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from splice.txn._atomics import atomic_add, atomic_load, atomic_store, cycle_counter, yield_cpu
+
+# Kinds and conditions, mirrored from splice.txn.ops (numba needs literals).
+_READ, _WRITE, _ADD, _SUM_WRITE, _SUM_ADD, _WINDOW_READ, _MAX = 0, 1, 2, 3, 4, 5, 6
+_EXE, _ABT = 2, 3
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _is_write(k: int) -> bool:
+    return k == _WRITE or k == _ADD or k == _SUM_WRITE or k == _SUM_ADD or k == _MAX
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cond_ok(c: int, b: float, arg: float) -> bool:
+    if c == 0:
+        return True
+    if c == 1:
+        return b >= arg
+    return b <= arg
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _apply(k: int, b: float, s: float, operand: float) -> float:
+    if k == _WRITE:
+        return operand
+    if k == _ADD:
+        return b + operand
+    if k == _SUM_WRITE:
+        return s + operand
+    if k == _SUM_ADD:
+        return b + s + operand
+    if k == _MAX:
+        return b if b >= operand else operand
+    return b
+
+
+@njit(cache=True, nogil=True)
+def busy_work(iters: int, seed: float) -> float:
+    """``iters`` rounds of arithmetic the compiler cannot remove (the UDF complexity knob)."""
+    x = seed
+    for _ in range(iters):
+        x = x * 1.0000001 + 1e-9
+    return x
+
+
+@njit(cache=True, nogil=True)
+def _wait(state: np.ndarray, j: int) -> int:
+    """Spin until op ``j`` is resolved; return the cycles spent waiting."""
+    if atomic_load(state, j) != 0:
+        return 0
+    c0 = cycle_counter()
+    spins = 0
+    while atomic_load(state, j) == 0:
+        spins += 1
+        if spins > 200:
+            yield_cpu()
+    return cycle_counter() - c0
+
+
+# --------------------------------------------------------------------------------------------
+# TPG construction
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def chain_links(cell_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """For ops sorted by (cell, ts): TD predecessor (-1 at a chain head) and chain id."""
+    n = cell_sorted.shape[0]
+    pred = np.empty(n, np.int64)
+    chain = np.empty(n, np.int64)
+    c = -1
+    for i in range(n):
+        if i > 0 and cell_sorted[i] == cell_sorted[i - 1]:
+            pred[i] = i - 1
+        else:
+            pred[i] = -1
+            c += 1
+        chain[i] = c
+    return pred, chain, c + 1
+
+
+@njit(cache=True, nogil=True)
+def op_levels(
+    proc: np.ndarray, pred: np.ndarray, kind: np.ndarray, txn: np.ndarray,
+    src_ptr: np.ndarray, src_op: np.ndarray, chk_ptr: np.ndarray, chk_op: np.ndarray,
+    eager: bool,
+) -> tuple[np.ndarray, int]:
+    """Longest-path level of every op (0-based); deps: TD, PD and, when eager, LD via checks."""
+    n = proc.shape[0]
+    level = np.zeros(n, np.int64)
+    top = 0
+    for w in range(n):
+        i = proc[w]
+        lv = 0
+        p = pred[i]
+        if p >= 0:
+            lv = max(lv, level[p] + 1)
+        for j in range(src_ptr[i], src_ptr[i + 1]):
+            lv = max(lv, level[src_op[j]] + 1)
+        if eager and _is_write(kind[i]):
+            t = txn[i]
+            for j in range(chk_ptr[t], chk_ptr[t + 1]):
+                c = chk_op[j]
+                pc = pred[c]
+                if c != i and pc >= 0:
+                    lv = max(lv, level[pc] + 1)
+        level[i] = lv
+        if lv + 1 > top:
+            top = lv + 1
+    return level, top
+
+
+@njit(cache=True, nogil=True)
+def chain_edges(
+    pred: np.ndarray, chain: np.ndarray, kind: np.ndarray, txn: np.ndarray,
+    src_ptr: np.ndarray, src_op: np.ndarray, chk_ptr: np.ndarray, chk_op: np.ndarray,
+    eager: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-chain dependency edges (from chain, to chain), with repeats."""
+    n = pred.shape[0]
+    cnt = 0
+    for i in range(n):
+        cnt += src_ptr[i + 1] - src_ptr[i]
+        if eager and _is_write(kind[i]):
+            t = txn[i]
+            cnt += chk_ptr[t + 1] - chk_ptr[t]
+    a = np.empty(cnt, np.int64)
+    b = np.empty(cnt, np.int64)
+    m = 0
+    for i in range(n):
+        ci = chain[i]
+        for j in range(src_ptr[i], src_ptr[i + 1]):
+            cs = chain[src_op[j]]
+            if cs != ci:
+                a[m] = cs
+                b[m] = ci
+                m += 1
+        if eager and _is_write(kind[i]):
+            t = txn[i]
+            for j in range(chk_ptr[t], chk_ptr[t + 1]):
+                cc = chain[chk_op[j]]
+                if cc != ci and pred[chk_op[j]] >= 0:
+                    a[m] = cc
+                    b[m] = ci
+                    m += 1
+    return a[:m], b[:m]
+
+
+@njit(cache=True, nogil=True)
+def strongly_connected(n: int, ptr: np.ndarray, adj: np.ndarray) -> tuple[np.ndarray, int]:
+    """Tarjan's SCCs of a CSR graph (iterative); component ids in reverse topological order."""
+    index = np.full(n, -1, np.int64)
+    low = np.zeros(n, np.int64)
+    onstack = np.zeros(n, np.bool_)
+    comp = np.full(n, -1, np.int64)
+    stack = np.empty(n, np.int64)
+    sp = 0
+    cstack_v = np.empty(n, np.int64)
+    cstack_e = np.empty(n, np.int64)
+    idx = 0
+    ncomp = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        csp = 0
+        cstack_v[0] = root
+        cstack_e[0] = ptr[root]
+        csp = 1
+        index[root] = idx
+        low[root] = idx
+        idx += 1
+        stack[sp] = root
+        sp += 1
+        onstack[root] = True
+        while csp > 0:
+            v = cstack_v[csp - 1]
+            e = cstack_e[csp - 1]
+            if e < ptr[v + 1]:
+                cstack_e[csp - 1] = e + 1
+                w = adj[e]
+                if index[w] < 0:
+                    index[w] = idx
+                    low[w] = idx
+                    idx += 1
+                    stack[sp] = w
+                    sp += 1
+                    onstack[w] = True
+                    cstack_v[csp] = w
+                    cstack_e[csp] = ptr[w]
+                    csp += 1
+                elif onstack[w]:
+                    if index[w] < low[v]:
+                        low[v] = index[w]
+            else:
+                csp -= 1
+                if csp > 0:
+                    u = cstack_v[csp - 1]
+                    if low[v] < low[u]:
+                        low[u] = low[v]
+                if low[v] == index[v]:
+                    while True:
+                        sp -= 1
+                        w = stack[sp]
+                        onstack[w] = False
+                        comp[w] = ncomp
+                        if w == v:
+                            break
+                    ncomp += 1
+    return comp, ncomp
+
+
+@njit(cache=True, nogil=True)
+def dag_levels(n: int, ea: np.ndarray, eb: np.ndarray) -> np.ndarray:
+    """Longest-path levels of a DAG given as edges (Kahn's algorithm)."""
+    indeg = np.zeros(n, np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    for k in range(ea.shape[0]):
+        ptr[ea[k] + 1] += 1
+        indeg[eb[k]] += 1
+    for v in range(n):
+        ptr[v + 1] += ptr[v]
+    adj = np.empty(ea.shape[0], np.int64)
+    fill = ptr[:-1].copy()
+    for k in range(ea.shape[0]):
+        adj[fill[ea[k]]] = eb[k]
+        fill[ea[k]] += 1
+    level = np.zeros(n, np.int64)
+    queue = np.empty(n, np.int64)
+    qh = 0
+    qt = 0
+    for v in range(n):
+        if indeg[v] == 0:
+            queue[qt] = v
+            qt += 1
+    while qh < qt:
+        v = queue[qh]
+        qh += 1
+        for e in range(ptr[v], ptr[v + 1]):
+            w = adj[e]
+            if level[v] + 1 > level[w]:
+                level[w] = level[v] + 1
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                queue[qt] = w
+                qt += 1
+    return level
+
+
+@njit(cache=True, nogil=True)
+def lpt_assign(sizes: np.ndarray, order: np.ndarray, nthreads: int) -> np.ndarray:
+    """Longest-processing-time-first: each item (visited in ``order``) to the least-loaded thread."""
+    load = np.zeros(nthreads, np.int64)
+    owner = np.empty(sizes.shape[0], np.int64)
+    for k in range(order.shape[0]):
+        u = order[k]
+        best = 0
+        for t in range(1, nthreads):
+            if load[t] < load[best]:
+                best = t
+        owner[u] = best
+        load[best] += sizes[u]
+    return owner
+
+
+@njit(cache=True, nogil=True)
+def staged_work(
+    seq: np.ndarray, thread: np.ndarray, stage: np.ndarray, nstages: int, nthreads: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-thread work lists from ``seq`` (ops in (stage, order)) with a barrier (-1) per stage."""
+    counts = np.zeros(nthreads, np.int64)
+    for k in range(seq.shape[0]):
+        counts[thread[k]] += 1
+    ptr = np.zeros(nthreads + 1, np.int64)
+    for t in range(nthreads):
+        ptr[t + 1] = ptr[t] + counts[t] + nstages
+    work = np.empty(ptr[nthreads], np.int64)
+    fill = ptr[:-1].copy()
+    k = 0
+    n = seq.shape[0]
+    for s in range(nstages):
+        while k < n and stage[k] == s:
+            t = thread[k]
+            work[fill[t]] = seq[k]
+            fill[t] += 1
+            k += 1
+        for t in range(nthreads):
+            work[fill[t]] = -1
+            fill[t] += 1
+    return work, ptr
+
+
+@njit(cache=True, nogil=True)
+def split_stages(stage: np.ndarray, nthreads: int) -> np.ndarray:
+    """Within each stage (``stage`` sorted), split the ops evenly over threads, contiguously."""
+    n = stage.shape[0]
+    thread = np.empty(n, np.int64)
+    k = 0
+    while k < n:
+        e = k
+        while e < n and stage[e] == stage[k]:
+            e += 1
+        m = e - k
+        for q in range(m):
+            thread[k + q] = q * nthreads // m
+        k = e
+    return thread
+
+
+# --------------------------------------------------------------------------------------------
+# Executors
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def run_ops(
+    work: np.ndarray, wlo: int, whi: int, nthreads: int, bar: np.ndarray,
+    state: np.ndarray, before: np.ndarray, after: np.ndarray, result: np.ndarray,
+    failed: np.ndarray,
+    pred: np.ndarray, chain: np.ndarray, init: np.ndarray, kind: np.ndarray,
+    operand: np.ndarray, cond: np.ndarray, cond_arg: np.ndarray, ts: np.ndarray,
+    txn: np.ndarray, src_ptr: np.ndarray, src_op: np.ndarray, chk_ptr: np.ndarray,
+    chk_op: np.ndarray, hist: np.ndarray, excluded: np.ndarray,
+    eager: bool, skip_done: bool, busy_iters: int,
+) -> tuple[int, int, float]:
+    """Execute ``work[wlo:whi]`` (op ids; -1 = barrier) on one thread.
+
+    Each op waits (spinning) until its dependencies are resolved: its TD predecessor, its PD
+    sources and, when ``eager`` (e-abort), the predecessors of its transaction's conditional ops,
+    whose conditions it evaluates itself to decide commit before writing. When not eager
+    (l-abort, speculative) a write is applied as if its transaction commits and a failed condition
+    is only recorded in ``failed``; the caller then rolls back and redoes what it affected.
+    ``excluded[txn]`` (TStream-style redo) skips the writes of known-aborted transactions.
+    Returns (cycles waiting on dependencies, cycles waiting at barriers, busy-work sink).
+    """
+    sync = 0
+    barrier_wait = 0
+    k_bar = 0
+    sink = 0.0
+    for w in range(wlo, whi):
+        i = work[w]
+        if i < 0:
+            c0 = cycle_counter()
+            k_bar += 1
+            atomic_add(bar, 0, 1)
+            target = k_bar * nthreads
+            spins = 0
+            while atomic_load(bar, 0) < target:
+                spins += 1
+                if spins > 200:
+                    yield_cpu()
+            barrier_wait += cycle_counter() - c0
+            continue
+        if skip_done and atomic_load(state, i) != 0:
+            continue
+        p = pred[i]
+        if p >= 0:
+            sync += _wait(state, p)
+            b = after[p]
+        else:
+            b = init[chain[i]]
+        before[i] = b
+        k = kind[i]
+        s = 0.0
+        for j in range(src_ptr[i], src_ptr[i + 1]):
+            q = src_op[j]
+            sync += _wait(state, q)
+            s += after[q]
+        if busy_iters > 0:
+            sink += busy_work(busy_iters, b)
+        ok = _cond_ok(cond[i], b, cond_arg[i])
+        t = txn[i]
+        st = _EXE
+        if k == _WINDOW_READ:
+            lo = ts[i] - operand[i]
+            acc = hist[i]
+            j = p
+            while j >= 0 and ts[j] >= lo:
+                if _is_write(kind[j]) and state[j] == _EXE:
+                    acc += after[j]
+                j = pred[j]
+            result[i] = acc
+            after[i] = b
+        elif _is_write(k):
+            v = _apply(k, b, s, operand[i])
+            commit = True
+            if excluded[t]:
+                commit = False
+            elif eager:
+                commit = ok
+                for j in range(chk_ptr[t], chk_ptr[t + 1]):
+                    if not commit:
+                        break
+                    c = chk_op[j]
+                    if c == i:
+                        continue
+                    pc = pred[c]
+                    if pc >= 0:
+                        sync += _wait(state, pc)
+                        bc = after[pc]
+                    else:
+                        bc = init[chain[c]]
+                    commit = _cond_ok(cond[c], bc, cond_arg[c])
+            if commit:
+                after[i] = v
+            else:
+                after[i] = b
+                st = _ABT
+            result[i] = after[i]
+        else:
+            after[i] = b
+            result[i] = b
+        failed[i] = not ok
+        atomic_store(state, i, st)
+    return sync, barrier_wait, sink
+
+
+@njit(cache=True, nogil=True)
+def affected_closure(
+    proc: np.ndarray, txn_ptr: np.ndarray, pred: np.ndarray, txn: np.ndarray,
+    txn_failed: np.ndarray,
+) -> np.ndarray:
+    """Ops whose value may differ from the speculative pass (l-abort rollback set).
+
+    In timestamp order: a transaction is affected when it failed a condition or any of its ops'
+    TD predecessors (in an earlier transaction) is affected; all its ops are then affected.
+    """
+    n = pred.shape[0]
+    aff = np.zeros(n, np.bool_)
+    ntx = txn_ptr.shape[0] - 1
+    for t in range(ntx):
+        a = txn_failed[t]
+        if not a:
+            for w in range(txn_ptr[t], txn_ptr[t + 1]):
+                p = pred[proc[w]]
+                if p >= 0 and txn[p] != t and aff[p]:
+                    a = True
+                    break
+        if a:
+            for w in range(txn_ptr[t], txn_ptr[t + 1]):
+                aff[proc[w]] = True
+    return aff
+
+
+@njit(cache=True, nogil=True)
+def run_serial(
+    txn_ptr: np.ndarray, cell: np.ndarray, kind: np.ndarray, operand: np.ndarray,
+    cond: np.ndarray, cond_arg: np.ndarray, src_ptr: np.ndarray, src_cell: np.ndarray,
+    txn_ts: np.ndarray, refused: np.ndarray, cur: np.ndarray, hist: np.ndarray,
+    last: np.ndarray, vprev: np.ndarray, vts: np.ndarray, vval: np.ndarray,
+    committed: np.ndarray, result: np.ndarray, lo_t: int, hi_t: int, busy_iters: int,
+) -> float:
+    """Serial execution in timestamp order of transactions ``lo_t..hi_t`` on dense cells ``cur``.
+
+    Versions written in the batch are linked per cell (``last``/``vprev``) for window reads.
+    """
+    sink = 0.0
+    for t in range(lo_t, hi_t):
+        if refused[t]:
+            committed[t] = False
+            continue
+        ok = True
+        for i in range(txn_ptr[t], txn_ptr[t + 1]):
+            b = cur[cell[i]]
+            if busy_iters > 0:
+                sink += busy_work(busy_iters, b)
+            if not _cond_ok(cond[i], b, cond_arg[i]):
+                ok = False
+        committed[t] = ok
+        for i in range(txn_ptr[t], txn_ptr[t + 1]):
+            k = kind[i]
+            b = cur[cell[i]]
+            if k == _WINDOW_READ:
+                lo = txn_ts[t] - operand[i]
+                acc = hist[i]
+                j = last[cell[i]]
+                while j >= 0 and vts[j] >= lo:
+                    acc += vval[j]
+                    j = vprev[j]
+                result[i] = acc
+            elif _is_write(k):
+                s = 0.0
+                for j in range(src_ptr[i], src_ptr[i + 1]):
+                    s += cur[src_cell[j]]
+                result[i] = _apply(k, b, s, operand[i]) if ok else b
+            else:
+                result[i] = b
+        if ok:
+            for i in range(txn_ptr[t], txn_ptr[t + 1]):
+                if _is_write(kind[i]):
+                    c = cell[i]
+                    cur[c] = result[i]
+                    vprev[i] = last[c]
+                    vts[i] = txn_ts[t]
+                    vval[i] = result[i]
+                    last[c] = i
+    return sink
+
+
+@njit(cache=True, nogil=True)
+def run_partitioned(
+    tid: int, nthreads: int, bar: np.ndarray, txn_part: np.ndarray,
+    txn_ptr: np.ndarray, cell: np.ndarray, kind: np.ndarray, operand: np.ndarray,
+    cond: np.ndarray, cond_arg: np.ndarray, src_ptr: np.ndarray, src_cell: np.ndarray,
+    txn_ts: np.ndarray, refused: np.ndarray, cur: np.ndarray, hist: np.ndarray,
+    last: np.ndarray, vprev: np.ndarray, vts: np.ndarray, vval: np.ndarray,
+    committed: np.ndarray, result: np.ndarray, busy_iters: int,
+) -> tuple[int, float]:
+    """S-Store-like: thread ``tid`` owns partition ``tid``; it runs that partition's transactions in
+    timestamp order, and a multi-partition transaction (``txn_part == -1``) takes every partition
+    lock: all threads meet at a barrier, thread 0 runs it, all meet again. Returns lock cycles."""
+    lock = 0
+    k_bar = 0
+    sink = 0.0
+    ntx = txn_part.shape[0]
+    for t in range(ntx):
+        pt = txn_part[t]
+        if pt == -1 and nthreads > 1:
+            c0 = cycle_counter()
+            k_bar += 1
+            atomic_add(bar, 0, 1)
+            spins = 0
+            while atomic_load(bar, 0) < k_bar * nthreads:
+                spins += 1
+                if spins > 200:
+                    yield_cpu()
+            lock += cycle_counter() - c0
+            if tid == 0:
+                sink += run_serial(txn_ptr, cell, kind, operand, cond, cond_arg, src_ptr,
+                                   src_cell, txn_ts, refused, cur, hist, last, vprev, vts, vval,
+                                   committed, result, t, t + 1, busy_iters)
+            c0 = cycle_counter()
+            k_bar += 1
+            atomic_add(bar, 0, 1)
+            spins = 0
+            while atomic_load(bar, 0) < k_bar * nthreads:
+                spins += 1
+                if spins > 200:
+                    yield_cpu()
+            lock += cycle_counter() - c0
+        elif pt == tid or (pt == -1 and nthreads == 1):
+            sink += run_serial(txn_ptr, cell, kind, operand, cond, cond_arg, src_ptr, src_cell,
+                               txn_ts, refused, cur, hist, last, vprev, vts, vval, committed,
+                               result, t, t + 1, busy_iters)
+    return lock, sink
+
+
+@njit(cache=True, nogil=True)
+def window_history(
+    log_cell: np.ndarray, log_ts: np.ndarray, log_csum: np.ndarray,
+    q_cell: np.ndarray, q_from: np.ndarray,
+) -> np.ndarray:
+    """For each query: sum of logged versions of ``q_cell`` with ts >= ``q_from``.
+
+    The log is sorted by (cell, ts); ``log_csum`` is its inclusive prefix sum of values.
+    """
+    m = q_cell.shape[0]
+    out = np.zeros(m, np.float64)
+    n = log_cell.shape[0]
+    for k in range(m):
+        c = q_cell[k]
+        lo = np.searchsorted(log_cell, c, side="left")
+        hi = np.searchsorted(log_cell, c, side="right")
+        if lo == hi:
+            continue
+        a = lo + np.searchsorted(log_ts[lo:hi], q_from[k], side="left")
+        if a < hi:
+            base = log_csum[a - 1] if a > 0 else 0.0
+            out[k] = log_csum[hi - 1] - base
+    if n == 0:
+        return out
+    return out

@@ -1,0 +1,229 @@
+"""The transaction engine: progress control, per-batch planning, scheduling and execution.
+
+``TxnEngine.execute(batch)`` runs one punctuation interval (every transaction between two
+punctuations) and is exact: committed flags, read results and the final state equal serial
+execution in timestamp order, whatever the scheduler and thread count. Pipeline per batch::
+
+    progress check   timestamps must pass the last punctuation, else REASON_LATE
+    construct        TPG: chains by sort, PD reads, LD check lists        (TxnManager)
+    decide           decision model on the TPG's measured statistics       (TxnScheduler)
+    execute          executor threads run the strategy's work lists        (TxnExecutor)
+    apply            final values and committed versions to the state table
+
+Schedulers: ``"auto"`` (decision model per batch), a fixed ``"<explore>,<granularity>,<abort>"``,
+the baselines ``"serial"``, ``"sstore"``, ``"tstream"``, or ``nested`` per transaction group.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from splice.core.errors import PlanError
+from splice.txn.executor import (
+    Execution,
+    ThreadTeam,
+    busy_iters_for,
+    run_serial,
+    run_sstore,
+    run_tpg,
+    run_tstream,
+)
+from splice.txn.ops import REASON_CONDITION, REASON_LATE, OpBatch
+from splice.txn.scheduler import Strategy, choose_strategy
+from splice.txn.state import StateStore, StateTable
+from splice.txn.tpg import build_tpg, tpg_stats
+
+__all__ = ["TxnEngine", "BatchResult", "BASELINES", "subset_batch"]
+
+BASELINES = ("serial", "sstore", "tstream")
+TIME_KEYS = ("useful", "sync", "lock", "construct", "explore", "abort")
+
+
+@dataclass
+class BatchResult:
+    """Outcome of one batch: per transaction ``committed`` and ``reason`` (0 when committed),
+    per operation ``op_result`` (read value, window sum, or the written value)."""
+
+    committed: np.ndarray
+    reason: np.ndarray
+    op_result: np.ndarray
+    scheduler: str
+    seconds: float
+    times: dict[str, float] = field(default_factory=dict)
+    memory_bytes: int = 0
+
+
+def subset_batch(batch: OpBatch, txn_mask: np.ndarray) -> tuple[OpBatch, np.ndarray]:
+    """The transactions where ``txn_mask`` holds, as a batch; also the kept op indices."""
+    new_id = np.cumsum(txn_mask) - 1
+    op_keep = np.flatnonzero(txn_mask[batch.op_txn])
+    counts = (batch.src_ptr[1:] - batch.src_ptr[:-1])[op_keep]
+    ptr = np.zeros(op_keep.shape[0] + 1, np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    starts = batch.src_ptr[:-1][op_keep]
+    total = int(counts.sum())
+    flat = np.repeat(starts - ptr[:-1], counts) + np.arange(total, dtype=np.int64)
+    sub = OpBatch(
+        txn_ts=batch.txn_ts[txn_mask], op_txn=new_id[batch.op_txn[op_keep]],
+        op_cell=batch.op_cell[op_keep], op_kind=batch.op_kind[op_keep],
+        op_operand=batch.op_operand[op_keep], op_cond=batch.op_cond[op_keep],
+        op_cond_arg=batch.op_cond_arg[op_keep], src_ptr=ptr, src_cell=batch.src_cell[flat],
+        txn_reason=batch.txn_reason[txn_mask],
+        txn_group=batch.txn_group[txn_mask] if batch.txn_group.shape[0] else batch.txn_group,
+    )
+    return sub, op_keep
+
+
+class TxnEngine:
+    """Shared state plus the machinery that runs batches of transactions on it.
+
+    >>> from splice.txn import StateTable, TxnEngine, OpBatchBuilder, ADD, COND_GE
+    >>> eng = TxnEngine([StateTable("acct", keys=4, initial=100.0)], threads=1)
+    >>> b = OpBatchBuilder([1, 2])
+    >>> cells = eng.store.cells(0, [0, 0])
+    >>> b.add([0, 1], cells, ADD, operand=[-80.0, -80.0], cond=COND_GE, cond_arg=[80.0, 80.0])
+    >>> r = eng.execute(b.build())
+    >>> r.committed.tolist(), eng.store.value("acct", 0)
+    ([True, False], 20.0)
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[StateTable],
+        *,
+        threads: int = 1,
+        scheduler: str = "auto",
+        complexity_us: float = 0.0,
+        nested: Mapping[int, str] | None = None,
+    ) -> None:
+        if threads < 1:
+            raise PlanError(f"threads must be >= 1, got {threads}")
+        self.store = StateStore(tables)
+        self.threads = threads
+        self.scheduler = scheduler
+        self.fixed: Strategy | None = None
+        if scheduler not in ("auto", *BASELINES):
+            self.fixed = Strategy.parse(scheduler)
+        self.nested = {int(g): s for g, s in (nested or {}).items()}
+        for spec in self.nested.values():
+            if spec not in ("auto", *BASELINES):
+                Strategy.parse(spec)
+        self.busy = busy_iters_for(complexity_us)
+        self.complexity_us = complexity_us
+        self.team = ThreadTeam(threads)
+        self.last_punctuation: int | None = None
+        self.abort_ema = 0.0
+        self.times = dict.fromkeys(TIME_KEYS, 0.0)
+        self.strategies: Counter[str] = Counter()
+        self.committed = 0
+        self.aborted = 0
+        self.batches = 0
+        self.peak_batch_bytes = 0
+        self.nested_fallbacks = 0
+
+    def close(self) -> None:
+        """Stop the executor threads."""
+        self.team.close()
+
+    # ------------------------------------------------------------------ execution
+    def execute(self, batch: OpBatch) -> BatchResult:
+        """Run one batch (a punctuation interval) and apply its committed writes."""
+        t0 = time.perf_counter()
+        reason = batch.txn_reason.copy()
+        if batch.num_txns and self.last_punctuation is not None:
+            late = batch.txn_ts <= self.last_punctuation
+            reason[late & (reason == 0)] = REASON_LATE
+        if batch.num_txns:
+            top = int(batch.txn_ts.max())
+            if self.last_punctuation is None or top > self.last_punctuation:
+                self.last_punctuation = top
+        refused = reason != 0
+        if self.nested and batch.txn_group.shape[0]:
+            ex, name = self._run_nested(batch, refused)
+        else:
+            ex, name = self._run(batch, refused, self.scheduler)
+        self.store.scatter(ex.cells, ex.final)
+        self.store.log_versions(ex.version_cell, ex.version_ts, ex.version_value,
+                                self.last_punctuation or 0)
+        seconds = time.perf_counter() - t0
+        reason[~ex.committed & (reason == 0)] = REASON_CONDITION
+        committed = int(ex.committed.sum())
+        self.committed += committed
+        self.aborted += batch.num_txns - committed
+        valid = int((~refused).sum())
+        if valid:
+            ratio = float((~ex.committed & ~refused).sum()) / valid
+            self.abort_ema = ratio if self.batches == 0 else 0.5 * self.abort_ema + 0.5 * ratio
+        self.batches += 1
+        for k in TIME_KEYS:
+            self.times[k] += ex.times.get(k, 0.0)
+        self.strategies[name] += 1
+        self.peak_batch_bytes = max(self.peak_batch_bytes, ex.memory_bytes)
+        return BatchResult(ex.committed, reason, ex.op_result, name, seconds, ex.times,
+                           ex.memory_bytes)
+
+    def _run(self, batch: OpBatch, refused: np.ndarray, scheduler: str) -> tuple[Execution, str]:
+        if scheduler == "serial":
+            return run_serial(batch, refused, self.store, self.busy), "serial"
+        if scheduler == "sstore":
+            return run_sstore(batch, refused, self.store, self.team, self.busy), "sstore"
+        t0 = time.perf_counter()
+        tpg = build_tpg(batch, refused, self.store)
+        construct = time.perf_counter() - t0
+        if scheduler == "tstream":
+            ex = run_tstream(batch, refused, tpg, self.team, self.busy)
+            name = "tstream"
+        else:
+            if scheduler == "auto":
+                strategy = choose_strategy(tpg_stats(tpg), self.threads, self.complexity_us,
+                                           self.abort_ema)
+            else:
+                strategy = Strategy.parse(scheduler)
+            ex = run_tpg(batch, refused, tpg, strategy, self.team, self.busy)
+            name = strategy.name
+        ex.times["construct"] = ex.times.get("construct", 0.0) + construct
+        return ex, name
+
+    def _run_nested(self, batch: OpBatch, refused: np.ndarray) -> tuple[Execution, str]:
+        """Nested configuration: each transaction group with its own scheduler, when the groups
+        touch disjoint cells (then their order does not matter); otherwise one scheduler."""
+        groups = np.unique(batch.txn_group)
+        cell_groups = batch.txn_group[batch.op_txn]
+        pairs = np.unique(np.stack([batch.op_cell, cell_groups.astype(np.int64)]), axis=1)
+        if pairs.shape[1] and np.unique(pairs[0]).shape[0] != pairs.shape[1]:
+            self.nested_fallbacks += 1
+            return self._run(batch, refused, self.scheduler)
+        n = batch.num_txns
+        committed = np.zeros(n, np.bool_)
+        op_result = np.full(batch.num_ops, np.nan)
+        parts: list[Execution] = []
+        names = []
+        for g in groups.tolist():
+            mask = batch.txn_group == g
+            sub, op_keep = subset_batch(batch, mask)
+            ex, name = self._run(sub, refused[mask], self.nested.get(g, self.scheduler))
+            committed[mask] = ex.committed
+            op_result[op_keep] = ex.op_result
+            parts.append(ex)
+            names.append(f"{g}:{name}")
+        times = {k: sum(p.times.get(k, 0.0) for p in parts) for k in TIME_KEYS}
+        out = Execution(
+            committed=committed, op_result=op_result,
+            cells=np.concatenate([p.cells for p in parts]),
+            final=np.concatenate([p.final for p in parts]),
+            version_cell=np.concatenate([p.version_cell for p in parts]),
+            version_ts=np.concatenate([p.version_ts for p in parts]),
+            version_value=np.concatenate([p.version_value for p in parts]),
+            times=times, memory_bytes=sum(p.memory_bytes for p in parts),
+        )
+        return out, "nested(" + ";".join(names) + ")"
+
+    # ------------------------------------------------------------------ reporting
+    def breakdown(self) -> dict[str, float]:
+        """Accumulated time per category (seconds)."""
+        return dict(self.times)

@@ -1,0 +1,350 @@
+"""Executor threads: run a TPG under a strategy, and the baselines (serial, S-Store, TStream).
+
+Each executor returns an :class:`Execution`: per-transaction commit flags, per-op results, the
+final value of every touched cell and the committed versions, plus the time breakdown the seed
+uses (useful, sync, lock, construct, explore, abort), in seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from splice.txn import _kernels as K
+from splice.txn.ops import ABT, EXE, WINDOW_READ, OpBatch, is_write_kind
+from splice.txn.scheduler import Strategy, WorkOrder, work_order
+from splice.txn.state import StateStore
+from splice.txn.tpg import TPG
+
+__all__ = ["Execution", "ThreadTeam", "run_tpg", "run_serial", "run_sstore", "run_tstream",
+           "cycles_per_second", "busy_iters_for"]
+
+
+def _calibrate_cycles() -> float:
+    from numba import njit
+
+    from splice.txn._atomics import cycle_counter
+
+    @njit(nogil=True)
+    def _read() -> int:
+        return cycle_counter()
+
+    _read()
+    t0, c0 = time.perf_counter(), _read()
+    time.sleep(0.02)
+    t1, c1 = time.perf_counter(), _read()
+    return max((c1 - c0) / (t1 - t0), 1.0)
+
+
+_CPS: float | None = None
+_ITERS_PER_US: float | None = None
+
+
+def cycles_per_second() -> float:
+    """Cycle-counter ticks per second (measured once)."""
+    global _CPS
+    if _CPS is None:
+        _CPS = _calibrate_cycles()
+    return _CPS
+
+
+def busy_iters_for(complexity_us: float) -> int:
+    """Iterations of :func:`~splice.txn._kernels.busy_work` that take ``complexity_us``."""
+    global _ITERS_PER_US
+    if complexity_us <= 0:
+        return 0
+    if _ITERS_PER_US is None:
+        K.busy_work(10, 1.0)
+        n = 2_000_000
+        t0 = time.perf_counter()
+        K.busy_work(n, 1.0)
+        _ITERS_PER_US = n / max((time.perf_counter() - t0) * 1e6, 1e-9)
+    return max(1, int(round(complexity_us * _ITERS_PER_US)))
+
+
+@dataclass
+class Execution:
+    """What a batch's execution produced (transactions in batch order)."""
+
+    committed: np.ndarray            # bool per transaction
+    op_result: np.ndarray            # float per OpBatch op (NaN for refused transactions)
+    cells: np.ndarray                # touched global cells
+    final: np.ndarray                # their values after the batch
+    version_cell: np.ndarray         # committed writes, for the version log
+    version_ts: np.ndarray
+    version_value: np.ndarray
+    times: dict[str, float] = field(default_factory=dict)
+    op_state: np.ndarray | None = None
+    memory_bytes: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class ThreadTeam:
+    """A persistent pool of executor threads; thread 0 is the caller."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._pool = ThreadPoolExecutor(max_workers=threads - 1) if threads > 1 else None
+
+    def run(self, fn: Any, *args: Any) -> list[Any]:
+        """Call ``fn(t, *args)`` for every thread id t concurrently; return the results."""
+        if self._pool is None:
+            return [fn(0, *args)]
+        futs = [self._pool.submit(fn, t, *args) for t in range(1, self.threads)]
+        first = fn(0, *args)
+        return [first] + [f.result() for f in futs]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+class _Run:
+    """Arrays one TPG execution mutates."""
+
+    def __init__(self, tpg: TPG) -> None:
+        n = tpg.pred.shape[0]
+        self.state = np.zeros(n, np.int64)
+        self.before = np.zeros(n, np.float64)
+        self.after = np.zeros(n, np.float64)
+        self.result = np.zeros(n, np.float64)
+        self.failed = np.zeros(n, np.bool_)
+        self.excluded = np.zeros(tpg.n_txn, np.bool_)
+
+    def go(self, team: ThreadTeam, tpg: TPG, wo: WorkOrder, eager: bool, skip_done: bool,
+           busy: int) -> tuple[float, float]:
+        bar = np.zeros(1, np.int64)
+
+        def one(t: int) -> tuple[int, int, float]:
+            return K.run_ops(
+                wo.work, int(wo.ptr[t]), int(wo.ptr[t + 1]), team.threads, bar, self.state,
+                self.before, self.after, self.result, self.failed, tpg.pred, tpg.chain, tpg.init,
+                tpg.kind, tpg.operand, tpg.cond, tpg.cond_arg, tpg.ts, tpg.txn, tpg.src_ptr,
+                tpg.src_op, tpg.chk_ptr, tpg.chk_op, tpg.hist, self.excluded, eager, skip_done,
+                busy)
+
+        res = team.run(one)
+        cps = cycles_per_second()
+        sync = sum(r[0] for r in res) / cps / team.threads
+        barrier = sum(r[1] for r in res) / cps / team.threads
+        return sync, barrier
+
+
+def _txn_failed(tpg: TPG, failed: np.ndarray) -> np.ndarray:
+    return np.bincount(tpg.txn[failed], minlength=tpg.n_txn) > 0
+
+
+def _finish(tpg: TPG, run: _Run, committed_valid: np.ndarray, batch: OpBatch,
+            refused: np.ndarray) -> Execution:
+    committed = committed_valid & ~refused
+    n_user = batch.num_ops
+    op_result = np.full(n_user, np.nan)
+    ok = tpg.user_pos >= 0
+    op_result[ok] = run.result[tpg.user_pos[ok]]
+    n = tpg.pred.shape[0]
+    last = np.ones(n, np.bool_)
+    if n:
+        last[:-1] = tpg.chain[1:] != tpg.chain[:-1]
+    wmask = is_write_kind(tpg.kind) & committed[tpg.txn]
+    state = np.where(committed[tpg.txn], EXE, ABT).astype(np.int8)
+    return Execution(
+        committed=committed, op_result=op_result, cells=tpg.cells[tpg.chain[last]],
+        final=run.after[last], version_cell=tpg.cells[tpg.cell[wmask]], version_ts=tpg.ts[wmask],
+        version_value=run.after[wmask], op_state=state,
+    )
+
+
+def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
+            team: ThreadTeam, busy: int) -> Execution:
+    """Execute ``tpg`` under ``strategy`` on ``team`` (exact: equals serial execution)."""
+    t0 = time.perf_counter()
+    eager = strategy.abort == "e"
+    wo = work_order(tpg, strategy, team.threads)
+    t1 = time.perf_counter()
+    run = _Run(tpg)
+    sync, barrier = run.go(team, tpg, wo, eager, False, busy)
+    t2 = time.perf_counter()
+    abort_time = 0.0
+    redo_ops = 0
+    if not eager:
+        txn_failed = _txn_failed(tpg, run.failed)
+        if txn_failed.any():
+            aff = K.affected_closure(tpg.proc, tpg.txn_ptr, tpg.pred, tpg.txn, txn_failed)
+            redo_ops = int(aff.sum())
+            run.state[aff] = 0
+            run.failed[aff] = False
+            redo = work_order(tpg, Strategy("ns", "f", "e"), team.threads)
+            s2, b2 = run.go(team, tpg, redo, True, True, busy)
+            sync += s2
+            barrier += b2
+            abort_time = time.perf_counter() - t2
+    committed = ~_txn_failed(tpg, run.failed)
+    ex = _finish(tpg, run, committed, batch, refused)
+    exec_time = t2 - t1
+    ex.times = {
+        "explore": (t1 - t0) + barrier,
+        "sync": sync,
+        "lock": 0.0,
+        "abort": abort_time,
+        "useful": max(exec_time - sync - barrier, 0.0),
+    }
+    ex.memory_bytes = tpg.nbytes() + wo.work.nbytes + 5 * tpg.pred.shape[0] * 8
+    ex.info = {"stages": wo.stages, "units": wo.units, "largest_unit": wo.largest_unit,
+               "redo_ops": redo_ops}
+    return ex
+
+
+def run_tstream(batch: OpBatch, refused: np.ndarray, tpg: TPG, team: ThreadTeam,
+                busy: int) -> Execution:
+    """TStream-like: operation chains per key run in parallel (PD waits only); when any
+    transaction fails, the whole batch is redone with the aborted transactions excluded.
+
+    Exactness: after a pass under exclusion set X, the first transaction whose outcome disagrees
+    with X (fails but not excluded, or excluded but passes) is decided correctly, as is
+    everything before it; X is corrected there and refilled with the pass's failures after it.
+    Each redo settles at least one more transaction.
+    """
+    t0 = time.perf_counter()
+    wo = work_order(tpg, Strategy("ns", "f", "l"), team.threads)
+    t1 = time.perf_counter()
+    run = _Run(tpg)
+    sync, _ = run.go(team, tpg, wo, False, False, busy)
+    t2 = time.perf_counter()
+    rounds = 0
+    while True:
+        fails = _txn_failed(tpg, run.failed)
+        bad = np.flatnonzero(fails != run.excluded)
+        if bad.shape[0] == 0:
+            break
+        first = int(bad[0])
+        new = run.excluded.copy()
+        new[first] = fails[first]
+        new[first + 1:] = fails[first + 1:]
+        run = _reset(run, tpg, new)
+        s, _ = run.go(team, tpg, wo, False, False, busy)
+        sync += s
+        rounds += 1
+    t3 = time.perf_counter()
+    committed = ~run.excluded
+    ex = _finish(tpg, run, committed, batch, refused)
+    first_pass = t2 - t1
+    ex.times = {"construct": 0.0, "explore": t1 - t0, "sync": sync, "lock": 0.0,
+                "abort": t3 - t2, "useful": max(first_pass - sync, 0.0)}
+    ex.memory_bytes = tpg.nbytes() + wo.work.nbytes + 5 * tpg.pred.shape[0] * 8
+    ex.info = {"redo_rounds": rounds}
+    return ex
+
+
+def _reset(run: _Run, tpg: TPG, excluded: np.ndarray) -> _Run:
+    fresh = _Run(tpg)
+    fresh.excluded = excluded
+    return fresh
+
+
+@dataclass
+class _Dense:
+    cells: np.ndarray
+    cell: np.ndarray
+    src_cell: np.ndarray
+    txn_ptr: np.ndarray
+    hist: np.ndarray
+
+
+def _dense(batch: OpBatch, store: StateStore) -> _Dense:
+    allc = np.concatenate([batch.op_cell, batch.src_cell])
+    cells, inv = np.unique(allc, return_inverse=True)
+    inv = inv.astype(np.int64).reshape(-1)
+    n = batch.num_ops
+    txn_ptr = np.zeros(batch.num_txns + 1, np.int64)
+    np.cumsum(np.bincount(batch.op_txn, minlength=batch.num_txns), out=txn_ptr[1:])
+    hist = np.zeros(n, np.float64)
+    win = np.flatnonzero(batch.op_kind == WINDOW_READ)
+    if win.shape[0]:
+        ts = batch.txn_ts[batch.op_txn[win]]
+        hist[win] = store.window_sums(batch.op_cell[win], ts - batch.op_operand[win].astype(np.int64))
+    return _Dense(cells, inv[:n], inv[n:], txn_ptr, hist)
+
+
+def _serial_arrays(batch: OpBatch, d: _Dense, store: StateStore) -> tuple[np.ndarray, ...]:
+    n = batch.num_ops
+    cur = store.gather(d.cells)
+    last = np.full(d.cells.shape[0], -1, np.int64)
+    vprev = np.full(n, -1, np.int64)
+    vts = np.zeros(n, np.int64)
+    vval = np.zeros(n, np.float64)
+    committed = np.zeros(batch.num_txns, np.bool_)
+    result = np.full(n, np.nan)
+    return cur, last, vprev, vts, vval, committed, result
+
+
+def _serial_finish(batch: OpBatch, d: _Dense, refused: np.ndarray, cur: np.ndarray,
+                   committed: np.ndarray, result: np.ndarray) -> Execution:
+    committed = committed & ~refused
+    wmask = is_write_kind(batch.op_kind) & committed[batch.op_txn]
+    result = np.where(refused[batch.op_txn], np.nan, result)
+    return Execution(
+        committed=committed, op_result=result, cells=d.cells, final=cur,
+        version_cell=batch.op_cell[wmask], version_ts=batch.txn_ts[batch.op_txn[wmask]],
+        version_value=result[wmask],
+    )
+
+
+def run_serial(batch: OpBatch, refused: np.ndarray, store: StateStore, busy: int) -> Execution:
+    """One thread, transactions in timestamp order: the reference and the single-core limit."""
+    t0 = time.perf_counter()
+    d = _dense(batch, store)
+    cur, last, vprev, vts, vval, committed, result = _serial_arrays(batch, d, store)
+    t1 = time.perf_counter()
+    K.run_serial(d.txn_ptr, d.cell, batch.op_kind, batch.op_operand, batch.op_cond,
+                 batch.op_cond_arg, batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist,
+                 last, vprev, vts, vval, committed, result, 0, batch.num_txns, busy)
+    t2 = time.perf_counter()
+    ex = _serial_finish(batch, d, refused, cur, committed, result)
+    ex.times = {"construct": t1 - t0, "explore": 0.0, "sync": 0.0, "lock": 0.0, "abort": 0.0,
+                "useful": t2 - t1}
+    ex.memory_bytes = batch.nbytes() + 4 * batch.num_ops * 8
+    return ex
+
+
+def run_sstore(batch: OpBatch, refused: np.ndarray, store: StateStore, team: ThreadTeam,
+               busy: int) -> Execution:
+    """S-Store-like: cells hash-partitioned over threads, one partition lock per thread;
+    single-partition transactions run in parallel, multi-partition ones take every lock."""
+    t0 = time.perf_counter()
+    d = _dense(batch, store)
+    cur, last, vprev, vts, vval, committed, result = _serial_arrays(batch, d, store)
+    T = team.threads
+    part_op = (d.cells * np.int64(-7046029254386353131) >> np.int64(33)) % T
+    pmin = np.full(batch.num_txns, T, np.int64)
+    pmax = np.full(batch.num_txns, -1, np.int64)
+    np.minimum.at(pmin, batch.op_txn, part_op[d.cell])
+    np.maximum.at(pmax, batch.op_txn, part_op[d.cell])
+    if d.src_cell.shape[0]:
+        stx = np.repeat(batch.op_txn, batch.src_ptr[1:] - batch.src_ptr[:-1])
+        np.minimum.at(pmin, stx, part_op[d.src_cell])
+        np.maximum.at(pmax, stx, part_op[d.src_cell])
+    txn_part = np.where(pmin == pmax, pmin, -1)
+    txn_part = np.where(pmax < 0, 0, txn_part)
+    bar = np.zeros(1, np.int64)
+    t1 = time.perf_counter()
+
+    def one(t: int) -> tuple[int, float]:
+        return K.run_partitioned(t, T, bar, txn_part, d.txn_ptr, d.cell, batch.op_kind,
+                                 batch.op_operand, batch.op_cond, batch.op_cond_arg, batch.src_ptr,
+                                 d.src_cell, batch.txn_ts, refused, cur, d.hist, last, vprev, vts,
+                                 vval, committed, result, busy)
+
+    res = team.run(one)
+    t2 = time.perf_counter()
+    lock = sum(r[0] for r in res) / cycles_per_second() / T
+    ex = _serial_finish(batch, d, refused, cur, committed, result)
+    ex.times = {"construct": t1 - t0, "explore": 0.0, "sync": 0.0, "lock": lock, "abort": 0.0,
+                "useful": max(t2 - t1 - lock, 0.0)}
+    ex.memory_bytes = batch.nbytes() + 4 * batch.num_ops * 8 + txn_part.nbytes
+    ex.info = {"multi_partition": int(np.count_nonzero(txn_part == -1))}
+    return ex

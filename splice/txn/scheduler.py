@@ -1,0 +1,186 @@
+"""Scheduling strategies: how executor threads explore the TPG, in what units, and how aborts go.
+
+A :class:`Strategy` is the seed's triple::
+
+    explore      s  structured: stages (TPG levels) separated by barriers; within a stage no
+                    op depends on another, so threads never wait on single ops
+                 ns non-structured: each thread walks its own ops in timestamp order and waits
+                    only for the dependencies it actually has (spinning on op states)
+    granularity  f  the unit is one operation; ops spread over threads by chain (LPT)
+                 c  the unit is a group of operation chains: chains that depend on each other
+                    in a cycle are merged (strongly connected components of the chain graph),
+                    and a unit runs start to end on one thread
+    abort        e  eager: a write first decides its transaction (evaluating the conditional
+                    ops' inputs, LD edges), so an abort takes effect at once and nothing is undone
+                 l  lazy: writes run speculatively as if every transaction commits; failed
+                    conditions are collected and handled together after the pass: the affected
+                    ops (the forward closure of failed transactions) roll back to BLK and are
+                    redone eagerly
+
+Every combination executes any batch correctly (deadlock-free: each thread's work list respects a
+global topological order). The decision model :func:`choose_strategy` picks one per batch from
+measured TPG statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import numpy as np
+
+from splice.core.errors import PlanError
+from splice.txn import _kernels as K
+from splice.txn.tpg import TPG
+
+__all__ = ["Strategy", "Explore", "Granularity", "AbortMode", "WorkOrder", "work_order",
+           "choose_strategy", "ALL_STRATEGIES"]
+
+Explore = Literal["s", "ns"]
+Granularity = Literal["c", "f"]
+AbortMode = Literal["e", "l"]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One scheduling configuration (explore, granularity, abort)."""
+
+    explore: Explore = "ns"
+    granularity: Granularity = "f"
+    abort: AbortMode = "l"
+
+    def __post_init__(self) -> None:
+        if self.explore not in get_args(Explore):
+            raise PlanError(f"explore must be one of {get_args(Explore)}, got {self.explore!r}")
+        if self.granularity not in get_args(Granularity):
+            raise PlanError(f"granularity must be c or f, got {self.granularity!r}")
+        if self.abort not in get_args(AbortMode):
+            raise PlanError(f"abort must be e or l, got {self.abort!r}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.explore}-explore,{self.granularity}-schedule,{self.abort}-abort"
+
+    @classmethod
+    def parse(cls, text: str) -> Strategy:
+        """Parse ``"ns-explore,f-schedule,l-abort"`` or the short ``"ns,f,l"``."""
+        parts = [p.strip().split("-")[0] for p in text.split(",")]
+        if len(parts) != 3:
+            raise PlanError(f"strategy must be <explore>,<granularity>,<abort>, got {text!r}")
+        return cls(parts[0], parts[1], parts[2])  # type: ignore[arg-type]
+
+
+ALL_STRATEGIES = tuple(Strategy(e, g, a) for e in ("s", "ns") for g in ("c", "f") for a in ("e", "l"))
+
+
+@dataclass
+class WorkOrder:
+    """Per-thread op lists: thread t runs ``work[ptr[t]:ptr[t+1]]`` (-1 = barrier)."""
+
+    work: np.ndarray
+    ptr: np.ndarray
+    stages: int
+    units: int
+    largest_unit: int
+
+
+def _ns_f(tpg: TPG, threads: int) -> WorkOrder:
+    chain_len = np.bincount(tpg.chain, minlength=tpg.n_chains).astype(np.int64)
+    owner = K.lpt_assign(chain_len, np.argsort(-chain_len, kind="stable"), threads)
+    op_owner = owner[tpg.chain[tpg.proc]]
+    o = np.argsort(op_owner, kind="stable")
+    ptr = np.zeros(threads + 1, np.int64)
+    np.cumsum(np.bincount(op_owner, minlength=threads), out=ptr[1:])
+    return WorkOrder(tpg.proc[o], ptr, 0, tpg.n_chains, int(chain_len.max(initial=0)))
+
+
+def _s_f(tpg: TPG, threads: int, eager: bool) -> WorkOrder:
+    level, top = K.op_levels(tpg.proc, tpg.pred, tpg.kind, tpg.txn, tpg.src_ptr, tpg.src_op,
+                             tpg.chk_ptr, tpg.chk_op, eager)
+    o = np.argsort(level[tpg.proc], kind="stable")
+    seq = tpg.proc[o]
+    stage = level[seq]
+    thread = K.split_stages(stage, threads)
+    work, ptr = K.staged_work(seq, thread, stage, int(top), threads)
+    return WorkOrder(work, ptr, int(top), int(seq.shape[0]), 1)
+
+
+def _units(tpg: TPG, eager: bool) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """Chain -> unit (SCCs of the chain graph merged); unit rank (topological) and level."""
+    a, b = K.chain_edges(tpg.pred, tpg.chain, tpg.kind, tpg.txn, tpg.src_ptr, tpg.src_op,
+                         tpg.chk_ptr, tpg.chk_op, eager)
+    nc = tpg.n_chains
+    if a.shape[0]:
+        e = np.unique(a * nc + b)
+        a, b = e // nc, e % nc
+    ptr = np.zeros(nc + 1, np.int64)
+    np.cumsum(np.bincount(a, minlength=nc), out=ptr[1:])
+    comp, ncomp = K.strongly_connected(nc, ptr, b)  # a sorted, so b is the CSR adjacency
+    rank = (ncomp - 1) - comp  # Tarjan numbers SCCs in reverse topological order
+    ua, ub = rank[a], rank[b]
+    m = ua != ub
+    if m.any():
+        e = np.unique(ua[m] * ncomp + ub[m])
+        ua, ub = e // ncomp, e % ncomp
+    else:
+        ua, ub = ua[:0], ub[:0]
+    ulevel = K.dag_levels(int(ncomp), ua, ub)
+    return rank, int(ncomp), ulevel, np.bincount(rank[tpg.chain], minlength=ncomp)
+
+
+def _c(tpg: TPG, threads: int, eager: bool, structured: bool) -> WorkOrder:
+    chain_unit, nunits, ulevel, usize = _units(tpg, eager)
+    usize = usize.astype(np.int64)
+    op_unit = chain_unit[tpg.chain[tpg.proc]]
+    largest = int(usize.max(initial=0))
+    if not structured:
+        owner = K.lpt_assign(usize, np.argsort(-usize, kind="stable"), threads)
+        o = np.lexsort((op_unit, owner[op_unit]))  # stable: timestamp order within a unit
+        op_owner = owner[op_unit]
+        ptr = np.zeros(threads + 1, np.int64)
+        np.cumsum(np.bincount(op_owner, minlength=threads), out=ptr[1:])
+        return WorkOrder(tpg.proc[o], ptr, 0, nunits, largest)
+    # structured: one stage per unit level, units of a level spread over threads (LPT per level)
+    uorder = np.lexsort((-usize, ulevel))
+    owner = np.empty(nunits, np.int64)
+    lv = ulevel[uorder]
+    bounds = np.flatnonzero(np.diff(lv)) + 1
+    for grp in np.split(uorder, bounds):
+        owner[grp] = K.lpt_assign(usize, grp, threads)[grp]
+    o = np.lexsort((op_unit, ulevel[op_unit]))
+    seq = tpg.proc[o]
+    stage = ulevel[op_unit[o]]
+    top = int(ulevel.max(initial=-1)) + 1
+    work, ptr = K.staged_work(seq, owner[op_unit[o]], stage, top, threads)
+    return WorkOrder(work, ptr, top, nunits, largest)
+
+
+def work_order(tpg: TPG, strategy: Strategy, threads: int) -> WorkOrder:
+    """Per-thread work lists for ``strategy`` (levels and units use LD edges only when eager)."""
+    eager = strategy.abort == "e"
+    if strategy.granularity == "f":
+        return _s_f(tpg, threads, eager) if strategy.explore == "s" else _ns_f(tpg, threads)
+    return _c(tpg, threads, eager, strategy.explore == "s")
+
+
+def choose_strategy(
+    stats: dict[str, float], threads: int, complexity_us: float, abort_ratio: float
+) -> Strategy:
+    """The decision model: a strategy for the next batch from measured statistics.
+
+    * abort: ``l`` (speculate, redo the affected closure) while the measured abort ratio stays
+      below 2 %; ``e`` when aborts are frequent, since each abort's closure is redone.
+    * explore: ``s`` when stages are wide (ops per longest chain >= 64 x threads, so barriers are
+      amortised and the degree distribution is flat), else ``ns``.
+    * granularity: ``c`` when operations are single-access (few LD/PD edges, so units stay small
+      and acyclic), ``f`` when multi-access transactions couple chains.
+    """
+    if threads <= 1:
+        return Strategy("ns", "f", "l" if abort_ratio < 0.02 else "e")
+    ops = max(stats["ops"], 1.0)
+    abort: AbortMode = "l" if abort_ratio < 0.02 else "e"
+    width = ops / max(stats["max_chain"], 1.0)
+    explore: Explore = "s" if width >= 64 * threads and stats["degree_skew"] < 8 else "ns"
+    coupling = (stats["ld"] + stats["pd"]) / ops
+    granularity: Granularity = "c" if coupling < 0.05 else "f"
+    return Strategy(explore, granularity, abort)

@@ -1,0 +1,186 @@
+"""Shared mutable state: named tables of fixed-width numeric cells, with versions for windows.
+
+A :class:`StateTable` declares ``keys`` (non-negative integers, preallocated and grown on demand)
+and ``columns``; every cell holds one float64 (integers are exact up to 2**53). A cell is
+addressed globally as ``table_index << 40 | key * len(columns) + column``, so one int64 names a
+cell of any table and the TPG builder sorts them directly.
+
+Multi-version: while a batch executes, each write's result is a version of its cell, ordered by
+timestamp along the cell's operation chain (the TPG keeps them; rollback recomputes them). After
+the batch, committed versions of tables declared with ``history > 0`` are appended to a per-table
+version log, kept for ``history`` timestamps, which window reads query.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from splice.core.errors import PlanError, StateError
+from splice.txn._kernels import window_history
+
+__all__ = ["StateTable", "StateStore", "CELL_SHIFT", "MAX_KEY"]
+
+CELL_SHIFT = 40
+_LOCAL_MASK = (1 << CELL_SHIFT) - 1
+#: Largest key a table accepts (growth beyond it aborts the transaction).
+MAX_KEY = 1 << 31
+
+
+@dataclass(frozen=True)
+class StateTable:
+    """Declaration of a shared table: ``keys`` preallocated, ``columns`` per key, ``initial`` value,
+    and ``history``, the span of timestamps of versions retained for window reads (0: none)."""
+
+    name: str
+    keys: int
+    columns: tuple[str, ...] = ("value",)
+    initial: float = 0.0
+    history: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise PlanError("a state table needs a name")
+        if self.keys < 1 or self.keys > MAX_KEY:
+            raise PlanError(f"table {self.name!r}: keys must be in 1..{MAX_KEY}, got {self.keys}")
+        if not self.columns or len(set(self.columns)) != len(self.columns):
+            raise PlanError(f"table {self.name!r}: columns must be distinct and non-empty")
+        if self.history < 0:
+            raise PlanError(f"table {self.name!r}: history must be >= 0")
+
+
+class _VersionLog:
+    """Committed versions (cell, ts, value) sorted by (cell, ts), with prefix sums."""
+
+    def __init__(self) -> None:
+        self.cell = np.zeros(0, np.int64)
+        self.ts = np.zeros(0, np.int64)
+        self.value = np.zeros(0, np.float64)
+        self.csum = np.zeros(0, np.float64)
+
+    def append(self, cell: np.ndarray, ts: np.ndarray, value: np.ndarray, keep_from: int) -> None:
+        keep = self.ts >= keep_from
+        c = np.concatenate([self.cell[keep], cell])
+        t = np.concatenate([self.ts[keep], ts])
+        v = np.concatenate([self.value[keep], value])
+        o = np.lexsort((t, c))
+        self.cell, self.ts, self.value = c[o], t[o], v[o]
+        self.csum = np.cumsum(self.value)
+
+    def nbytes(self) -> int:
+        return int(self.cell.nbytes + self.ts.nbytes + self.value.nbytes + self.csum.nbytes)
+
+
+class StateStore:
+    """The tables' current values (``values[name]``: keys x columns) and their version logs."""
+
+    def __init__(self, tables: Sequence[StateTable]) -> None:
+        if not tables:
+            raise PlanError("declare at least one state table")
+        names = [t.name for t in tables]
+        if len(set(names)) != len(names):
+            raise PlanError(f"duplicate table names in {names}")
+        self.tables = tuple(tables)
+        self.index = {t.name: i for i, t in enumerate(self.tables)}
+        self.values = [np.full((t.keys, len(t.columns)), t.initial, np.float64) for t in self.tables]
+        self.used = np.zeros(len(self.tables), np.int64)
+        self.logs = [_VersionLog() for _ in self.tables]
+
+    # ------------------------------------------------------------------ addressing
+    def table_index(self, name: str) -> int:
+        """Index of table ``name``; :class:`PlanError` when undeclared."""
+        try:
+            return self.index[name]
+        except KeyError:
+            raise PlanError(f"undeclared state table {name!r}; declared: {list(self.index)}") from None
+
+    def column_index(self, table: int, column: str) -> int:
+        cols = self.tables[table].columns
+        if column not in cols:
+            raise PlanError(f"table {self.tables[table].name!r} has no column {column!r}: {cols}")
+        return cols.index(column)
+
+    def cells(self, table: int, keys: npt.ArrayLike, column: int = 0) -> np.ndarray:
+        """Global cell ids of ``keys`` (growing the table when a key is beyond its capacity)."""
+        k = np.asarray(keys, dtype=np.int64)
+        if k.size:
+            lo, hi = int(k.min()), int(k.max())
+            if lo < 0 or hi >= MAX_KEY:
+                raise StateError(f"table {self.tables[table].name!r}: key out of range {lo}..{hi}")
+            self.grow(table, hi + 1)
+        ncols = len(self.tables[table].columns)
+        return (np.int64(table) << CELL_SHIFT) | (k * ncols + column)
+
+    def grow(self, table: int, keys: int) -> None:
+        """Make room for keys ``< keys`` (new keys start at the table's initial value)."""
+        cur = self.values[table]
+        if keys > cur.shape[0]:
+            new = np.full((max(keys, 2 * cur.shape[0]), cur.shape[1]), self.tables[table].initial)
+            new[: cur.shape[0]] = cur
+            self.values[table] = new
+        if keys > self.used[table]:
+            self.used[table] = keys
+
+    # ------------------------------------------------------------------ bulk access
+    def gather(self, cells: np.ndarray) -> np.ndarray:
+        """Current values of ``cells``."""
+        out = np.empty(cells.shape[0], np.float64)
+        tab = cells >> CELL_SHIFT
+        local = cells & _LOCAL_MASK
+        for ti in np.unique(tab):
+            m = tab == ti
+            out[m] = self.values[int(ti)].reshape(-1)[local[m]]
+        return out
+
+    def scatter(self, cells: np.ndarray, values: np.ndarray) -> None:
+        """Set ``cells`` to ``values`` (cells distinct)."""
+        tab = cells >> CELL_SHIFT
+        local = cells & _LOCAL_MASK
+        for ti in np.unique(tab):
+            m = tab == ti
+            self.values[int(ti)].reshape(-1)[local[m]] = values[m]
+
+    def log_versions(self, cells: np.ndarray, ts: np.ndarray, values: np.ndarray, now: int) -> None:
+        """Append committed versions of tables that keep history; drop versions older than it."""
+        if cells.shape[0] == 0:
+            return
+        tab = cells >> CELL_SHIFT
+        for ti, table in enumerate(self.tables):
+            if table.history <= 0:
+                continue
+            m = tab == ti
+            self.logs[ti].append(cells[m], ts[m], values[m], now - table.history)
+
+    def window_sums(self, cells: np.ndarray, from_ts: np.ndarray) -> np.ndarray:
+        """Sum of logged versions of each cell with ts >= from_ts."""
+        out = np.zeros(cells.shape[0], np.float64)
+        tab = cells >> CELL_SHIFT
+        for ti in np.unique(tab):
+            log = self.logs[int(ti)]
+            if log.cell.shape[0] == 0:
+                continue
+            m = tab == ti
+            out[m] = window_history(log.cell, log.ts, log.csum, cells[m], from_ts[m])
+        return out
+
+    def value(self, table: str, key: int, column: str | None = None) -> float:
+        """Current value of one cell (for tests and post-processing)."""
+        ti = self.table_index(table)
+        ci = 0 if column is None else self.column_index(ti, column)
+        vals = self.values[ti]
+        return float(vals[key, ci]) if key < vals.shape[0] else self.tables[ti].initial
+
+    def checksum(self) -> str:
+        """A digest of every table's used cells: equal for any correct schedule of the same input."""
+        h = hashlib.blake2b(digest_size=8)
+        for ti, table in enumerate(self.tables):
+            h.update(table.name.encode())
+            h.update((self.values[ti][: int(self.used[ti])] + 0.0).tobytes())
+        return h.hexdigest()
+
+    def nbytes(self) -> int:
+        return int(sum(v.nbytes for v in self.values) + sum(lg.nbytes() for lg in self.logs))

@@ -1,0 +1,49 @@
+"""Every scheduler, baseline and thread count equals serial execution in timestamp order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splice.txn.engine import TxnEngine
+from splice.txn.scheduler import ALL_STRATEGIES
+from splice.txn.state import StateTable
+from tests.txn.reference import SerialReference
+from tests.txn.workload import random_batch
+
+SCHEDULERS = ["serial", "sstore", "tstream", "auto"] + [s.name for s in ALL_STRATEGIES]
+TABLES = [StateTable("a", keys=8, initial=10.0, history=1000),
+          StateTable("b", keys=8, initial=0.0, history=1000)]
+
+
+def _check(scheduler: str, threads: int, seed: int, keys: int, skew: float, abort_bias: float,
+           n_txn: int, batches: int) -> None:
+    eng = TxnEngine(TABLES, threads=threads, scheduler=scheduler)
+    ref = SerialReference({0: 10.0, 1: 0.0})
+    rng = np.random.default_rng(seed)
+    ts = 0
+    try:
+        for _ in range(batches):
+            batch = random_batch(rng, eng.store, ts, n_txn, keys, skew, abort_bias)
+            ts = int(batch.txn_ts[-1]) if n_txn else ts
+            got = eng.execute(batch)
+            committed, reasons, results = ref.run(batch)
+            assert got.committed.tolist() == committed
+            assert got.reason.tolist() == reasons
+            np.testing.assert_array_equal(got.op_result, np.array(results, dtype=np.float64))
+        cells = np.concatenate([eng.store.cells(0, np.arange(keys)), eng.store.cells(1, np.arange(keys))])
+        np.testing.assert_array_equal(eng.store.gather(cells), ref.values(cells))
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**31), keys=st.integers(1, 8), skew=st.sampled_from([0.0, 1.0, 2.0]),
+       abort_bias=st.sampled_from([0.0, 0.3, 0.8]), n_txn=st.integers(0, 40))
+def test_equals_serial_reference(scheduler: str, threads: int, seed: int, keys: int, skew: float,
+                                 abort_bias: float, n_txn: int) -> None:
+    _check(scheduler, threads, seed, keys, skew, abort_bias, n_txn, batches=2)

@@ -1,0 +1,60 @@
+"""Random transaction batches for differential tests (hypothesis draws the parameters)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from splice.txn.ops import (
+    ADD,
+    COND_GE,
+    COND_LE,
+    COND_NONE,
+    MAX,
+    READ,
+    SUM_ADD,
+    SUM_WRITE,
+    WINDOW_READ,
+    WRITE,
+    OpBatch,
+    OpBatchBuilder,
+)
+from splice.txn.state import StateStore
+
+
+def random_batch(rng: np.random.Generator, store: StateStore, ts0: int, n_txn: int, keys: int,
+                 skew: float, abort_bias: float, max_ops: int = 4) -> OpBatch:
+    """Mixed kinds, conditions near current magnitudes, Zipf-ish keys over two tables."""
+    ts = ts0 + np.cumsum(rng.integers(1, 3, n_txn))
+    b = OpBatchBuilder(ts)
+    p = 1.0 / np.arange(1, keys + 1) ** skew
+    p /= p.sum()
+    rows: list[tuple[int, int, int, int, float, int, float, list[int]]] = []
+    for t in range(n_txn):
+        for _ in range(int(rng.integers(1, max_ops + 1))):
+            table = int(rng.integers(0, 2))
+            key = int(rng.choice(keys, p=p))
+            kind = int(rng.choice([READ, WRITE, ADD, ADD, SUM_WRITE, SUM_ADD, WINDOW_READ, MAX]))
+            operand = float(rng.integers(-20, 21))
+            if kind == WINDOW_READ:
+                operand = float(rng.integers(1, 30))
+            cond = COND_NONE
+            arg = 0.0
+            if rng.random() < abort_bias:
+                cond = int(rng.choice([COND_GE, COND_LE]))
+                arg = float(rng.integers(-30, 60))
+            srcs: list[int] = []
+            if kind in (SUM_WRITE, SUM_ADD):
+                srcs = [int(store.cells(int(rng.integers(0, 2)), [int(rng.choice(keys, p=p))])[0])
+                        for _ in range(2)]
+            cell = int(store.cells(table, [key])[0])
+            rows.append((t, cell, kind, 0, operand, cond, arg, srcs))
+    plain = [r for r in rows if not r[7]]
+    summed = [r for r in rows if r[7]]
+    if plain:
+        b.add([r[0] for r in plain], [r[1] for r in plain], [r[2] for r in plain],
+              [r[4] for r in plain], [r[5] for r in plain], [r[6] for r in plain])
+    if summed:
+        b.add([r[0] for r in summed], [r[1] for r in summed], [r[2] for r in summed],
+              [r[4] for r in summed], [r[5] for r in summed], [r[6] for r in summed],
+              sources=[r[7] for r in summed])
+    return b.build()
