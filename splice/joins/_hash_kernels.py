@@ -430,3 +430,137 @@ def hb_join_sequence(  # type: ignore[no-untyped-def]
                 _hb_insert((s // parts) % cap, s, kbuf, vbuf, 0, r_wseq, r_wloc, r_widx, r_tkey,
                            r_tseq, r_okey, r_oseq, r_oinfo, r_stats)
     return out_i[:n], out_s[:n]
+
+
+# --------------------------------------------------------------------------------------------
+# TPC-H Q3 three-way join (Diba Fig. 13(b)): customer | orders (o_custkey, o_orderkey) | lineitem
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _fx_probe_one(k, a, ring, keys, nxt, head, mask, buf):  # type: ignore[no-untyped-def]
+    n = 0
+    p = head[a, fx_bucket(k, mask)]
+    while p != -1:
+        if keys[a, p] == k:
+            buf[n] = ring[p]
+            n += 1
+        p = nxt[a, p]
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _stage_probe(mode, k, a, fx, hb, mask, buf):  # type: ignore[no-untyped-def]
+    if mode == 0:
+        return _fx_probe_one(k, a, fx[0], fx[1], fx[3], fx[4], mask, buf)
+    return _hb_probe_one(k, a, hb[3], hb[4], hb[5], hb[6], hb[7], hb[8], buf)
+
+
+@njit(cache=True, nogil=True)
+def _stage_update(mode, s, window, kcol, vcol, fx, hb, mask):  # type: ignore[no-untyped-def]
+    """Expire tuple ``s - window`` of the stage's stream, then store tuple ``s`` (keys column 0)."""
+    if mode == 0:
+        cap = fx[0].shape[0]
+        e = s - window
+        if e >= 0:
+            _fx_expire(e % cap, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], mask)
+        _fx_insert(s % cap, s, kcol, vcol, 0, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], mask)
+    else:
+        cap = hb[0].shape[0]
+        e = s - window
+        if e >= 0:
+            _hb_expire(e % cap, hb[0], hb[1], hb[2], hb[4], hb[7])
+        _hb_insert(s % cap, s, kcol, vcol, 0, hb[0], hb[1], hb[2], hb[3], hb[4], hb[5], hb[6],
+                   hb[7], hb[8])
+
+
+@njit(cache=True, nogil=True)
+def q3_join_sequence(  # type: ignore[no-untyped-def]
+    mode, sides, rows, window_c, window_o, window_l,
+    c_key, o_okey, o_ckey, l_okey, l_rev,
+    fx_c, fx_o, fx_l, hb_c, hb_o, hb_l, mask_c, mask_o, mask_l,
+    agg_rev, agg_hit,
+):
+    """Q3's three-way count-window join and its revenue aggregation over a mixed sequence.
+
+    Tuple i is row ``rows[i]`` (its sequence number) of customer (``sides[i] == 0``), orders (1)
+    or lineitem (2). Stages: customer indexed on c_custkey, orders on (o_custkey, o_orderkey)
+    sharing one ordered window, lineitem on l_orderkey. An arriving customer probes orders on
+    o_custkey, then lineitem; an order probes customer, then lineitem; a lineitem probes orders
+    on o_orderkey, then customer. Every result (c, o, l) adds ``l_rev[l]`` to ``agg_rev[o]``.
+    ``mode`` 0 uses the fast index, 1 HB-SJ. Returns the number of join results.
+    """
+    buf_c = np.empty(fx_c[0].shape[0] + hb_c[0].shape[0] + 4, np.int64)
+    buf_o = np.empty(fx_o[0].shape[0] + hb_o[0].shape[0] + 4, np.int64)
+    buf_l = np.empty(fx_l[0].shape[0] + hb_l[0].shape[0] + 4, np.int64)
+    kc = np.empty((1, 1), np.int64)
+    ko = np.empty((2, 1), np.int64)
+    v1 = np.ones((1, 1), np.bool_)
+    v2 = np.ones((2, 1), np.bool_)
+    results = 0
+    for i in range(sides.shape[0]):
+        side = sides[i]
+        r = rows[i]
+        if side == 0:
+            no = _stage_probe(mode, c_key[r], 0, fx_o, hb_o, mask_o, buf_o)
+            for q in range(no):
+                o = buf_o[q]
+                nl = _stage_probe(mode, o_okey[o], 0, fx_l, hb_l, mask_l, buf_l)
+                if nl:
+                    tot = 0
+                    for z in range(nl):
+                        tot += l_rev[buf_l[z]]
+                    agg_rev[o] += tot
+                    agg_hit[o] = True
+                    results += nl
+            kc[0, 0] = c_key[r]
+            _stage_update(mode, r, window_c, kc, v1, fx_c, hb_c, mask_c)
+        elif side == 1:
+            nc = _stage_probe(mode, o_ckey[r], 0, fx_c, hb_c, mask_c, buf_c)
+            if nc:
+                nl = _stage_probe(mode, o_okey[r], 0, fx_l, hb_l, mask_l, buf_l)
+                if nl:
+                    tot = 0
+                    for z in range(nl):
+                        tot += l_rev[buf_l[z]]
+                    agg_rev[r] += nc * tot
+                    agg_hit[r] = True
+                    results += nc * nl
+            ko[0, 0] = o_ckey[r]
+            ko[1, 0] = o_okey[r]
+            _stage_update(mode, r, window_o, ko, v2, fx_o, hb_o, mask_o)
+        else:
+            no = _stage_probe(mode, l_okey[r], 1, fx_o, hb_o, mask_o, buf_o)
+            for q in range(no):
+                o = buf_o[q]
+                nc = _stage_probe(mode, o_ckey[o], 0, fx_c, hb_c, mask_c, buf_c)
+                if nc:
+                    agg_rev[o] += nc * l_rev[r]
+                    agg_hit[o] = True
+                    results += nc
+            kc[0, 0] = l_okey[r]
+            _stage_update(mode, r, window_l, kc, v1, fx_l, hb_l, mask_l)
+    return results
+
+
+@njit(cache=True, nogil=True)
+def merge_by_fraction(sizes):  # type: ignore[no-untyped-def]
+    """Interleave tables of ``sizes`` rows in proportion: row i of table t arrives at
+    ``(i + 0.5) / sizes[t]`` (ties: lower table first). Returns (table, row) per arrival."""
+    n = 0
+    for t in range(sizes.shape[0]):
+        n += sizes[t]
+    side = np.empty(n, np.int8)
+    row = np.empty(n, np.int64)
+    nxt = np.zeros(sizes.shape[0], np.int64)
+    for j in range(n):
+        best = -1
+        # compare (i_t + 0.5) / n_t exactly: (2 i_t + 1) * n_u  vs  (2 i_u + 1) * n_t
+        for t in range(sizes.shape[0]):
+            if nxt[t] < sizes[t]:
+                if best == -1 or (2 * nxt[t] + 1) * sizes[best] < (2 * nxt[best] + 1) * sizes[t]:
+                    best = t
+        side[j] = best
+        row[j] = nxt[best]
+        nxt[best] += 1
+    return side, row

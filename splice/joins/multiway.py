@@ -1,0 +1,332 @@
+"""Multiway stream join over count windows: Circular-MJ generalized (Diba section 5.2.1).
+
+Semantics. Streams ``X_1 .. X_N`` each keep a count window of their last ``w`` tuples (or all of
+them when ``window is None``). Equi-predicates ``X_a.c = X_b.d`` connect them (nulls never
+match). An arriving tuple x of stream X is processed as::
+
+    emit { (x, t_1, ..) : t_j in W_j for every other stream j, all predicates hold }
+    expire the oldest tuple of W_X (when it holds w)  ->  insert x into W_X
+
+Algorithm. One stage per stream window, as in Circular-MJ: the stage of X stores and expires
+X's tuples, the other N-1 stages probe. The probe order is planned once per arriving stream:
+starting from X, each next stage is the first stream (in declaration order) joined by a
+predicate to a stream already bound, probed through its index on that predicate's column; the
+remaining predicates between bound streams filter the intermediate results. A stream joined on
+several columns keeps one window indexed on each of them: TPC-H Q3's orders stage indexes
+``o_custkey`` and ``o_orderkey`` in one stage (Diba Fig. 13(b)). Within a batch of one stream
+the other windows do not change, so a batch probes each stage with one vectorized kernel call.
+
+Output: every stream's columns in declaration order (``_right`` suffixes on taken names), rows
+grouped by arriving tuple in arrival order.
+
+:func:`q3_stream_join` is the Q3 customization over a whole mixed arrival sequence in one
+numba kernel (fast index or HB-SJ stages), aggregating revenue as it joins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+
+from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.joins._hash_kernels import q3_join_sequence
+from splice.joins.hash_window_join import FastIndex, Impl, check_key_types, key_values, make_index
+from splice.joins.hbsj import HBSJIndex
+from splice.joins.splitjoin import WindowIndex
+from splice.joins.window import RowStore
+
+__all__ = ["MultiwayJoin", "Predicate", "plan_probe_order", "q3_stream_join"]
+
+#: ``(stream a, column of a, stream b, column of b)``: ``a.column == b.column``.
+Predicate = tuple[int, str, int, str]
+
+
+def plan_probe_order(streams: tuple[int, ...], predicates: tuple[Predicate, ...], start: int
+                     ) -> list[tuple[int, str, int, str, list[Predicate]]]:
+    """Stages for a tuple of ``start``: (stream, its column, bound stream, bound column, filters)."""
+    bound = [start]
+    steps = []
+    while len(bound) < len(streams):
+        step = None
+        for y in streams:
+            if y in bound:
+                continue
+            for a, ca, b, cb in predicates:
+                if a == y and b in bound:
+                    step = (y, ca, b, cb)
+                elif b == y and a in bound:
+                    step = (y, cb, a, ca)
+                if step:
+                    break
+            if step:
+                break
+        if step is None:
+            missing = [s for s in streams if s not in bound]
+            raise PlanError(f"multiway join: streams {missing} are not connected to stream {start} "
+                            "by any predicate (cross products are not supported)")
+        y = step[0]
+        used = (step[0], step[1], step[2], step[3])
+        filters = []
+        for p in predicates:
+            a, ca, b, cb = p
+            others = {a, b} - {y}
+            if y in (a, b) and others and others <= set(bound) and (a, ca, b, cb) not in (
+                used, (step[2], step[3], step[0], step[1])):
+                filters.append(p)
+        bound.append(y)
+        steps.append((y, step[1], step[2], step[3], filters))
+    return steps
+
+
+@dataclass(frozen=True)
+class MultiwayJoin(OperatorSpec):
+    """N-way count-window equi-join of ``streams`` (ids) under ``predicates`` (see module doc)."""
+
+    streams: tuple[int, ...]
+    predicates: tuple[Predicate, ...]
+    window: int | None
+    impl: Impl = "fast"
+    table_size: int | None = None
+    name: str = "multiway_join"
+    attrs: dict[int, tuple[str, ...]] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(set(self.streams)) != len(self.streams) or len(self.streams) < 2:
+            raise PlanError(f"{self.name}: needs two or more distinct streams, got {self.streams}")
+        if self.window is not None and self.window < 1:
+            raise PlanError(f"{self.name}: count window size must be >= 1, got {self.window}")
+        if self.impl == "hbsj" and self.window is None:
+            raise PlanError(f"{self.name}: HB-SJ stages need a count window")
+        attrs: dict[int, list[str]] = {s: [] for s in self.streams}
+        for a, ca, b, cb in self.predicates:
+            for s in (a, b):
+                if s not in attrs:
+                    raise PlanError(f"{self.name}: predicate names unknown stream id {s} "
+                                    f"(streams: {', '.join(map(str, self.streams))})")
+            for s, c in ((a, ca), (b, cb)):
+                if c not in attrs[s]:
+                    attrs[s].append(c)
+        object.__setattr__(self, "attrs", {s: tuple(v) for s, v in attrs.items()})
+        for s in self.streams:
+            plan_probe_order(self.streams, self.predicates, s)
+
+    def _check(self, inputs: InputSchemas) -> None:
+        for s in self.streams:
+            if s not in inputs:
+                raise PlanError(f"{self.name}: unknown stream id {s} (inputs: {', '.join(map(str, sorted(inputs)))})")
+        for a, ca, b, cb in self.predicates:
+            for s, c in ((a, ca), (b, cb)):
+                if c not in inputs[s].names:
+                    raise SchemaError(f"{self.name}: stream {s} has no column {c!r}")
+            check_key_types(inputs[a].field(ca).type, inputs[b].field(cb).type, ca, cb,
+                            f"stream {a}", f"stream {b}")
+
+    def output_schema(self, inputs: InputSchemas) -> pa.Schema:
+        self._check(inputs)
+        taken: set[str] = set()
+        fields = []
+        for s in self.streams:
+            for f in inputs[s]:
+                n = f.name
+                while n in taken:
+                    n += "_right"
+                taken.add(n)
+                fields.append(pa.field(n, f.type, f.nullable))
+        return pa.schema(fields)
+
+    def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
+        self._check(inputs)
+        return _MultiwayLogic(self, inputs, state)
+
+
+class _Stage:
+    def __init__(self, spec: MultiwayJoin, sid: int, schema: pa.Schema) -> None:
+        self.sid, self.schema = sid, schema
+        self.attrs = spec.attrs[sid]
+        self.col = {c: i for i, c in enumerate(self.attrs)}
+        self.index: WindowIndex = make_index(spec.impl, max(1, len(self.attrs)), spec.window, 1, spec.table_size)
+        self.rows = RowStore(schema)
+        self.keys = np.zeros((len(self.attrs), 0), np.int64)  # by seq - keys_base
+        self.valid = np.zeros((len(self.attrs), 0), np.bool_)
+        self.keys_base = 0
+
+    def append(self, batch: pa.RecordBatch, window: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        kv = [key_values(batch.column(c)) for c in self.attrs]
+        k = np.stack([x[0] for x in kv]) if kv else np.zeros((1, batch.num_rows), np.int64)
+        v = np.stack([x[1] for x in kv]) if kv else np.zeros((1, batch.num_rows), np.bool_)
+        first = self.rows.append(batch)
+        seqs = np.arange(first, first + batch.num_rows, dtype=np.int64)
+        self.index.insert(seqs, k, v)
+        if window is not None:
+            self.rows.evict_before(self.rows.end - window)
+        start = self.rows.start
+        drop = start - self.keys_base
+        self.keys = np.concatenate([self.keys[:, drop:], k[: len(self.attrs)]], axis=1)
+        self.valid = np.concatenate([self.valid[:, drop:], v[: len(self.attrs)]], axis=1)
+        self.keys_base = start
+        return seqs, k, v
+
+    def key_of(self, col: str, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a = self.col[col]
+        off = seqs - self.keys_base
+        return self.keys[a, off], self.valid[a, off]
+
+
+class _MultiwayLogic(OperatorLogic):
+    def __init__(self, spec: MultiwayJoin, inputs: InputSchemas, state: Any) -> None:
+        self.spec = spec
+        self.schema = spec.output_schema(inputs)
+        self.stages = {s: _Stage(spec, s, inputs[s]) for s in spec.streams}
+        self.plans = {s: plan_probe_order(spec.streams, spec.predicates, s) for s in spec.streams}
+        self.results = 0
+        if state is not None:
+            self._restore(state)
+
+    def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        me = self.stages.get(stream_id)
+        if me is None:
+            raise PlanError(f"{self.spec.name}: unknown stream id {stream_id} "
+                            f"(inputs: {', '.join(map(str, self.spec.streams))})")
+        if batch.num_rows == 0:
+            return []
+        if batch.schema.names != me.schema.names:
+            batch = batch.select(me.schema.names)
+        own_keys = {c: key_values(batch.column(c)) for c in me.attrs}
+        cur: dict[int, np.ndarray] = {stream_id: np.arange(batch.num_rows, dtype=np.int64)}
+
+        def key(s: int, c: str) -> tuple[np.ndarray, np.ndarray]:
+            if s == stream_id:
+                k, v = own_keys[c]
+                return k[cur[s]], v[cur[s]]
+            return self.stages[s].key_of(c, cur[s])
+
+        for y, ycol, b, bcol, filters in self.plans[stream_id]:
+            pk, pv = key(b, bcol)
+            ii, ys = self.stages[y].index.probe(self.stages[y].col[ycol], pk, pv)
+            cur = {s: v[ii] for s, v in cur.items()}
+            cur[y] = ys
+            for a, ca, bb, cb in filters:
+                ka, va = key(a, ca)
+                kb, vb = key(bb, cb)
+                ok = va & vb & (ka == kb)
+                cur = {s: v[ok] for s, v in cur.items()}
+            if len(ys) == 0:
+                break
+        out: list[pa.RecordBatch] = []
+        n = len(cur[stream_id]) if len(cur) == len(self.stages) else 0
+        if n:
+            cols: list[pa.Array] = []
+            for s in self.spec.streams:
+                t = batch.take(pa.array(cur[s])) if s == stream_id else self.stages[s].rows.take(cur[s])
+                for c in t.columns:
+                    cols.append(c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c)
+            out.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
+            self.results += n
+        me.append(batch, self.spec.window)
+        return out
+
+    def snapshot(self) -> Any:
+        snap: dict[str, Any] = {"results": self.results, "stages": {}}
+        for s, st in self.stages.items():
+            live = st.index.live_seqs()
+            first = int(live[0]) if len(live) else st.rows.end
+            snap["stages"][s] = {"rows": st.rows.rows_from(first), "first": first, "end": st.rows.end,
+                                 "live": live.copy(), "counters": st.index.counters()}
+        return snap
+
+    def _restore(self, state: Any) -> None:
+        self.results = state["results"]
+        for s, sn in state["stages"].items():
+            st = self.stages.get(s)
+            if st is None:
+                raise StateError(f"{self.spec.name}: snapshot has unknown stream id {s}")
+            st.rows = RowStore(st.schema, sn["first"])
+            rows: pa.Table = sn["rows"].select(st.schema.names)
+            for b in rows.to_batches():
+                st.rows.append(b)
+            st.rows.end = sn["end"]
+            kv = [key_values(rows.column(c)) for c in st.attrs]
+            k = np.stack([x[0] for x in kv]) if kv else np.zeros((1, rows.num_rows), np.int64)
+            v = np.stack([x[1] for x in kv]) if kv else np.zeros((1, rows.num_rows), np.bool_)
+            st.keys, st.valid, st.keys_base = k[: len(st.attrs)], v[: len(st.attrs)], sn["first"]
+            live = np.asarray(sn["live"], np.int64)
+            if len(live):
+                off = live - sn["first"]
+                st.index.insert(live, k[:, off], v[:, off], expire=False)
+            st.index.set_counters(sn["counters"])
+
+    def stats(self) -> dict[str, Any]:
+        return {"results": self.results,
+                "stages": {s: st.index.stats() for s, st in self.stages.items()}}
+
+    def state_bytes(self) -> int:
+        return sum(st.rows.nbytes() + st.keys.nbytes for st in self.stages.values())
+
+
+# --------------------------------------------------------------------------------------------
+# the Q3 customization over a whole arrival sequence
+# --------------------------------------------------------------------------------------------
+
+
+def _dummy(n_attrs: int) -> tuple[FastIndex, HBSJIndex]:
+    return FastIndex(n_attrs, 1), HBSJIndex(n_attrs, 1, 1)
+
+
+def q3_stream_join(
+    sides: np.ndarray,
+    rows: np.ndarray,
+    c_custkey: np.ndarray,
+    o_orderkey: np.ndarray,
+    o_custkey: np.ndarray,
+    l_orderkey: np.ndarray,
+    l_revenue: np.ndarray,
+    window: int | None,
+    impl: Literal["fast", "hbsj"] = "fast",
+    table_size: int | None = None,
+    batch_size: int = 65_536,
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Q3's join (customer, orders, lineitem) and revenue sum per order over a mixed sequence.
+
+    ``sides[i]`` is 0/1/2 (customer/orders/lineitem) and ``rows[i]`` the row of that (already
+    filtered) stream; each stream's rows must arrive in row order (the row is its sequence
+    number). Returns (revenue per orders row, whether the row has a result, statistics).
+    ``window=None`` is unbounded (each stage holds its whole stream).
+    """
+    nc, no, nl = len(c_custkey), len(o_orderkey), len(l_orderkey)
+    if window is not None and window < 1:
+        raise PlanError(f"Q3: count window size must be >= 1, got {window}")
+    if impl == "hbsj" and window is None:
+        raise PlanError("Q3: HB-SJ stages need a count window")
+    wins = [window if window is not None else max(1, n) for n in (nc, no, nl)]
+    if impl == "fast":
+        fx = [FastIndex(1, wins[0], buckets=table_size), FastIndex(2, wins[1], buckets=table_size),
+              FastIndex(1, wins[2], buckets=table_size)]
+        hb = [_dummy(1)[1], _dummy(2)[1], _dummy(1)[1]]
+        mode = 0
+    else:
+        fx = [_dummy(1)[0], _dummy(2)[0], _dummy(1)[0]]
+        hb = [HBSJIndex(1, wins[0], table_size), HBSJIndex(2, wins[1], table_size),
+              HBSJIndex(1, wins[2], table_size)]
+        mode = 1
+    agg_rev = np.zeros(no, np.int64)
+    agg_hit = np.zeros(no, np.bool_)
+    results = 0
+    sides = np.ascontiguousarray(sides, np.int8)
+    rows = np.ascontiguousarray(rows, np.int64)
+    cols = [np.ascontiguousarray(a, np.int64) for a in (c_custkey, o_orderkey, o_custkey, l_orderkey, l_revenue)]
+    for lo in range(0, len(sides), batch_size):
+        hi = lo + batch_size
+        results += q3_join_sequence(  # type: ignore[call-arg]
+            mode, sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
+            fx[0].arrays(), fx[1].arrays(), fx[2].arrays(), hb[0].arrays(), hb[1].arrays(),
+            hb[2].arrays(), fx[0].mask, fx[1].mask, fx[2].mask, agg_rev, agg_hit,
+        )
+    stats: dict[str, Any] = {"join_results": int(results)}
+    if impl == "hbsj":
+        c, o, li = (h.stats() for h in hb)
+        stats["hbsj"] = {"c_custkey": c[0], "o_custkey": o[0], "o_orderkey": o[1], "l_orderkey": li[0]}
+    return agg_rev, agg_hit, stats

@@ -1,0 +1,221 @@
+"""TPC-H Q3 (shipping priority) as three streams joined over windows, as Diba runs it (seed 6.1).
+
+The query::
+
+    SELECT l_orderkey, sum(l_extendedprice * (1 - l_discount)) AS revenue, o_orderdate, o_shippriority
+    FROM customer, orders, lineitem
+    WHERE c_mktsegment = 'BUILDING' AND c_custkey = o_custkey AND l_orderkey = o_orderkey
+      AND o_orderdate < DATE '1995-03-15' AND l_shipdate > DATE '1995-03-15'
+    GROUP BY l_orderkey, o_orderdate, o_shippriority
+    ORDER BY revenue DESC, o_orderdate LIMIT 10
+
+**Arrival order.** Every row of customer, orders and lineitem becomes one tuple of its stream,
+each table in its generation (row) order. ``order="interleaved"`` (default) merges the three in
+proportion to their sizes: row ``i`` of a table of ``n`` rows arrives at position
+``(i + 1/2) / n`` of the whole input (ties: customer, orders, lineitem), so at any point about
+the same fraction of each table has arrived. ``"sequential"`` sends all of customer, then
+orders, then lineitem; ``"reversed"`` lineitem, orders, customer.
+
+**Plan** (Diba Fig. 11): the three selections run first (decomposer: only the ten columns the
+query uses travel), then the three-way join of Fig. 13(b): a customer stage on ``c_custkey``,
+one orders stage indexed on ``o_custkey`` and ``o_orderkey``, a lineitem stage on
+``l_orderkey`` (:func:`splice.joins.multiway.q3_stream_join`), then Aggregation-GroupBy on the
+join results as they are produced, and OrderBy/top-10 at END.
+
+**Windows.** ``window=None`` (``--window unbounded``): every stage keeps its whole stream, so the
+answer is exactly the SQL answer (DuckDB's, types included: ``revenue`` is
+``decimal128(38, 4)``). ``window=N``: each stage keeps the last N tuples of its *filtered*
+stream (count windows, Diba's semantics: a pair joins only if both are in their windows when the
+later one arrives); the answer depends on the arrival order, as the seed notes.
+
+``seconds`` covers the selections, the arrival order, the join, the aggregation and the top-10,
+all on data already in memory.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from decimal import Decimal
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from splice.core.errors import PlanError, SchemaError
+from splice.joins._hash_kernels import merge_by_fraction
+from splice.joins.multiway import q3_stream_join
+
+__all__ = ["run_q3", "q3_arrival", "q3_sql", "Q3_SQL", "ORDERS", "q3_inputs"]
+
+ORDERS = ("interleaved", "sequential", "reversed")
+SEGMENT = "BUILDING"
+DATE = dt.date(1995, 3, 15)
+
+Q3_SQL = """
+SELECT l_orderkey, sum(l_extendedprice * (1 - l_discount)) AS revenue, o_orderdate, o_shippriority
+FROM customer, orders, lineitem
+WHERE c_mktsegment = 'BUILDING' AND c_custkey = o_custkey AND l_orderkey = o_orderkey
+  AND o_orderdate < DATE '1995-03-15' AND l_shipdate > DATE '1995-03-15'
+GROUP BY l_orderkey, o_orderdate, o_shippriority
+ORDER BY revenue DESC, o_orderdate
+LIMIT 10
+"""
+
+_COLUMNS = {
+    "customer": ("c_custkey", "c_mktsegment"),
+    "orders": ("o_orderkey", "o_custkey", "o_orderdate", "o_shippriority"),
+    "lineitem": ("l_orderkey", "l_extendedprice", "l_discount", "l_shipdate"),
+}
+
+
+def q3_arrival(sizes: tuple[int, int, int], order: str = "interleaved") -> tuple[np.ndarray, np.ndarray]:
+    """(stream 0/1/2 = customer/orders/lineitem, row) of every tuple, in arrival order."""
+    if order not in ORDERS:
+        raise PlanError(f"Q3 arrival order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if order == "interleaved":
+        side, row = merge_by_fraction(np.array(sizes, np.int64))
+        return side, row
+    seq = (0, 1, 2) if order == "sequential" else (2, 1, 0)
+    side = np.concatenate([np.full(sizes[t], t, np.int8) for t in seq])
+    row = np.concatenate([np.arange(sizes[t], dtype=np.int64) for t in seq])
+    return side, row
+
+
+def _unscaled(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
+    """int64 unscaled values and scale of a decimal128 column (values must fit 63 bits)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if not pa.types.is_decimal(col.type) or col.type.byte_width != 16:
+        raise SchemaError(f"Q3: expected a decimal128 column, got {col.type}")
+    words = np.frombuffer(col.buffers()[1], dtype=np.int64).reshape(-1, 2)[col.offset: col.offset + len(col)]
+    lo, hi = words[:, 0], words[:, 1]
+    if not np.array_equal(hi, lo >> 63):
+        raise SchemaError("Q3: decimal values beyond 63 bits")
+    return lo, col.type.scale
+
+
+def _check_columns(tables: dict[str, pa.Table]) -> None:
+    for name, cols in _COLUMNS.items():
+        if name not in tables:
+            raise PlanError(f"Q3: input stream {name!r} is missing (got {', '.join(sorted(tables))})")
+        for c in cols:
+            if c not in tables[name].schema.names:
+                raise SchemaError(f"Q3: stream {name!r} lacks column {c!r}")
+
+
+def q3_inputs(tables: dict[str, pa.Table]) -> dict[str, Any]:
+    """The selections and the decomposer: filtered key/value arrays and the pass masks."""
+    _check_columns(tables)
+    c, o, li = tables["customer"], tables["orders"], tables["lineitem"]
+    date = pa.scalar(DATE, pa.date32())
+    c_ok = pc.fill_null(pc.equal(c.column("c_mktsegment"), SEGMENT), False)
+    o_ok = pc.fill_null(pc.less(o.column("o_orderdate"), date), False)
+    l_ok = pc.fill_null(pc.greater(li.column("l_shipdate"), date), False)
+    cf = c.select(["c_custkey"]).filter(c_ok)
+    of = o.select(list(_COLUMNS["orders"])).filter(o_ok)
+    lf = li.select(["l_orderkey", "l_extendedprice", "l_discount"]).filter(l_ok)
+    for t, k in ((cf, "c_custkey"), (of, "o_orderkey"), (of, "o_custkey"), (lf, "l_orderkey")):
+        if t.column(k).null_count:
+            raise SchemaError(f"Q3: join key {k!r} has nulls")
+    ep, s_e = _unscaled(lf.column("l_extendedprice"))
+    dc, s_d = _unscaled(lf.column("l_discount"))
+    rev = ep * (10**s_d - dc)  # l_extendedprice * (1 - l_discount), at scale s_e + s_d
+
+    def ints(t: pa.Table, name: str) -> np.ndarray:
+        return np.asarray(t.column(name).to_numpy(), dtype=np.int64)
+
+    return {
+        "masks": [np.asarray(m.to_numpy(zero_copy_only=False), np.bool_) for m in (c_ok, o_ok, l_ok)],
+        "c_custkey": ints(cf, "c_custkey"),
+        "o_orderkey": ints(of, "o_orderkey"),
+        "o_custkey": ints(of, "o_custkey"),
+        "o_orderdate": of.column("o_orderdate").combine_chunks(),
+        "o_shippriority": of.column("o_shippriority").combine_chunks(),
+        "l_orderkey": ints(lf, "l_orderkey"),
+        "l_revenue": rev,
+        "scale": s_e + s_d,
+    }
+
+
+def _filtered_sequence(sides: np.ndarray, rows: np.ndarray, masks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Drop tuples the selections reject; renumber the rest within their filtered stream."""
+    keep = np.empty(len(sides), np.bool_)
+    new_rows = np.empty(len(sides), np.int64)
+    for t in range(3):
+        m = sides == t
+        passed = masks[t][rows[m]]
+        keep[m] = passed
+        new_rows[m] = np.cumsum(masks[t])[rows[m]] - 1
+    return sides[keep], new_rows[keep]
+
+
+def run_q3(
+    tables: dict[str, pa.Table],
+    window: int | None,
+    order: str = "interleaved",
+    batch_size: int = 65_536,
+    impl: Literal["fast", "hbsj"] = "fast",
+    table_size: int | None = None,
+) -> tuple[pa.Table, dict[str, Any]]:
+    """Q3 over ``tables`` streamed in ``order`` with count windows ``window`` (None: unbounded).
+
+    Returns the answer (l_orderkey, revenue, o_orderdate, o_shippriority; top 10) and metrics:
+    ``seconds``, ``join_results``, per stream input/passed counts, HB-SJ statistics when used.
+    """
+    if window is not None and window < 1:
+        raise PlanError(f"Q3: --window must be 'unbounded' or >= 1, got {window}")
+    if batch_size < 1:
+        raise PlanError(f"Q3: batch size must be >= 1, got {batch_size}")
+    _check_columns(tables)
+    t0 = time.perf_counter()
+    q = q3_inputs(tables)
+    sizes = (tables["customer"].num_rows, tables["orders"].num_rows, tables["lineitem"].num_rows)
+    sides, rows = q3_arrival(sizes, order)
+    sides, rows = _filtered_sequence(sides, rows, q["masks"])
+    t1 = time.perf_counter()
+    rev, hit, stats = q3_stream_join(sides, rows, q["c_custkey"], q["o_orderkey"], q["o_custkey"],
+                                     q["l_orderkey"], q["l_revenue"], window, impl, table_size, batch_size)
+    t2 = time.perf_counter()
+    answer = _top10(q, rev, hit)
+    seconds = time.perf_counter() - t0
+    metrics: dict[str, Any] = {
+        "seconds": seconds,
+        "join_seconds": round(t2 - t1, 6),
+        "window": "unbounded" if window is None else window,
+        "order": order,
+        "impl": impl,
+        "passed": {n: int(m.sum()) for n, m in zip(("customer", "orders", "lineitem"), q["masks"], strict=True)},
+        "groups": int(hit.sum()),
+        **stats,
+    }
+    return answer, metrics
+
+
+def _top10(q: dict[str, Any], rev: np.ndarray, hit: np.ndarray) -> pa.Table:
+    idx = np.flatnonzero(hit)
+    dates = q["o_orderdate"].cast(pa.int32()).to_numpy()[idx]
+    order = np.lexsort((dates, -rev[idx]))[:10]
+    top = idx[order]
+    scale = q["scale"]
+    revenue = pa.array([Decimal(int(v)).scaleb(-scale) for v in rev[top]], pa.decimal128(38, scale))
+    take = pa.array(top)
+    return pa.table({
+        "l_orderkey": pa.array(q["o_orderkey"][top], pa.int64()),
+        "revenue": revenue,
+        "o_orderdate": q["o_orderdate"].take(take),
+        "o_shippriority": q["o_shippriority"].take(take),
+    })
+
+
+def q3_sql(tables: dict[str, pa.Table]) -> pa.Table:
+    """Q3 by DuckDB over the same in-memory Arrow tables (the oracle and the baseline)."""
+    import duckdb
+
+    con = duckdb.connect()
+    for name in ("customer", "orders", "lineitem"):
+        con.register(name, tables[name])
+    result = con.sql(Q3_SQL).to_arrow_table()
+    con.close()
+    return result
