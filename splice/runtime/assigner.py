@@ -16,8 +16,9 @@ deployed at position p sees exactly the records after p.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -134,12 +135,16 @@ class QueryAssigner:
         self,
         query: Query,
         view: Callable[[Query, Stream, set[str] | None], list[str] | None],
+        state: Mapping[str, Any] | None = None,
     ) -> tuple[Deployment, list[Record]]:
         """Place ``query``; return its deployment and the records that program the path.
 
         ``view(query, source, used)`` tells which columns of a source stream the query's unit
-        sees (the decomposer's cut for that query); ``None`` means all of them.
+        sees (the decomposer's cut for that query); ``None`` means all of them. ``state`` maps
+        unit keys (node name; ``node.split`` and ``node#i`` for replicas) to operator state taken
+        by a snapshot: each operator is built from it.
         """
+        state = state or {}
         if query.name in self.deployed:
             raise PlanError(f"query {query.name!r} is already deployed")
         dep = Deployment(query)
@@ -164,22 +169,25 @@ class QueryAssigner:
                     src, src_brick = inputs[0]
                     subs = [self._define(dep, f"{out_stream.name}#{i}", narrowed[src.id])
                             for i in range(node.replicas)]
-                    splitter = RoundRobin(tuple(s.id for s in subs)).build({src.id: narrowed[src.id]})
-                    rb = self._place(dep, query, splitter, [(src, src_brick)], out_stream,
+                    key = f"{node.name}.split"
+                    splitter = RoundRobin(tuple(s.id for s in subs)).build(
+                        {src.id: narrowed[src.id]}, state.get(key))
+                    rb = self._place(dep, query, key, splitter, [(src, src_brick)], out_stream,
                                      {src.id: views[src.id]}, after, installs)
                     bricks = []
-                    for sub in subs:
-                        logic = node.spec.build({sub.id: narrowed[src.id]})
-                        bricks.append(self._place(dep, query, logic, [(sub, rb)], out_stream,
+                    for i, sub in enumerate(subs):
+                        key = f"{node.name}#{i}"
+                        logic = node.spec.build({sub.id: narrowed[src.id]}, state.get(key))
+                        bricks.append(self._place(dep, query, key, logic, [(sub, rb)], out_stream,
                                                   {sub.id: None}, rb, installs))
                     produced[node.name] = (out_stream, max(bricks))
                     first_brick[node.name] = min(bricks)
                     continue
                 try:
-                    logic = node.spec.build(narrowed)
+                    logic = node.spec.build(narrowed, state.get(node.name))
                 except SchemaError as exc:
                     raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
-                b = self._place(dep, query, logic, routes, out_stream, views, after, installs)
+                b = self._place(dep, query, node.name, logic, routes, out_stream, views, after, installs)
                 produced[node.name] = (out_stream, b)
             out_stream, out_brick = produced[query.output_node.name]
             dep.output = out_stream
@@ -261,23 +269,20 @@ class QueryAssigner:
         dep.streams.append(stream)
         return stream
 
-    def _place(self, dep, query, logic, inputs, out_stream, views, after, installs) -> int:
+    def _place(self, dep, query, key, logic, inputs, out_stream, views, after, installs) -> int:
         """Put ``logic`` on a free unit after brick ``after``; route its inputs; return the brick."""
         b, u = self._free_unit(after, query.name)
         dep.units.append((b, u))
         late = self._define(dep, f"{out_stream.name}.late@{b}.{u}", next(iter(inputs))[0].schema)
         dep.late.append(late.id)
         self._tap(dep, b, late.id)
-        installs.append(self._install(query, b, u, logic, tuple(s.id for s, _ in inputs),
-                                      out_stream.id, late.id, views))
+        block = self.topology.bricks[b].units[u].block_id
+        installs.append(Install(block, UnitProgram(
+            query.name, logic, tuple(s.id for s, _ in inputs), out_stream.id, late.id, dict(views), key)))
         for s, p in inputs:
             self._route_local(dep, b, s.id, u)
             self._route_onward(dep, p, b, s.id)
         return b
-
-    def _install(self, query: Query, brick: int, unit: int, logic, inputs, output, late, views) -> Install:
-        block = self.topology.bricks[brick].units[unit].block_id
-        return Install(block, UnitProgram(query.name, logic, tuple(inputs), output, late, dict(views)))
 
     def _release(self, dep: Deployment) -> None:
         for key in dep.lswitch_bits:

@@ -82,7 +82,9 @@ class Engine:
         self._lock = threading.RLock()
         self._sinks: dict[int, tuple[QueryResult, str]] = {}
         self.queries: dict[str, QueryResult] = {}
-        events = UnitEvents(error=self._on_error, retired=self._on_retired)
+        events = UnitEvents(error=self._on_error, retired=self._on_retired, snapshot=self._on_snapshot)
+        self._snapshots: dict[int, dict[str, dict[str, Any]]] = {}
+        self._next_checkpoint = 1
         self.topology = Topology(bricks, units_per_brick, tap=self._tap, events=events)
         self.assigner = QueryAssigner(self.topology, self.catalog, grow=grow)
         self.decomposer = Decomposer()
@@ -165,11 +167,14 @@ class Engine:
             if ROW_ID in cols or len(set(cols)) != len(cols):
                 raise PlanError(f"query {query.name!r}: compose columns must be distinct stream columns")
 
-    def deploy(self, query: Query) -> QueryResult:
-        """Deploy ``query`` now: it sees exactly the records pushed after this call."""
+    def deploy(self, query: Query, state: dict[str, Any] | None = None) -> QueryResult:
+        """Deploy ``query`` now: it sees exactly the records pushed after this call.
+
+        ``state`` (one query's entry of :meth:`snapshot`) restores its operators' state.
+        """
         with self._lock:
             self._check_compose(query)
-            dep, program = self.assigner.deploy(query, self._view)
+            dep, program = self.assigner.deploy(query, self._view, state)
             assert dep.output is not None
             if query.compose and ROW_ID not in dep.output.schema.names:
                 self.assigner.undeploy(query.name)
@@ -268,9 +273,24 @@ class Engine:
         with self._lock:
             self._submit(Watermark(self._source(stream).id, int(time_value)))
 
-    def checkpoint_barrier(self, checkpoint_id: int) -> None:
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """State of every deployed query's operators at this position: ``{query: {key: state}}``.
+
+        A checkpoint barrier travels the path in order with the data; each unit snapshots its
+        operator as the barrier passes, so the snapshot is consistent with the records before it.
+        """
         with self._lock:
-            self._submit(Barrier(checkpoint_id))
+            cid = self._next_checkpoint
+            self._next_checkpoint += 1
+            self._snapshots[cid] = {name: {} for name in self.assigner.deployed}
+            self._submit(Barrier(cid))
+            self.executor.drain()
+            return self._snapshots.pop(cid)
+
+    def _on_snapshot(self, checkpoint_id: int, query: str, key: str, state: Any) -> None:
+        taken = self._snapshots.get(checkpoint_id)
+        if taken is not None and query in taken:
+            taken[query][key] = state
 
     def end(self) -> None:
         """No more input: blocking operators flush and every query answers."""

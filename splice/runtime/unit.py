@@ -37,14 +37,15 @@ class UnitEvents:
     """What units report to their engine: a query's failure, a snapshot, a retired program."""
 
     error: Callable[[str, int, BaseException], None] | None = None
-    snapshot: Callable[[int, str, int, Any], None] | None = None
+    snapshot: Callable[[int, str, str, Any], None] | None = None
     retired: Callable[[str, int, UnitStats], None] | None = None
 
 
 @dataclass
 class UnitProgram:
     """What an Install loads into a unit: query ``query``'s operator ``logic``, the input stream
-    ids it consumes, the columns it reads of each (``None``: all), its output and late stream ids."""
+    ids it consumes, the columns it reads of each (``None``: all), its output and late stream ids,
+    and ``key``, the operator's name within its query (where its snapshots are filed)."""
 
     query: str
     logic: OperatorLogic
@@ -52,6 +53,7 @@ class UnitProgram:
     output: int
     late: int
     columns: dict[int, list[str] | None]
+    key: str = ""
     watermarks: dict[int, int] = field(default_factory=dict)
     forwarded: int = MIN_TIME
 
@@ -140,7 +142,7 @@ class ProcessingUnit:
             if isinstance(rec, Barrier):
                 ld.logic.on_barrier(rec.checkpoint_id)
                 if self.events.snapshot is not None:
-                    self.events.snapshot(rec.checkpoint_id, ld.query, self.block_id, ld.logic.snapshot())
+                    self.events.snapshot(rec.checkpoint_id, ld.query, ld.key, ld.logic.snapshot())
                 return []
         except Exception as exc:  # an operator's failure fails its query, not the engine
             return self._fail(exc)

@@ -210,3 +210,26 @@ def test_engine_generates_bounded_out_of_orderness_watermarks():
     assert marks == [4, 14]
     with pytest.raises(PlanError, match="watermarks need a time column"):
         eng.define_stream("x", schema, max_out_of_orderness=1)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@given(sizes=st.lists(st.integers(0, 5), min_size=1, max_size=8), data=st.data())
+def test_snapshot_mid_stream_and_restore_equals_an_uninterrupted_run(executor, sizes, data):
+    from splice.testing import EngineHarness
+
+    cut = data.draw(st.integers(0, len(sizes)))
+    queries = [Query.chain("cnt", "s", CountAll()),
+               Query.chain("sel", "s", Select(pc.field("k") > 2), Project({"k": "k"}), replicas=2)]
+    straight = EngineHarness({"s": SCHEMA}, queries, executor)
+    broken = EngineHarness({"s": SCHEMA}, queries, executor)
+    start = 0
+    for i, n in enumerate(sizes):
+        if i == cut:
+            broken.snapshot_and_restore()
+        for h in (straight, broken):
+            h.push("s", batch(start, n))
+        start += n
+    for h in (straight, broken):
+        h.end()
+    for name in ("cnt", "sel"):
+        assert broken.results(name).to_pydict() == straight.results(name).to_pydict()
