@@ -38,7 +38,7 @@ from splice.txn.scheduler import Strategy, choose_strategy
 from splice.txn.state import StateStore, StateTable
 from splice.txn.tpg import build_tpg, tpg_stats
 
-__all__ = ["TxnEngine", "BatchResult", "BASELINES", "subset_batch"]
+__all__ = ["TxnEngine", "BatchResult", "BASELINES", "subset_batch", "NonDeterministic"]
 
 BASELINES = ("serial", "sstore", "tstream")
 TIME_KEYS = ("useful", "sync", "lock", "construct", "explore", "abort")
@@ -56,6 +56,7 @@ class BatchResult:
     seconds: float
     times: dict[str, float] = field(default_factory=dict)
     memory_bytes: int = 0
+    resolved: np.ndarray | None = None
 
 
 def subset_batch(batch: OpBatch, txn_mask: np.ndarray) -> tuple[OpBatch, np.ndarray]:
@@ -77,6 +78,25 @@ def subset_batch(batch: OpBatch, txn_mask: np.ndarray) -> tuple[OpBatch, np.ndar
         txn_group=batch.txn_group[txn_mask] if batch.txn_group.shape[0] else batch.txn_group,
     )
     return sub, op_keep
+
+
+@dataclass(frozen=True)
+class NonDeterministic:
+    """State accesses whose key is only known at execution time.
+
+    ``slot[j]`` names a cell of the batch: ``slot < num_ops`` is ``op_cell[slot]``, otherwise
+    ``src_cell[slot - num_ops]``. At its transaction's turn it becomes the cell of key
+    ``(int(value(seed_cell[j])) + offset[j]) % modulus[j]`` in table ``table[j]``, read from the
+    state that every earlier transaction left. The engine cuts the batch before each such
+    transaction (a barrier: MorphStream's virtual operations on every chain), resolves the keys
+    and records them in :attr:`BatchResult.resolved`, so a redo reuses exactly those cells.
+    """
+
+    slot: np.ndarray
+    seed_cell: np.ndarray
+    offset: np.ndarray
+    table: np.ndarray
+    modulus: np.ndarray
 
 
 class TxnEngine:
@@ -131,8 +151,69 @@ class TxnEngine:
         self.team.close()
 
     # ------------------------------------------------------------------ execution
-    def execute(self, batch: OpBatch) -> BatchResult:
+    def execute(self, batch: OpBatch, nondeterministic: NonDeterministic | None = None) -> BatchResult:
         """Run one batch (a punctuation interval) and apply its committed writes."""
+        if nondeterministic is None or nondeterministic.slot.shape[0] == 0:
+            return self._execute(batch)
+        return self._execute_nd(batch, nondeterministic)
+
+    def _execute_nd(self, batch: OpBatch, nd: NonDeterministic) -> BatchResult:
+        t0 = time.perf_counter()
+        n_ops = batch.num_ops
+        slot = np.asarray(nd.slot, np.int64)
+        owner_op = np.where(slot < n_ops, slot,
+                            np.searchsorted(batch.src_ptr, slot - n_ops, side="right") - 1)
+        slot_txn = batch.op_txn[owner_op]
+        op_cell = batch.op_cell.copy()
+        src_cell = batch.src_cell.copy()
+        committed = np.zeros(batch.num_txns, np.bool_)
+        reason = np.zeros(batch.num_txns, np.int8)
+        op_result = np.full(n_ops, np.nan)
+        times = dict.fromkeys(TIME_KEYS, 0.0)
+        names: list[str] = []
+        mem = 0
+        cuts = np.unique(slot_txn)
+        bounds = []
+        prev = 0
+        for t in cuts.tolist():
+            if t > prev:
+                bounds.append((prev, t, False))
+            bounds.append((t, t + 1, True))
+            prev = t + 1
+        if prev < batch.num_txns:
+            bounds.append((prev, batch.num_txns, False))
+        for lo, hi, resolve in bounds:
+            if resolve:
+                js = np.flatnonzero(slot_txn == lo)
+                seed_vals = self.store.gather(nd.seed_cell[js])
+                for j, v in zip(js.tolist(), seed_vals.tolist(), strict=True):
+                    k = (int(v) + int(nd.offset[j])) % int(nd.modulus[j])
+                    cell = int(self.store.cells(int(nd.table[j]), [k])[0])
+                    if slot[j] < n_ops:
+                        op_cell[slot[j]] = cell
+                    else:
+                        src_cell[slot[j] - n_ops] = cell
+            mask = np.zeros(batch.num_txns, np.bool_)
+            mask[lo:hi] = True
+            full = OpBatch(batch.txn_ts, batch.op_txn, op_cell, batch.op_kind, batch.op_operand,
+                           batch.op_cond, batch.op_cond_arg, batch.src_ptr, src_cell,
+                           batch.txn_reason, batch.txn_group)
+            sub, op_keep = subset_batch(full, mask)
+            r = self._execute(sub)
+            committed[lo:hi] = r.committed
+            reason[lo:hi] = r.reason
+            op_result[op_keep] = r.op_result
+            for k in TIME_KEYS:
+                times[k] += r.times.get(k, 0.0)
+            names.append(r.scheduler)
+            mem = max(mem, r.memory_bytes)
+        resolved = np.where(slot < n_ops, op_cell[np.minimum(slot, max(n_ops - 1, 0))],
+                            src_cell[np.clip(slot - n_ops, 0, max(src_cell.shape[0] - 1, 0))])
+        name = Counter(names).most_common(1)[0][0] if names else "none"
+        return BatchResult(committed, reason, op_result, name, time.perf_counter() - t0, times,
+                           mem, resolved)
+
+    def _execute(self, batch: OpBatch) -> BatchResult:
         t0 = time.perf_counter()
         reason = batch.txn_reason.copy()
         if batch.num_txns and self.last_punctuation is not None:

@@ -1,0 +1,400 @@
+"""Transactional applications and their workload generators (MorphStream's parameters).
+
+Each application turns a columnar event table into batches of transactions, one batch per
+punctuation interval, built column-wise (no per-event Python):
+
+* **Streaming Ledger (sl)**: tables ``accounts`` and ``book_entries``. A deposit adds to one
+  account and one book entry; a transfer moves an amount between two accounts and a second amount
+  between two book entries, each debit conditional on ``balance >= amount``. *Insufficient balance
+  aborts the whole transfer* (no partial transfer, no negative balance, the event is reported
+  aborted with reason "condition failed") rather than rejecting it in pre-processing, because the
+  balance is only known in timestamp order during execution.
+* **GrepSum (gs)**: table ``values`` (with versions for windows) and ``sums``. An update event
+  writes ``keys_per_access`` values; a sum event writes ``sums[k0] = sum(values[k1..kr])`` (a
+  parametric dependency); every ``window_trigger``-th event is a window read summing the versions
+  of ``window_keys`` values within ``window`` timestamps. With ``nd_ratio`` > 0 that fraction of
+  sum events reads non-deterministic keys: ``values[(values[seed] + j) % keys]``, resolved at
+  execution time.
+* **Toll Processing (tp)**: table ``segments`` with columns ``speed_sum`` and ``count``; each
+  position report reads both (toll from the pre-state) and adds its speed and one vehicle.
+  Segments split into two groups (group 1 skewed with aborts, group 2 uniform) for nested
+  configurations.
+* **Stock exchange join (sej)**: tables ``traded`` and ``quoted``; a trade writes its volume as a
+  new version of ``traded[stock]`` and probes ``quoted[stock]`` with a window read (sum of quote
+  volumes in the window), and symmetrically: the hash window join of the seed as transactions.
+
+Common parameters: ``keys``, ``skew`` (Zipf exponent, 0 uniform), ``abort_ratio`` (events made to
+abort: they carry a condition that cannot hold), ``multi_access`` (share of multi-key events),
+``keys_per_access``, ``deposit_ratio``, ``cyclic`` (GrepSum: when false, sums read only keys
+below the one they write, so chains form no cycles). ``phased_sl`` concatenates the seed's four
+phases of the dynamic workload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from splice.core.errors import PlanError
+from splice.txn.engine import NonDeterministic, TxnEngine
+from splice.txn.ops import (
+    ADD,
+    COND_GE,
+    READ,
+    SUM_WRITE,
+    WINDOW_READ,
+    WRITE,
+    OpBatch,
+    OpBatchBuilder,
+)
+from splice.txn.state import StateTable
+
+__all__ = ["TxnWorkload", "TxnApp", "zipf_keys", "make_app", "phased_sl", "APPS", "run_app"]
+
+#: A condition argument no balance reaches: events chosen to abort carry it.
+NEVER = 1e15
+
+
+@dataclass(frozen=True)
+class TxnWorkload:
+    """Generator parameters (MorphStream's knobs)."""
+
+    events: int = 100_000
+    keys: int = 10_000
+    skew: float = 0.0
+    abort_ratio: float = 0.0
+    punctuation: int = 10_240
+    multi_access: float = 1.0
+    keys_per_access: int = 2
+    deposit_ratio: float = 0.5
+    cyclic: bool = True
+    window: int = 1_000
+    window_trigger: int = 100
+    window_keys: int = 10
+    nd_ratio: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.abort_ratio <= 1.0:
+            raise PlanError(f"abort_ratio must be in 0..1, got {self.abort_ratio}")
+        if self.skew < 0:
+            raise PlanError(f"skew must be >= 0, got {self.skew}")
+        if self.keys < 2 or self.events < 0 or self.punctuation < 1:
+            raise PlanError("need keys >= 2, events >= 0, punctuation >= 1")
+
+
+def zipf_keys(rng: np.random.Generator, n: int, keys: int, skew: float) -> np.ndarray:
+    """``n`` keys in ``0..keys-1``, P(k) proportional to 1/(k+1)**skew (uniform when 0)."""
+    if skew == 0:
+        return rng.integers(0, keys, n, dtype=np.int64)
+    w = 1.0 / np.arange(1, keys + 1, dtype=np.float64) ** skew
+    cdf = np.cumsum(w)
+    cdf /= cdf[-1]
+    return np.minimum(np.searchsorted(cdf, rng.random(n)), keys - 1).astype(np.int64)
+
+
+def _distinct(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, keys: int) -> np.ndarray:
+    same = a == b
+    b = b.copy()
+    b[same] = (b[same] + 1 + rng.integers(0, keys - 1, int(same.sum()))) % keys
+    return b
+
+
+@dataclass
+class TxnApp:
+    """An application: its tables, its events (columns) and how a slice becomes a batch."""
+
+    name: str
+    tables: list[StateTable]
+    events: dict[str, np.ndarray]
+    build: Any  # (engine, events, lo, hi) -> OpBatch
+    post: Any = None  # (events, lo, hi, batch, result) -> output columns
+    nested: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def num_events(self) -> int:
+        return int(next(iter(self.events.values())).shape[0])
+
+
+# ------------------------------------------------------------------ Streaming Ledger
+
+
+def _sl_events(w: TxnWorkload, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    n = w.events
+    deposit = rng.random(n) < w.deposit_ratio
+    a = zipf_keys(rng, n, w.keys, w.skew)
+    b = _distinct(rng, a, zipf_keys(rng, n, w.keys, w.skew), w.keys)
+    return {
+        "ts": np.arange(1, n + 1, dtype=np.int64),
+        "deposit": deposit,
+        "src": a,
+        "dst": b,
+        "amount": rng.integers(1, 100, n).astype(np.float64),
+        "book_amount": rng.integers(1, 100, n).astype(np.float64),
+        "abort": rng.random(n) < w.abort_ratio,
+    }
+
+
+def _sl_build(engine: TxnEngine, ev: dict[str, np.ndarray], lo: int, hi: int) -> OpBatch:
+    st = engine.store
+    b = OpBatchBuilder(ev["ts"][lo:hi])
+    dep = ev["deposit"][lo:hi]
+    src, dst = ev["src"][lo:hi], ev["dst"][lo:hi]
+    amt, bamt = ev["amount"][lo:hi], ev["book_amount"][lo:hi]
+    ab = ev["abort"][lo:hi]
+    idx = np.arange(hi - lo, dtype=np.int64)
+    d, t = idx[dep], idx[~dep]
+    # deposits: account[src] += amount, book[src] += book_amount
+    b.add(d, st.cells(0, src[dep]), ADD, amt[dep])
+    b.add(d, st.cells(1, src[dep]), ADD, bamt[dep])
+    da = d[ab[dep]]
+    b.add(da, st.cells(0, src[dep][ab[dep]]), READ, 0.0, COND_GE, NEVER)
+    # transfers: conditional debits, unconditional credits
+    arg_a = np.where(ab[~dep], NEVER, amt[~dep])
+    b.add(t, st.cells(0, src[~dep]), ADD, -amt[~dep], COND_GE, arg_a)
+    b.add(t, st.cells(0, dst[~dep]), ADD, amt[~dep])
+    b.add(t, st.cells(1, src[~dep]), ADD, -bamt[~dep], COND_GE, bamt[~dep])
+    b.add(t, st.cells(1, dst[~dep]), ADD, bamt[~dep])
+    return b.build()
+
+
+def make_sl(w: TxnWorkload) -> TxnApp:
+    rng = np.random.default_rng(w.seed)
+    tables = [StateTable("accounts", w.keys, initial=10_000.0),
+              StateTable("book_entries", w.keys, initial=10_000.0)]
+    return TxnApp("sl", tables, _sl_events(w, rng), _sl_build)
+
+
+def phased_sl(events_per_phase: int, keys: int, seed: int = 0,
+              punctuation: int = 10_240) -> list[tuple[str, TxnWorkload]]:
+    """The seed's dynamic workload: (1) deposits, uniform; (2) skew rising; (3) transfers rising;
+    (4) aborts rising. Each phase is a list of sub-phases with its own parameters."""
+    phases: list[tuple[str, TxnWorkload]] = []
+    base = TxnWorkload(events=events_per_phase // 4, keys=keys, punctuation=punctuation, seed=seed)
+    for i in range(4):
+        phases.append(("1-deposits", replace(base, deposit_ratio=0.95, seed=seed + i)))
+    for i, z in enumerate((0.4, 0.8, 1.0, 1.2)):
+        phases.append(("2-skew", replace(base, deposit_ratio=0.95, skew=z, seed=seed + 10 + i)))
+    for i, dr in enumerate((0.7, 0.5, 0.3, 0.1)):
+        phases.append(("3-transfers", replace(base, deposit_ratio=dr, skew=0.4, seed=seed + 20 + i)))
+    for i, ar in enumerate((0.01, 0.05, 0.1, 0.3)):
+        phases.append(("4-aborts", replace(base, deposit_ratio=0.1, skew=0.4, abort_ratio=ar,
+                                           seed=seed + 30 + i)))
+    return phases
+
+
+# ------------------------------------------------------------------ GrepSum
+
+
+def _gs_events(w: TxnWorkload, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    n = w.events
+    r = max(w.keys_per_access, 1)
+    kind = np.where(rng.random(n) < 0.5, 0, 1)  # 0 update, 1 sum
+    kind[(np.arange(n) % w.window_trigger) == w.window_trigger - 1] = 2  # window read
+    multi = rng.random(n) < w.multi_access
+    keys = zipf_keys(rng, n * (r + 1), w.keys, w.skew).reshape(n, r + 1)
+    if not w.cyclic:
+        # sums write key k0 and read keys < k0 only: the chain graph has no cycles
+        keys[:, 0] = np.maximum(keys[:, 0], 1)
+        keys[:, 1:] = keys[:, 1:] % keys[:, :1]
+    nd = (kind == 1) & (rng.random(n) < w.nd_ratio)
+    return {
+        "ts": np.arange(1, n + 1, dtype=np.int64),
+        "kind": kind.astype(np.int8),
+        "keys": keys,
+        "nkeys": np.where(multi, r, 1).astype(np.int64),
+        "value": rng.integers(0, 100, n).astype(np.float64),
+        "abort": rng.random(n) < w.abort_ratio,
+        "nd": nd,
+        "wkeys": zipf_keys(rng, n * w.window_keys, w.keys, w.skew).reshape(n, w.window_keys),
+    }
+
+
+def _gs_build_fn(w: TxnWorkload) -> Any:
+    def build(engine: TxnEngine, ev: dict[str, np.ndarray], lo: int, hi: int) -> Any:
+        st = engine.store
+        b = OpBatchBuilder(ev["ts"][lo:hi])
+        kind, keys, nk = ev["kind"][lo:hi], ev["keys"][lo:hi], ev["nkeys"][lo:hi]
+        ab, val = ev["abort"][lo:hi], ev["value"][lo:hi]
+        idx = np.arange(hi - lo, dtype=np.int64)
+        r = keys.shape[1] - 1
+        for j in range(r):  # update: write values[k_j] for j < nkeys
+            m = (kind == 0) & (nk > j)
+            b.add(idx[m], st.cells(0, keys[m, j + 1]), WRITE, val[m] + j)
+        m = kind == 1
+        if m.any():
+            ks = keys[m]
+            srcs = st.cells(0, ks[:, 1:].reshape(-1)).reshape(-1, r)
+            b.add(idx[m], st.cells(1, ks[:, 0]), SUM_WRITE, 0.0, sources=srcs)
+        m = kind == 2
+        if m.any():
+            wk = ev["wkeys"][lo:hi][m]
+            cnt = wk.shape[1]
+            b.add(np.repeat(idx[m], cnt), st.cells(0, wk.reshape(-1)), WINDOW_READ, float(w.window))
+        if ab.any():
+            b.add(idx[ab], st.cells(1, keys[ab, 0]), READ, 0.0, COND_GE, NEVER)
+        batch = b.build()
+        nd = ev["nd"][lo:hi]
+        if not nd.any():
+            return batch
+        # non-deterministic sums: source j reads values[(values[k1] + j) % keys], resolved at
+        # execution time (the engine cuts the batch there)
+        ops = np.flatnonzero((batch.op_kind == SUM_WRITE) & nd[batch.op_txn])
+        cnt = batch.src_ptr[ops + 1] - batch.src_ptr[ops]
+        slot = batch.num_ops + np.repeat(batch.src_ptr[ops], cnt) + _ranges(cnt)
+        seed = st.cells(0, keys[batch.op_txn[ops], 1])
+        return batch, NonDeterministic(
+            slot=slot, seed_cell=np.repeat(seed, cnt), offset=_ranges(cnt),
+            table=np.zeros(slot.shape[0], np.int64), modulus=np.full(slot.shape[0], w.keys))
+
+    return build
+
+
+def _ranges(counts: np.ndarray) -> np.ndarray:
+    """0..c-1 for each c in ``counts``, concatenated."""
+    total = int(counts.sum())
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.arange(total, dtype=np.int64) - starts
+
+
+def make_gs(w: TxnWorkload) -> TxnApp:
+    rng = np.random.default_rng(w.seed)
+    tables = [StateTable("values", w.keys, history=max(w.window, 1)),
+              StateTable("sums", w.keys)]
+    return TxnApp("gs", tables, _gs_events(w, rng), _gs_build_fn(w))
+
+
+# ------------------------------------------------------------------ Toll Processing
+
+
+def _tp_events(w: TxnWorkload, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    n = w.events
+    half = max(w.keys // 2, 1)
+    group = (rng.random(n) < 0.5).astype(np.int32)  # 0: skewed + aborts, 1: uniform
+    seg = np.where(group == 0, zipf_keys(rng, n, half, max(w.skew, 1.0)),
+                   half + rng.integers(0, w.keys - half, n))
+    abort = np.where(group == 0, rng.random(n) < max(w.abort_ratio, 0.0), rng.random(n) < w.abort_ratio / 10)
+    return {
+        "ts": np.arange(1, n + 1, dtype=np.int64),
+        "segment": seg.astype(np.int64),
+        "speed": rng.integers(10, 120, n).astype(np.float64),
+        "group": group,
+        "abort": abort,
+    }
+
+
+def _tp_build(engine: TxnEngine, ev: dict[str, np.ndarray], lo: int, hi: int) -> OpBatch:
+    st = engine.store
+    b = OpBatchBuilder(ev["ts"][lo:hi])
+    b.group[:] = ev["group"][lo:hi]
+    seg, speed, ab = ev["segment"][lo:hi], ev["speed"][lo:hi], ev["abort"][lo:hi]
+    idx = np.arange(hi - lo, dtype=np.int64)
+    s_cells, c_cells = st.cells(0, seg, 0), st.cells(0, seg, 1)
+    b.add(idx, s_cells, READ)
+    b.add(idx, c_cells, READ, 0.0, COND_GE, np.where(ab, NEVER, 0.0))
+    b.add(idx, s_cells, ADD, speed)
+    b.add(idx, c_cells, ADD, 1.0)
+    return b.build()
+
+
+def _tp_post(ev: dict[str, np.ndarray], lo: int, hi: int, batch: OpBatch,
+             op_result: np.ndarray) -> dict[str, np.ndarray]:
+    n = hi - lo
+    speed_sum = op_result[:n]
+    count = op_result[n:2 * n]
+    avg = np.where(count > 0, speed_sum / np.maximum(count, 1), 0.0)
+    toll = np.where((avg < 40) & (count > 50), 2.0 * (count - 50) ** 2, 0.0)
+    return {"toll": toll}
+
+
+def make_tp(w: TxnWorkload) -> TxnApp:
+    rng = np.random.default_rng(w.seed)
+    tables = [StateTable("segments", w.keys, columns=("speed_sum", "count"))]
+    return TxnApp("tp", tables, _tp_events(w, rng), _tp_build, _tp_post,
+                  nested={0: "ns,c,e", 1: "s,c,l"})
+
+
+# ------------------------------------------------------------------ stock exchange join
+
+
+def _sej_events(w: TxnWorkload, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    n = w.events
+    return {
+        "ts": np.arange(1, n + 1, dtype=np.int64),
+        "traded": rng.random(n) < 0.5,
+        "stock": zipf_keys(rng, n, w.keys, w.skew),
+        "volume": rng.integers(1, 1000, n).astype(np.float64),
+    }
+
+
+def _sej_build_fn(w: TxnWorkload) -> Any:
+    def build(engine: TxnEngine, ev: dict[str, np.ndarray], lo: int, hi: int) -> OpBatch:
+        st = engine.store
+        b = OpBatchBuilder(ev["ts"][lo:hi])
+        tr, stock, vol = ev["traded"][lo:hi], ev["stock"][lo:hi], ev["volume"][lo:hi]
+        idx = np.arange(hi - lo, dtype=np.int64)
+        own = np.where(tr, 0, 1)
+        other = 1 - own
+        for side in (0, 1):
+            m = own == side
+            b.add(idx[m], st.cells(side, stock[m]), WRITE, vol[m])      # insert
+            m = other == side
+            b.add(idx[m], st.cells(side, stock[m]), WINDOW_READ, float(w.window))  # probe
+        return b.build()
+
+    return build
+
+
+def make_sej(w: TxnWorkload) -> TxnApp:
+    rng = np.random.default_rng(w.seed)
+    tables = [StateTable("traded", w.keys, history=w.window),
+              StateTable("quoted", w.keys, history=w.window)]
+    return TxnApp("sej", tables, _sej_events(w, rng), _sej_build_fn(w))
+
+
+APPS = {"sl": make_sl, "gs": make_gs, "tp": make_tp, "sej": make_sej}
+
+
+def make_app(name: str, w: TxnWorkload) -> TxnApp:
+    """The application ``name`` (sl, gs, tp, sej) on workload ``w``."""
+    try:
+        return APPS[name](w)
+    except KeyError:
+        raise PlanError(f"unknown transactional app {name!r}; choose from {sorted(APPS)}") from None
+
+
+def batches(app: TxnApp, punctuation: int) -> Iterator[tuple[int, int]]:
+    """Event ranges between punctuations."""
+    n = app.num_events
+    for lo in range(0, n, punctuation):
+        yield lo, min(lo + punctuation, n)
+
+
+def run_app(app: TxnApp, engine: TxnEngine, punctuation: int,
+            ranges: Sequence[tuple[int, int]] | None = None) -> dict[str, Any]:
+    """Stream ``app``'s events through ``engine``; per-batch latency and outcome counts."""
+    import time
+
+    lat: list[tuple[float, int]] = []
+    committed = aborted = 0
+    build_s = 0.0
+    t_start = time.perf_counter()
+    for lo, hi in ranges if ranges is not None else batches(app, punctuation):
+        t0 = time.perf_counter()
+        built = app.build(engine, app.events, lo, hi)
+        batch, nd = built if isinstance(built, tuple) else (built, None)
+        t1 = time.perf_counter()
+        res = engine.execute(batch, nd)
+        if app.post is not None:
+            app.post(app.events, lo, hi, batch, res.op_result)
+        t2 = time.perf_counter()
+        build_s += t1 - t0
+        lat.append((t2 - t0, hi - lo))
+        committed += int(res.committed.sum())
+        aborted += int((~res.committed).sum())
+    seconds = time.perf_counter() - t_start
+    return {"seconds": seconds, "latency": lat, "committed": committed, "aborted": aborted,
+            "build_seconds": build_s}
