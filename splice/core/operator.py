@@ -47,6 +47,7 @@ class OperatorLogic(ABC):
 
     def on_barrier(self, checkpoint_id: int) -> None:
         """A checkpoint barrier passed; stateful operators may prepare a snapshot."""
+        return None
 
     def snapshot(self) -> Any:
         """An immutable, picklable copy of the operator's state (``None`` when stateless)."""

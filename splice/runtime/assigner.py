@@ -27,9 +27,9 @@ from splice.core.records import Install, Instruction, Record, Uninstall
 from splice.core.stream import Stream, StreamCatalog
 from splice.runtime.decomposer import ROW_ID
 from splice.runtime.plan import Query
+from splice.runtime.switch import ONWARD, TAP
 from splice.runtime.synchronizer import RoundRobin
 from splice.runtime.topology import Topology
-from splice.runtime.switch import ONWARD, TAP
 from splice.runtime.unit import UnitProgram
 
 __all__ = ["QueryAssigner", "Deployment"]
@@ -226,19 +226,19 @@ class QueryAssigner:
         needed: dict[int, set[str] | None] = {}
         sources: list[Stream] = []
         for node in query.nodes:
-            inputs = []
+            inputs: list[pa.Schema] = []
             for name in node.inputs:
                 if name in schemas:
-                    inputs.append((None, schemas[name]))
+                    inputs.append(schemas[name])
                 elif name in self.catalog:
                     src = self.catalog[name]
                     if src.id not in needed:
                         needed[src.id] = set()
                         sources.append(src)
-                    inputs.append((src, src.schema))
+                    inputs.append(src.schema)
                 else:
                     self._resolve(query, node.name, name, {})  # raises naming the stream
-            full = {i: sch for i, (_, sch) in enumerate(inputs)}
+            full = dict(enumerate(inputs))
             try:
                 used = node.spec.columns_used(full)
                 schemas[node.name] = node.spec.output_schema(full)

@@ -17,7 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from splice.core.records import Barrier, Data, End, Install, Instruction, Record, Uninstall, Watermark
+from splice.core.records import (
+    Barrier,
+    Data,
+    End,
+    Install,
+    Instruction,
+    Record,
+    Uninstall,
+    Watermark,
+)
 from splice.runtime.switch import LocalSwitch
 from splice.runtime.unit import ProcessingUnit, UnitEvents
 

@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 from splice.core.records import Data, End, Install, Instruction
 from splice.runtime.brick import Brick
 from splice.runtime.unit import UnitProgram
-
 from tests.runtime.opkit import Repeat
 
 SCHEMA = pa.schema([("x", pa.int64())])

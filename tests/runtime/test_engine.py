@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.ops import Project, Select
 from splice.runtime import Engine, Node, Query
-
 from tests.runtime.opkit import CountAll, FailOn, Repeat
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.float64()), ("c", pa.string())])
@@ -200,8 +199,8 @@ def test_engine_generates_bounded_out_of_orderness_watermarks():
     eng.define_stream("e", schema, time_column="t", max_out_of_orderness=5)
     seen = []
     eng.topology.gswitches[0]._tap = seen.append  # observe records entering the path
-    from splice.runtime.switch import TAP
     from splice.core.records import Instruction, Watermark
+    from splice.runtime.switch import TAP
     eng.executor.submit(Instruction(eng.topology.gswitches[0].switch.block_id, 2, TAP))
     eng.push("e", pa.record_batch({"t": pa.array([10, 3], pa.int64())}))
     eng.push("e", pa.record_batch({"t": pa.array([8], pa.int64())}))  # no advance: no watermark

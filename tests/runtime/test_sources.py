@@ -3,7 +3,6 @@ import pyarrow.parquet as pq
 
 from splice.io.sources import file_source, round_robin, table_source
 from splice.runtime import Engine, Query
-
 from tests.runtime.opkit import CountAll
 
 
