@@ -1,0 +1,434 @@
+"""Index-based window join (IBWJ) for band predicates over count-based sliding windows.
+
+Semantics. Tuples of the left stream R and the right stream S arrive in one order on the data
+path; ``W_R`` is the last ``w_R`` tuples of R, ``W_S`` the last ``w_S`` of S. An arriving r does::
+
+    emit { (r, s) : s in W_S, lower <= s.x - r.x <= upper }  ->  insert r into W_R (expire oldest)
+
+and an arriving s emits ``{ (r, s) : r in W_R, lower <= s.x - r.x <= upper }`` symmetrically. The
+band join ``|r.x - s.x| <= eps`` is ``lower = -eps, upper = eps``. A **self-join** of one stream
+pairs each arriving tuple ``a`` with the earlier tuples ``b`` of its window (the last ``w``
+before ``a``) with ``lower <= b.x - a.x <= upper``; its rows are ``a``'s columns then ``b``'s.
+
+Output rows list the left input's columns then the right input's (a right column whose name is
+taken gets the suffix ``_right``), ordered by the arrival of the later tuple, then by the arrival
+of its partner — the same for every index and thread count, however the input is batched.
+
+Keys: any numeric Arrow type. Integer keys (``int8`` .. ``int64``, ``uint8`` .. ``uint32``,
+``uint64`` up to 2**63 - 1) are joined as ``int64`` with the bounds rounded inward
+(``ceil(lower)``, ``floor(upper)``), exactly; when either side is floating point or decimal,
+both are joined as ``float64``. Null, NaN and infinite keys are refused (SchemaError naming the
+stream and column): filter them before the join.
+
+Algorithm. Each window is indexed (``index``): ``nlwj`` scans it (nested loops, the baseline),
+``bptree``, ``bchain``/``ibchain``, ``imtree``, ``pimtree`` are the structures of
+:mod:`splice.index`. A probe is one range search ``[x + lower, x + upper]`` restricted to the
+window's positions; the partners are sorted by position. The loop over a batch is one numba call
+(:func:`splice.index._window.join_run`). ``threads > 1`` runs the parallel IBWJ of
+:mod:`splice.joins.parallel_band` (same output, same order).
+
+State: per side the retained rows (:class:`~splice.joins.window.RowStore`) and the next arrival
+number; the indexes are derived and rebuilt on restore.
+
+>>> import pyarrow as pa
+>>> from splice.testing import OperatorHarness
+>>> spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=2, index="pimtree")
+>>> h = OperatorHarness(spec, {2: pa.schema([("x", pa.int64())]), 3: pa.schema([("x", pa.int64())])})
+>>> _ = h.push(2, pa.record_batch({"x": [1, 5, 9]}))     # W_R = {5, 9}
+>>> h.push(3, pa.record_batch({"x": [4, 10]})).to_pydict()
+{'x': [5, 9], 'x_right': [4, 10]}
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.index._window import M_NEXT, join_run
+from splice.index.window import INDEX_KINDS, IndexKind, WindowIndex, max_insertion_depth
+from splice.joins._band_kernels import LOW_LEFT_POOL, LOW_RIGHT_POOL, OUT_FULL, join_seq_run
+from splice.joins.hash_window_join import join_output_schema
+from splice.joins.window import RowStore
+
+__all__ = [
+    "BandJoin",
+    "BandCore",
+    "MergeMode",
+    "band_bounds",
+    "key_dtype",
+    "key_values",
+    "probe_offsets",
+]
+
+MergeMode = Literal["nonblocking", "blocking"]
+
+
+def band_bounds(
+    eps: float | None, lower: float | None = None, upper: float | None = None
+) -> tuple[float, float]:
+    """``(lower, upper)`` of the predicate ``lower <= s.x - r.x <= upper``; PlanError if invalid."""
+    if eps is not None:
+        if lower is not None or upper is not None:
+            raise PlanError("band join: give either eps or lower/upper, not both")
+        eps = float(eps)
+        if math.isnan(eps) or eps < 0:
+            raise PlanError(f"band join: eps must be >= 0, got {eps}")
+        return -eps, eps
+    if lower is None or upper is None:
+        raise PlanError("band join: give eps (|r.x - s.x| <= eps) or both lower and upper")
+    lo, hi = float(lower), float(upper)
+    if math.isnan(lo) or math.isnan(hi) or lo > hi:
+        raise PlanError(f"band join: need lower <= upper, got lower={lower}, upper={upper}")
+    return lo, hi
+
+
+def _is_float_key(t: pa.DataType) -> bool:
+    return pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def key_dtype(types: list[pa.DataType], names: list[tuple[str, str]]) -> np.dtype:
+    """``float64`` when any key type is floating point or decimal, else ``int64``."""
+    for t, (stream, col) in zip(types, names, strict=True):
+        if not (pa.types.is_integer(t) or _is_float_key(t)):
+            raise SchemaError(
+                f"stream {stream!r}: band join key column {col!r} has type {t}, expected a "
+                "numeric type"
+            )
+    return np.dtype(np.float64) if any(_is_float_key(t) for t in types) else np.dtype(np.int64)
+
+
+def key_values(
+    column: pa.Array | pa.ChunkedArray, dtype: np.dtype, stream: str, name: str
+) -> np.ndarray:
+    """The key column as a contiguous ``dtype`` array; SchemaError on null/NaN/inf/overflow."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if column.null_count:
+        raise SchemaError(
+            f"stream {stream!r}: band join key column {name!r} has {column.null_count} null(s)"
+        )
+    t = column.type
+    if dtype == np.int64:
+        if pa.types.is_uint64(t) and len(column) and pc.max(column).as_py() > 2**63 - 1:
+            raise SchemaError(
+                f"stream {stream!r}: band join key column {name!r} (uint64) exceeds int64"
+            )
+        values = column.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        return np.ascontiguousarray(values, np.int64)
+    values = np.ascontiguousarray(column.cast(pa.float64()).to_numpy(zero_copy_only=False))
+    if len(values) and not np.isfinite(values).all():
+        bad = int((~np.isfinite(values)).sum())
+        raise SchemaError(
+            f"stream {stream!r}: band join key column {name!r} has {bad} NaN or infinite value(s)"
+        )
+    return values
+
+
+def probe_offsets(
+    lower: float, upper: float, dtype: np.dtype, self_join: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Key offsets of a probe by side: partners of ``x`` from side ``s`` have keys in
+    ``[x + lo[s], x + hi[s]]`` (bounds rounded inward for integer keys)."""
+    if dtype == np.int64:
+        lo_v: float = math.ceil(lower)
+        hi_v: float = math.floor(upper)
+    else:
+        lo_v, hi_v = lower, upper
+    lo = np.array([lo_v, -hi_v if not self_join else lo_v], dtype)
+    hi = np.array([hi_v, -lo_v if not self_join else hi_v], dtype)
+    return lo, hi
+
+
+class BandCore:
+    """The single-threaded IBWJ over both windows: ``run(sides, keys)`` joins a sequence.
+
+    ``sides[g]`` is 0 (left) or 1 (right); results are ``(g, partner position)`` arrays, ordered
+    by ``g`` then partner. Positions count each stream's arrivals from 0 across calls.
+    """
+
+    def __init__(
+        self,
+        index: IndexKind,
+        windows: tuple[int, int],
+        dtype: np.dtype,
+        lower: float,
+        upper: float,
+        self_join: bool = False,
+        merge_ratio: float = 0.125,
+        insertion_depth: int = 1,
+        chain_length: int = 2,
+    ) -> None:
+        self.self_join = self_join
+        self.dtype = np.dtype(dtype)
+        self.offs_lo, self.offs_hi = probe_offsets(lower, upper, self.dtype, self_join)
+        opts: dict[str, Any] = dict(
+            merge_ratio=merge_ratio, insertion_depth=insertion_depth, chain_length=chain_length
+        )
+        self.indexes = [WindowIndex(index, windows[0], self.dtype, **opts)]
+        if not self_join:
+            self.indexes.append(WindowIndex(index, windows[1], self.dtype, **opts))
+        self._cap = 1024
+
+    def start_at(self, positions: tuple[int, int]) -> None:
+        """Continue numbering each stream's arrivals from ``positions`` (an empty core only)."""
+        for ix, p in zip(self.indexes, positions, strict=False):
+            ix.meta[M_NEXT] = p
+
+    def run(self, sides: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Join the tuples ``(sides[g], keys[g])`` in order; return ``(g, partner position)``."""
+        sides = np.ascontiguousarray(sides, np.int8)
+        keys = np.ascontiguousarray(keys, self.dtype)
+        n = len(keys)
+        left = self.indexes[0]
+        right = self.indexes[-1]
+        single = bool(n) and (sides == sides[0]).all()
+        out_g = np.empty(self._cap, np.int64)
+        out_p = np.empty(self._cap, np.int64)
+        g, m = 0, 0
+        while True:
+            if single:
+                side = int(sides[0])
+                own = left if side == 0 or self.self_join else right
+                other = left if side == 1 or self.self_join else right
+                g, m, status = join_run(keys, g, self.offs_lo[side], self.offs_hi[side],
+                                        other.state, own.state, self.self_join, out_g, out_p, m)
+                low = own
+            else:
+                g, m, status = join_seq_run(sides, keys, g, self.offs_lo, self.offs_hi,
+                                            left.state, right.state, self.self_join, out_g,
+                                            out_p, m)
+                low = left if status == LOW_LEFT_POOL else right
+            if status == 0:
+                break
+            if status == OUT_FULL:
+                self._cap = max(2 * self._cap, 2 * m)
+                out_g = np.concatenate([out_g[:m], np.empty(self._cap - m, np.int64)])
+                out_p = np.concatenate([out_p[:m], np.empty(self._cap - m, np.int64)])
+            elif status in (1, LOW_RIGHT_POOL):
+                low.grow_pool()
+        return out_g[:m].copy(), out_p[:m].copy()
+
+    def nbytes(self) -> int:
+        return sum(ix.used_bytes() for ix in self.indexes)
+
+
+def _windows(window: int | tuple[int, int]) -> tuple[int, int]:
+    if isinstance(window, tuple | list):
+        if len(window) != 2:
+            raise PlanError(f"band join: window is w or (w_left, w_right), got {window!r}")
+        wl, wr = window
+    else:
+        wl = wr = window
+    for w in (wl, wr):
+        if isinstance(w, bool) or not isinstance(w, int | np.integer) or w < 1:
+            raise PlanError(f"band join: window sizes must be integers >= 1, got {window!r}")
+    return int(wl), int(wr)
+
+
+@dataclass(frozen=True)
+class BandJoin(OperatorSpec):
+    """IBWJ of streams ``left`` and ``right`` (``right=None``: self-join of ``left``) on ``on``.
+
+    ``eps`` or ``lower``/``upper`` give the predicate (module docstring); ``window`` is ``w`` or
+    ``(w_left, w_right)``; ``index`` one of ``nlwj bptree bchain ibchain imtree pimtree``.
+    IM/PIM-Tree: ``merge_ratio`` m in (0, 1]; PIM-Tree: ``insertion_depth`` D_I (``None``: the
+    smaller of 1 and the deepest level of a full window's ``T_S``). Chains: ``chain_length`` >= 2.
+    ``threads`` >= 1, ``task_size`` tuples per task and ``merge`` mode of the parallel join.
+    """
+
+    left: int
+    right: int | None
+    on: str | tuple[str, str]
+    eps: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    window: int | tuple[int, int] = 1024
+    index: IndexKind = "pimtree"
+    merge_ratio: float = 0.125
+    insertion_depth: int | None = None
+    chain_length: int = 2
+    threads: int = 1
+    task_size: int = 256
+    merge: MergeMode = "nonblocking"
+
+    name = "band_join"
+
+    def __post_init__(self) -> None:
+        band_bounds(self.eps, self.lower, self.upper)
+        windows = _windows(self.window)
+        if self.index not in INDEX_KINDS:
+            raise PlanError(
+                f"band join: unknown index {self.index!r} (choose one of {', '.join(INDEX_KINDS)})"
+            )
+        if not 0.0 < float(self.merge_ratio) <= 1.0:
+            raise PlanError(f"band join: merge ratio must be in (0, 1], got {self.merge_ratio}")
+        if int(self.chain_length) < 2:
+            raise PlanError(f"band join: chain length must be >= 2, got {self.chain_length}")
+        if int(self.threads) < 1:
+            raise PlanError(f"band join: threads must be >= 1, got {self.threads}")
+        if int(self.task_size) < 1:
+            raise PlanError(f"band join: task size must be >= 1, got {self.task_size}")
+        if self.merge not in get_args(MergeMode):
+            raise PlanError(f"band join: merge must be 'nonblocking' or 'blocking', got {self.merge!r}")
+        if self.insertion_depth is not None:
+            deepest = max_insertion_depth(max(windows))
+            if not 0 <= int(self.insertion_depth) <= deepest:
+                raise PlanError(
+                    f"band join: insertion depth {self.insertion_depth} is beyond the depth of "
+                    f"T_S for a full window of {max(windows)} (0 .. {deepest})"
+                )
+        if self.right is not None and self.right == self.left:
+            raise PlanError("band join: left and right are the same stream; use right=None")
+
+    # -- planning ------------------------------------------------------------------------------
+    @property
+    def self_join(self) -> bool:
+        return self.right is None
+
+    @property
+    def windows(self) -> tuple[int, int]:
+        return _windows(self.window)
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return band_bounds(self.eps, self.lower, self.upper)
+
+    @property
+    def depth(self) -> int:
+        if self.insertion_depth is not None:
+            return int(self.insertion_depth)
+        return min(1, max_insertion_depth(max(self.windows)))
+
+    def _columns(self) -> tuple[str, str]:
+        if isinstance(self.on, str):
+            if "," in self.on:
+                raise PlanError(f"band join takes one key column per side, got {self.on!r}")
+            return self.on, self.on
+        return self.on[0], self.on[1]
+
+    def _schemas(self, inputs: InputSchemas) -> tuple[pa.Schema, pa.Schema]:
+        ids = [self.left] if self.right is None else [self.left, self.right]
+        for sid in ids:
+            if sid not in inputs:
+                raise PlanError(f"band join: input stream {sid} is not among {sorted(inputs)}")
+        ls = inputs[self.left]
+        rs = inputs[self.right] if self.right is not None else ls
+        lc, rc = self._columns()
+        for schema, col, sid in ((ls, lc, self.left), (rs, rc, self.right or self.left)):
+            if col not in schema.names:
+                raise SchemaError(
+                    f"stream {sid}: band join key column {col!r} is missing "
+                    f"(columns: {', '.join(schema.names)})"
+                )
+        return ls, rs
+
+    def key_dtype(self, inputs: InputSchemas) -> np.dtype:
+        ls, rs = self._schemas(inputs)
+        lc, rc = self._columns()
+        return key_dtype(
+            [ls.field(lc).type, rs.field(rc).type],
+            [(str(self.left), lc), (str(self.right or self.left), rc)],
+        )
+
+    def output_schema(self, inputs: InputSchemas) -> pa.Schema:
+        ls, rs = self._schemas(inputs)
+        self.key_dtype(inputs)
+        return join_output_schema(ls, rs)[0]
+
+    def columns_used(self, inputs: InputSchemas) -> dict[int, set[str]] | None:
+        return None
+
+    def make_core(self, dtype: np.dtype) -> Any:
+        """The join engine: :class:`BandCore`, or the parallel join for ``threads > 1``."""
+        lower, upper = self.bounds
+        if self.threads > 1:
+            from splice.joins.parallel_band import make_parallel
+
+            return make_parallel(self, dtype)
+        return BandCore(self.index, self.windows, dtype, lower, upper, self.self_join,
+                        self.merge_ratio, self.depth, self.chain_length)
+
+    def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
+        return BandJoinLogic(self, inputs, state)
+
+
+class BandJoinLogic(OperatorLogic):
+    """Runtime of :class:`BandJoin`: row stores per side and the join core."""
+
+    def __init__(self, spec: BandJoin, inputs: InputSchemas, state: Any = None) -> None:
+        self.spec = spec
+        ls, rs = spec._schemas(inputs)
+        self.schemas = (ls, rs)
+        self.out_schema, _ = join_output_schema(ls, rs)
+        self.cols = spec._columns()
+        self.dtype = spec.key_dtype(inputs)
+        self.windows = spec.windows
+        self.rows = [RowStore(ls)] if spec.self_join else [RowStore(ls), RowStore(rs)]
+        self.core = spec.make_core(self.dtype)
+        if state is not None:
+            self._restore(state)
+
+    def _side(self, stream_id: int) -> int:
+        if stream_id == self.spec.left:
+            return 0
+        if self.spec.right is not None and stream_id == self.spec.right:
+            return 1
+        raise PlanError(f"band join: unexpected input stream {stream_id}")
+
+    def _restore(self, state: Any) -> None:
+        try:
+            tables, nexts = state["rows"], state["next"]
+        except (TypeError, KeyError) as exc:
+            raise StateError(f"band join: unreadable snapshot {type(state).__name__}") from exc
+        starts = []
+        for s, (table, nxt) in enumerate(zip(tables, nexts, strict=True)):
+            first = int(nxt) - table.num_rows
+            self.rows[s] = RowStore(self.schemas[s], first)
+            for b in table.to_batches():
+                self.rows[s].append(b)
+            starts.append(first)
+        self.core.start_at(tuple(starts))
+        for s, table in enumerate(tables):
+            if table.num_rows:
+                keys = key_values(table.column(self.cols[s]), self.dtype, str(s), self.cols[s])
+                self.core.run(np.full(len(keys), s, np.int8), keys)  # rebuilds the windows
+
+    def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        side = self._side(stream_id)
+        if batch.num_rows == 0:
+            return []
+        schema = self.schemas[side]
+        if not batch.schema.equals(schema, check_metadata=False):
+            batch = batch.select(schema.names)
+        keys = key_values(batch.column(self.cols[side]), self.dtype, str(stream_id),
+                          self.cols[side])
+        store = self.rows[side if not self.spec.self_join else 0]
+        store.append(batch)
+        g, partner = self.core.run(np.full(len(keys), side, np.int8), keys)
+        other = self.rows[0] if (side == 1 or self.spec.self_join) else self.rows[1]
+        out: list[pa.RecordBatch] = []
+        if len(g):
+            probe = pa.Table.from_batches([batch.take(pa.array(g))])
+            part = other.take(partner)
+            left, right = (part, probe) if side == 1 else (probe, part)
+            cols = left.columns + right.columns
+            out = pa.Table.from_arrays(cols, schema=self.out_schema).combine_chunks().to_batches()
+        w = self.windows[side if not self.spec.self_join else 0]
+        store.evict_before(store.end - w)
+        return [b for b in out if b.num_rows]
+
+    def snapshot(self) -> Any:
+        tables = []
+        for s, store in enumerate(self.rows):
+            tables.append(store.rows_from(store.end - self.windows[s]))
+        return {"rows": tables, "next": [store.end for store in self.rows]}
+
+    def state_bytes(self) -> int:
+        return sum(r.nbytes() for r in self.rows) + int(self.core.nbytes())

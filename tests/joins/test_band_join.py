@@ -1,0 +1,188 @@
+"""Band joins (IBWJ) of every index and thread count against the nested-loop reference."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splice.cli import main
+from splice.core.errors import PlanError, SchemaError
+from splice.core.records import Data, End
+from splice.index import INDEX_KINDS
+from splice.joins.band_command import run as band_run
+from splice.joins.band_join import BandCore, BandJoin, probe_offsets
+from splice.testing import check_operator, run_operator
+from tests.reference.band_join import nested_loop_band_join
+
+INDEXES = list(INDEX_KINDS)
+
+
+def _core_pairs(core, sides, keys, chunk):
+    gs, ps = [], []
+    for c0 in range(0, len(keys), chunk):
+        g, p = core.run(np.array(sides[c0 : c0 + chunk], np.int8), np.array(keys[c0 : c0 + chunk]))
+        gs += (g + c0).tolist()
+        ps += p.tolist()
+    return list(zip(gs, ps, strict=True))
+
+
+@settings(max_examples=60)
+@given(
+    index=st.sampled_from(INDEXES),
+    data=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 40)), max_size=300),
+    wl=st.integers(1, 40),
+    wr=st.integers(1, 40),
+    band=st.one_of(st.tuples(st.just("eps"), st.sampled_from([0, 0.5, 1, 3])),
+                   st.tuples(st.just("range"), st.tuples(st.integers(-5, 5), st.integers(0, 6)))),
+    self_join=st.booleans(),
+    as_float=st.booleans(),
+    chunk=st.sampled_from([1, 2, 7, 49, 50, 51, 100, 1000]),
+    merge_ratio=st.sampled_from([0.05, 0.25, 1.0]),
+    depth=st.integers(0, 1),
+    chain=st.integers(2, 4),
+)
+def test_core_matches_nested_loops(index, data, wl, wr, band, self_join, as_float, chunk,
+                                   merge_ratio, depth, chain):
+    sides = [0 if self_join else s for s, _ in data]
+    keys = [float(k) / 2 if as_float else k for _, k in data]
+    if band[0] == "eps":
+        lower, upper = -float(band[1]), float(band[1])
+    else:
+        lower, upper = float(band[1][0]), float(band[1][0] + band[1][1])
+    dtype = np.dtype(np.float64 if as_float else np.int64)
+    core = BandCore(index, (wl, wr), dtype, lower, upper, self_join, merge_ratio, depth, chain)
+    want = nested_loop_band_join(sides, keys, (wl, wr), lower, upper, self_join)
+    assert _core_pairs(core, sides, keys, chunk) == want
+
+
+def test_integer_bounds_round_inward():
+    lo, hi = probe_offsets(-1.5, 2.5, np.dtype(np.int64), False)
+    assert lo.tolist() == [-1, -2] and hi.tolist() == [2, 1]
+
+
+def _schemas():
+    return {2: pa.schema([("x", pa.int32()), ("a", pa.string())]),
+            3: pa.schema([("x", pa.float32()), ("b", pa.int64())])}
+
+
+def _records(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    recs = []
+    for i in range(0, n, 6):
+        sid = 2 if (i // 6) % 3 else 3
+        xs = rng.integers(0, 30, 6)
+        if sid == 2:
+            b = pa.record_batch({"x": pa.array(xs, pa.int32()),
+                                 "a": [f"r{i + j}" for j in range(6)]})
+        else:
+            b = pa.record_batch({"x": pa.array(xs, pa.float32()), "b": np.arange(i, i + 6)})
+        recs.append(Data(sid, b))
+    return recs + [End()]
+
+
+@pytest.mark.parametrize("index", ["pimtree", "ibchain", "nlwj"])
+def test_operator_contract_and_reference(index):
+    spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=(7, 5), index=index,
+                    merge_ratio=0.25, insertion_depth=0)
+    recs = _records()
+    got = check_operator(spec, _schemas(), recs, restore_points=[0, 3, 7])
+    sides, keys, rows = [], [], []
+    for r in recs:
+        if isinstance(r, Data):
+            for row in r.batch.to_pylist():
+                sides.append(0 if r.stream_id == 2 else 1)
+                keys.append(float(row["x"]))
+                rows.append(row)
+    want = nested_loop_band_join(sides, keys, (7, 5), -1.0, 1.0)
+    per_side = [[row for s, row in zip(sides, rows, strict=True) if s == k] for k in (0, 1)]
+    expect = []
+    for g, p in want:
+        probe = rows[g]
+        partner = per_side[1 - sides[g]][p]
+        lrow, rrow = (probe, partner) if sides[g] == 0 else (partner, probe)
+        expect.append((lrow["x"], lrow["a"], rrow["x"], rrow["b"]))
+    assert got.schema.names == ["x", "a", "x_right", "b"]
+    assert list(zip(*[got.column(i).to_pylist() for i in range(4)], strict=True)) == expect
+
+
+def test_self_join_operator():
+    spec = BandJoin(left=2, right=None, on="x", lower=0, upper=2, window=3, index="bptree")
+    schema = {2: pa.schema([("x", pa.int64()), ("i", pa.int64())])}
+    recs = [Data(2, pa.record_batch({"x": [5, 6, 7, 5, 9], "i": [0, 1, 2, 3, 4]})), End()]
+    got = check_operator(spec, schema, recs)
+    # a pairs with earlier b when 0 <= b.x - a.x <= 2
+    assert got.to_pydict() == {"x": [5, 5, 5], "i": [3, 3, 3], "x_right": [5, 6, 7],
+                               "i_right": [0, 1, 2]}
+
+
+def test_bad_input():
+    with pytest.raises(PlanError, match="eps"):
+        BandJoin(left=2, right=3, on="x", eps=-1.0)
+    with pytest.raises(PlanError, match="window"):
+        BandJoin(left=2, right=3, on="x", eps=1.0, window=0)
+    with pytest.raises(PlanError, match="merge ratio"):
+        BandJoin(left=2, right=3, on="x", eps=1.0, merge_ratio=0.0)
+    with pytest.raises(PlanError, match="merge ratio"):
+        BandJoin(left=2, right=3, on="x", eps=1.0, merge_ratio=2.0)
+    with pytest.raises(PlanError, match="insertion depth"):
+        BandJoin(left=2, right=3, on="x", eps=1.0, window=1024, insertion_depth=1)
+    with pytest.raises(PlanError, match="threads"):
+        BandJoin(left=2, right=3, on="x", eps=1.0, threads=0)
+    with pytest.raises(PlanError, match="lower <= upper"):
+        BandJoin(left=2, right=3, on="x", lower=2, upper=1)
+    spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=4)
+    with pytest.raises(SchemaError, match="'x'"):
+        run_operator(spec, {2: pa.schema([("x", pa.float64())]), 3: pa.schema([("x", pa.int64())])},
+                     [Data(2, pa.record_batch({"x": [1.0, float("nan")]}))])
+    with pytest.raises(SchemaError, match="null"):
+        run_operator(spec, {2: pa.schema([("x", pa.int64())]), 3: pa.schema([("x", pa.int64())])},
+                     [Data(2, pa.record_batch({"x": pa.array([1, None], pa.int64())}))])
+    with pytest.raises(SchemaError, match="numeric"):
+        spec.output_schema({2: pa.schema([("x", pa.string())]), 3: pa.schema([("x", pa.int64())])})
+
+
+def _args(**kw):
+    base = dict(on="x", eps=1.0, lower=None, upper=None, window="4", index="pimtree", threads=1,
+                task_size=4, merge_ratio=0.5, insertion_depth=2, arrival=None, time=None,
+                batch_size=65536)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_command_run_and_cli(tmp_path):
+    rng = np.random.default_rng(3)
+    left = pa.table({"x": rng.integers(0, 50, 300), "t": np.arange(0, 600, 2)})
+    right = pa.table({"x": rng.random(200) * 50, "t": np.arange(1, 600, 3)})
+    sides = [0] * 300 + [1] * 200
+    order = np.argsort(np.concatenate([left["t"].to_numpy(), right["t"].to_numpy()]), kind="stable")
+    allkeys = np.concatenate([left["x"].to_numpy(), right["x"].to_numpy()]).astype(float)
+    want = nested_loop_band_join([sides[i] for i in order], allkeys[order].tolist(), (16, 8),
+                                 -1.0, 1.0)
+    ref = None
+    for index in INDEXES:
+        out = band_run(left, right, _args(window="16,8", index=index, arrival="t", batch_size=33))
+        assert out.schema.names == ["x", "t", "x_right", "t_right"]
+        assert out.num_rows == len(want)
+        if ref is None:
+            ref = out
+        assert out.equals(ref), index
+    lp, rp, op = tmp_path / "l.parquet", tmp_path / "r.parquet", tmp_path / "o.parquet"
+    pq.write_table(left, lp)
+    pq.write_table(right, rp)
+    rc = main(["join", "--kind", "band", "--left", str(lp), "--right", str(rp), "--on", "x",
+               "--eps", "1", "--window", "16,8", "--arrival", "t", "--out", str(op), "--json"])
+    assert rc == 0
+    assert pq.read_table(op).equals(ref)
+    rc = main(["join", "--kind", "band", "--left", str(lp), "--right", str(rp), "--on", "x",
+               "--eps", "-1", "--window", "16", "--out", str(op)])
+    assert rc == 2
+    with pytest.raises(PlanError, match="threads"):
+        band_run(left, right, _args(threads=0))
+    with pytest.raises(PlanError, match="insertion depth"):
+        band_run(left, right, _args(insertion_depth=3))

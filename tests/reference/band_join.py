@@ -1,0 +1,37 @@
+"""Reference for the band join: the nested-loop window join (NLWJ), tuple at a time."""
+
+from __future__ import annotations
+
+
+def nested_loop_band_join(
+    sides: list[int],
+    keys: list[float],
+    windows: tuple[int, int],
+    lower: float,
+    upper: float,
+    self_join: bool = False,
+) -> list[tuple[int, int]]:
+    """``(g, partner position)`` pairs in arrival order, partners oldest first.
+
+    A tuple of side 0 (key x) matches window tuples of side 1 with ``lower <= y - x <= upper``; a
+    tuple of side 1 (key y) matches side-0 tuples with ``lower <= y - x <= upper``. Self-join:
+    every tuple is side 0 and matches the earlier tuples b of its window with
+    ``lower <= b - x <= upper``.
+    """
+    seen: list[list[float]] = [[], []]
+    out: list[tuple[int, int]] = []
+    for g, (s, x) in enumerate(zip(sides, keys, strict=True)):
+        if self_join:
+            s = 0
+            other = seen[0]
+            w = windows[0]
+        else:
+            other = seen[1 - s]
+            w = windows[1 - s]
+        for pos in range(max(0, len(other) - w), len(other)):
+            y = other[pos]
+            d = (y - x) if (s == 0) else (x - y)
+            if lower <= d <= upper:
+                out.append((g, pos))
+        seen[s].append(x)
+    return out
