@@ -284,3 +284,54 @@ def test_row_store_keeps_few_chunks() -> None:
     assert store.take(np.array([999, 0, 500])).column("k").to_pylist() == [999, 0, 500]
     store.evict_before(990)
     assert store.take(np.array([995])).column("id").to_pylist() == [995]
+
+
+# -- the `splice join --kind hash` command ------------------------------------------------------------
+
+
+def _files(tmp_path: Path) -> tuple[str, str]:
+    import pyarrow.parquet as pq
+
+    lp, rp = tmp_path / "l.parquet", tmp_path / "r.parquet"
+    pq.write_table(pa.table({"k": pa.array([1, 2, 1, None, 2], pa.int64()), "a": [1, 2, 3, 4, 5],
+                             "t": [1, 2, 3, 4, 5]}), lp)
+    pq.write_table(pa.table({"k": [1, 1, 2, 2], "a": [10, 20, 30, 40], "t": [1, 3, 5, 7]}), rp)
+    return str(lp), str(rp)
+
+
+@pytest.mark.parametrize("impl,parallel", [("fast", 1), ("hbsj", 1), ("fast", 2)])
+def test_cli_count_window(tmp_path: Path, impl: str, parallel: int) -> None:
+    import pyarrow.parquet as pq
+
+    from splice.cli import main
+
+    lp, rp = _files(tmp_path)
+    out = str(tmp_path / "o.parquet")
+    assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "k", "--window", "2",
+                 "--impl", impl, "--parallel", str(parallel), "--out", out, "--json"]) == 0
+    got = pq.read_table(out)
+    assert got.schema.names == ["k", "a", "t", "k_right", "a_right", "t_right"]
+    # L1 R10 L2 R20 L3 R30 L4(null) R40 L5: see the nested-loop walk in the docs
+    assert list(zip(got["a"].to_pylist(), got["a_right"].to_pylist(), strict=True)) == [
+        (1, 10), (1, 20), (3, 10), (3, 20), (2, 30), (5, 30), (5, 40)]
+
+
+def test_cli_time_window_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow.parquet as pq
+
+    from splice.cli import main
+
+    lp, rp = _files(tmp_path)
+    out = str(tmp_path / "o.parquet")
+    assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "k", "--time", "t",
+                 "--window-time", "2", "--out", out]) == 0
+    got = pq.read_table(out)
+    pairs = sorted(zip(got["a"].to_pylist(), got["a_right"].to_pylist(), strict=True))
+    assert pairs == [(1, 10), (1, 20), (3, 10), (3, 20), (5, 30), (5, 40)]
+    assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "k", "--window", "0",
+                 "--out", out]) == 2
+    assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "zz", "--window", "3",
+                 "--out", out]) == 2
+    assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "k", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert ">= 1" in err and "'zz' is missing" in err and "--window N" in err
