@@ -582,3 +582,281 @@ def window_history(
     if n == 0:
         return out
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Batch and TPG construction in O(ops) passes
+# --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def sort_by_txn(
+    n_txn: int, txn: np.ndarray, src_cnt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stable counting sort of ops by transaction: (perm, txn_ptr, flat source index)."""
+    n = txn.shape[0]
+    ptr = np.zeros(n_txn + 1, np.int64)
+    for i in range(n):
+        ptr[txn[i] + 1] += 1
+    for t in range(n_txn):
+        ptr[t + 1] += ptr[t]
+    fill = ptr[:-1].copy()
+    perm = np.empty(n, np.int64)
+    for i in range(n):
+        perm[fill[txn[i]]] = i
+        fill[txn[i]] += 1
+    sstart = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        sstart[i + 1] = sstart[i] + src_cnt[i]
+    total = sstart[n]
+    flat = np.empty(total, np.int64)
+    m = 0
+    for k in range(n):
+        i = perm[k]
+        for j in range(sstart[i], sstart[i + 1]):
+            flat[m] = j
+            m += 1
+    return perm, ptr, flat
+
+
+@njit(cache=True, nogil=True)
+def duplicate_writes(txn_ptr: np.ndarray, cell: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Transactions that write one cell twice (ops sorted by transaction)."""
+    n_txn = txn_ptr.shape[0] - 1
+    dup = np.zeros(n_txn, np.bool_)
+    for t in range(n_txn):
+        for a in range(txn_ptr[t], txn_ptr[t + 1]):
+            if not _is_write(kind[a]):
+                continue
+            for b in range(a + 1, txn_ptr[t + 1]):
+                if _is_write(kind[b]) and cell[b] == cell[a]:
+                    dup[t] = True
+    return dup
+
+
+@njit(cache=True, nogil=True)
+def build_graph(
+    txn_ts: np.ndarray, txn_ptr_u: np.ndarray, refused: np.ndarray,
+    op_cell: np.ndarray, op_kind: np.ndarray, op_operand: np.ndarray, op_cond: np.ndarray,
+    op_cond_arg: np.ndarray, src_ptr_u: np.ndarray, src_cell_u: np.ndarray,
+    offsets: np.ndarray, values: np.ndarray, dense_slot: np.ndarray, stamp: np.ndarray,
+    stamp_id: int,
+):
+    """Decompose a batch (ops sorted by transaction) into the TPG's arrays in O(ops).
+
+    Ops are emitted in timestamp order, reads first within a transaction (each PD source
+    becomes a READ in its cell's chain), given dense chain ids by first appearance
+    (``dense_slot``/``stamp`` are scratch arrays over the store's flat cells), then counting-
+    sorted by chain: stable, so every chain is in timestamp order.
+    """
+    n_txn = txn_ts.shape[0]
+    n_user = op_cell.shape[0]
+    mask = (1 << 40) - 1
+    n = 0
+    for t in range(n_txn):
+        if refused[t]:
+            continue
+        for i in range(txn_ptr_u[t], txn_ptr_u[t + 1]):
+            n += 1 + src_ptr_u[i + 1] - src_ptr_u[i]
+    e_cell = np.empty(n, np.int64)
+    e_kind = np.empty(n, np.int8)
+    e_operand = np.empty(n, np.float64)
+    e_cond = np.empty(n, np.int8)
+    e_arg = np.empty(n, np.float64)
+    e_txn = np.empty(n, np.int64)
+    e_src0 = np.full(n, -1, np.int64)
+    e_srcn = np.zeros(n, np.int64)
+    user_pos = np.full(n_user, -1, np.int64)
+    e_user = np.full(n, -1, np.int64)
+    p = 0
+    for t in range(n_txn):
+        if refused[t]:
+            continue
+        for i in range(txn_ptr_u[t], txn_ptr_u[t + 1]):
+            if not _is_write(op_kind[i]):
+                e_cell[p] = op_cell[i]
+                e_kind[p] = op_kind[i]
+                e_operand[p] = op_operand[i]
+                e_cond[p] = op_cond[i]
+                e_arg[p] = op_cond_arg[i]
+                e_txn[p] = t
+                e_user[p] = i
+                p += 1
+        for i in range(txn_ptr_u[t], txn_ptr_u[t + 1]):
+            for j in range(src_ptr_u[i], src_ptr_u[i + 1]):
+                e_cell[p] = src_cell_u[j]
+                e_kind[p] = 0
+                e_operand[p] = 0.0
+                e_cond[p] = 0
+                e_arg[p] = 0.0
+                e_txn[p] = t
+                p += 1
+        for i in range(txn_ptr_u[t], txn_ptr_u[t + 1]):
+            if _is_write(op_kind[i]):
+                e_cell[p] = op_cell[i]
+                e_kind[p] = op_kind[i]
+                e_operand[p] = op_operand[i]
+                e_cond[p] = op_cond[i]
+                e_arg[p] = op_cond_arg[i]
+                e_txn[p] = t
+                e_user[p] = i
+                e_srcn[p] = src_ptr_u[i + 1] - src_ptr_u[i]
+                p += 1
+    # source READs of write i were emitted in order: locate them per transaction
+    p = 0
+    for t in range(n_txn):
+        if refused[t]:
+            continue
+        nreads = 0
+        for i in range(txn_ptr_u[t], txn_ptr_u[t + 1]):
+            if not _is_write(op_kind[i]):
+                nreads += 1
+        q = p + nreads
+        nsrc = 0
+        for i in range(txn_ptr_u[t], txn_ptr_u[t + 1]):
+            nsrc += src_ptr_u[i + 1] - src_ptr_u[i]
+        w = q + nsrc
+        for i in range(txn_ptr_u[t], txn_ptr_u[t + 1]):
+            if _is_write(op_kind[i]):
+                e_src0[w] = q
+                q += src_ptr_u[i + 1] - src_ptr_u[i]
+                w += 1
+            else:
+                q += src_ptr_u[i + 1] - src_ptr_u[i]
+        p = w
+    # dense chain ids by first appearance
+    dense = np.empty(n, np.int64)
+    chain_cell = np.empty(n, np.int64)
+    init = np.empty(n, np.float64)
+    nch = 0
+    for q in range(n):
+        c = e_cell[q]
+        f = offsets[c >> 40] + (c & mask)
+        if stamp[f] != stamp_id:
+            stamp[f] = stamp_id
+            dense_slot[f] = nch
+            chain_cell[nch] = c
+            init[nch] = values[f]
+            nch += 1
+        dense[q] = dense_slot[f]
+    # counting sort by chain
+    cstart = np.zeros(nch + 1, np.int64)
+    for q in range(n):
+        cstart[dense[q] + 1] += 1
+    for c in range(nch):
+        cstart[c + 1] += cstart[c]
+    fill = cstart[:-1].copy()
+    pos = np.empty(n, np.int64)
+    for q in range(n):
+        pos[q] = fill[dense[q]]
+        fill[dense[q]] += 1
+    kind = np.empty(n, np.int8)
+    operand = np.empty(n, np.float64)
+    cond = np.empty(n, np.int8)
+    cond_arg = np.empty(n, np.float64)
+    txn = np.empty(n, np.int64)
+    ts = np.empty(n, np.int64)
+    chain = np.empty(n, np.int64)
+    pred = np.empty(n, np.int64)
+    cnt = np.zeros(n + 1, np.int64)
+    for q in range(n):
+        i = pos[q]
+        kind[i] = e_kind[q]
+        operand[i] = e_operand[q]
+        cond[i] = e_cond[q]
+        cond_arg[i] = e_arg[q]
+        txn[i] = e_txn[q]
+        ts[i] = txn_ts[e_txn[q]]
+        chain[i] = dense[q]
+        cnt[i + 1] = e_srcn[q]
+        if e_user[q] >= 0:
+            user_pos[e_user[q]] = i
+    for i in range(n):
+        pred[i] = i - 1 if i > 0 and chain[i - 1] == chain[i] else -1
+        cnt[i + 1] += cnt[i]
+    src_op = np.empty(cnt[n], np.int64)
+    for q in range(n):
+        i = pos[q]
+        for k in range(e_srcn[q]):
+            src_op[cnt[i] + k] = pos[e_src0[q] + k]
+    chk_ptr = np.zeros(n_txn + 1, np.int64)
+    txn_ptr = np.zeros(n_txn + 1, np.int64)
+    nchk = 0
+    for q in range(n):
+        txn_ptr[e_txn[q] + 1] += 1
+        if e_cond[q] != 0:
+            chk_ptr[e_txn[q] + 1] += 1
+            nchk += 1
+    for t in range(n_txn):
+        txn_ptr[t + 1] += txn_ptr[t]
+        chk_ptr[t + 1] += chk_ptr[t]
+    chk_op = np.empty(nchk, np.int64)
+    k = 0
+    for q in range(n):
+        if e_cond[q] != 0:
+            chk_op[k] = pos[q]
+            k += 1
+    return (pos, chain, pred, nch, chain_cell[:nch].copy(), init[:nch].copy(), kind, operand,
+            cond, cond_arg, txn, ts, cnt, src_op, chk_ptr, chk_op, txn_ptr, user_pos)
+
+
+@njit(cache=True, nogil=True)
+def group_by_owner(seq: np.ndarray, owner_of: np.ndarray, nthreads: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stable counting sort of ``seq`` by ``owner_of[k]`` (per-thread lists, order kept)."""
+    n = seq.shape[0]
+    ptr = np.zeros(nthreads + 1, np.int64)
+    for k in range(n):
+        ptr[owner_of[k] + 1] += 1
+    for t in range(nthreads):
+        ptr[t + 1] += ptr[t]
+    fill = ptr[:-1].copy()
+    out = np.empty(n, np.int64)
+    for k in range(n):
+        o = owner_of[k]
+        out[fill[o]] = seq[k]
+        fill[o] += 1
+    return out, ptr
+
+
+@njit(cache=True, nogil=True)
+def chain_owner_ops(proc: np.ndarray, chain: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    out = np.empty(proc.shape[0], np.int64)
+    for k in range(proc.shape[0]):
+        out[k] = owner[chain[proc[k]]]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def txn_failures(txn: np.ndarray, failed: np.ndarray, n_txn: int) -> np.ndarray:
+    out = np.zeros(n_txn, np.bool_)
+    for i in range(txn.shape[0]):
+        if failed[i]:
+            out[txn[i]] = True
+    return out
+
+
+@njit(cache=True, nogil=True)
+def chain_finals(chain: np.ndarray, after: np.ndarray, nch: int) -> np.ndarray:
+    """Value after the last op of each chain (ops sorted by chain)."""
+    out = np.empty(nch, np.float64)
+    for i in range(chain.shape[0]):
+        out[chain[i]] = after[i]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def scatter_cells(offsets: np.ndarray, values: np.ndarray, cells: np.ndarray, v: np.ndarray) -> None:
+    mask = (1 << 40) - 1
+    for k in range(cells.shape[0]):
+        c = cells[k]
+        values[offsets[c >> 40] + (c & mask)] = v[k]
+
+
+@njit(cache=True, nogil=True)
+def gather_cells(offsets: np.ndarray, values: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    mask = (1 << 40) - 1
+    out = np.empty(cells.shape[0], np.float64)
+    for k in range(cells.shape[0]):
+        c = cells[k]
+        out[k] = values[offsets[c >> 40] + (c & mask)]
+    return out

@@ -145,6 +145,7 @@ class TxnEngine:
         self.batches = 0
         self.peak_batch_bytes = 0
         self.nested_fallbacks = 0
+        self.history = any(t.history > 0 for t in tables)
 
     def close(self) -> None:
         """Stop the executor threads."""
@@ -257,7 +258,7 @@ class TxnEngine:
         tpg = build_tpg(batch, refused, self.store)
         construct = time.perf_counter() - t0
         if scheduler == "tstream":
-            ex = run_tstream(batch, refused, tpg, self.team, self.busy)
+            ex = run_tstream(batch, refused, tpg, self.team, self.busy, self.history)
             name = "tstream"
         else:
             if scheduler == "auto":
@@ -265,7 +266,7 @@ class TxnEngine:
                                            self.abort_ema)
             else:
                 strategy = Strategy.parse(scheduler)
-            ex = run_tpg(batch, refused, tpg, strategy, self.team, self.busy)
+            ex = run_tpg(batch, refused, tpg, strategy, self.team, self.busy, self.history)
             name = strategy.name
         ex.times["construct"] = ex.times.get("construct", 0.0) + construct
         return ex, name

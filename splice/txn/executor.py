@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from splice.txn import _kernels as K
-from splice.txn.ops import ABT, EXE, WINDOW_READ, OpBatch, is_write_kind
+from splice.txn.ops import WINDOW_READ, OpBatch, is_write_kind
 from splice.txn.scheduler import Strategy, WorkOrder, work_order
 from splice.txn.state import StateStore
 from splice.txn.tpg import TPG
@@ -136,31 +136,35 @@ class _Run:
 
 
 def _txn_failed(tpg: TPG, failed: np.ndarray) -> np.ndarray:
-    return np.bincount(tpg.txn[failed], minlength=tpg.n_txn) > 0
+    return K.txn_failures(tpg.txn, failed, tpg.n_txn)
 
 
 def _finish(tpg: TPG, run: _Run, committed_valid: np.ndarray, batch: OpBatch,
-            refused: np.ndarray) -> Execution:
+            refused: np.ndarray, history: bool) -> Execution:
     committed = committed_valid & ~refused
-    n_user = batch.num_ops
-    op_result = np.full(n_user, np.nan)
-    ok = tpg.user_pos >= 0
-    op_result[ok] = run.result[tpg.user_pos[ok]]
-    n = tpg.pred.shape[0]
-    last = np.ones(n, np.bool_)
-    if n:
-        last[:-1] = tpg.chain[1:] != tpg.chain[:-1]
-    wmask = is_write_kind(tpg.kind) & committed[tpg.txn]
-    state = np.where(committed[tpg.txn], EXE, ABT).astype(np.int8)
-    return Execution(
-        committed=committed, op_result=op_result, cells=tpg.cells[tpg.chain[last]],
-        final=run.after[last], version_cell=tpg.cells[tpg.cell[wmask]], version_ts=tpg.ts[wmask],
-        version_value=run.after[wmask], op_state=state,
-    )
+    if refused.any():
+        ok = tpg.user_pos >= 0
+        op_result = np.full(tpg.user_pos.shape[0], np.nan)
+        op_result[ok] = run.result[tpg.user_pos[ok]]
+    else:
+        op_result = run.result[tpg.user_pos]
+    final = K.chain_finals(tpg.chain, run.after, tpg.n_chains)
+    ex = Execution(committed=committed, op_result=op_result, cells=tpg.cells, final=final,
+                   version_cell=_EMPTY_I, version_ts=_EMPTY_I, version_value=_EMPTY_F)
+    if history:
+        wmask = is_write_kind(tpg.kind) & committed[tpg.txn]
+        ex.version_cell = tpg.cells[tpg.cell[wmask]]
+        ex.version_ts = tpg.ts[wmask]
+        ex.version_value = run.after[wmask]
+    return ex
+
+
+_EMPTY_I = np.zeros(0, np.int64)
+_EMPTY_F = np.zeros(0, np.float64)
 
 
 def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
-            team: ThreadTeam, busy: int) -> Execution:
+            team: ThreadTeam, busy: int, history: bool = True) -> Execution:
     """Execute ``tpg`` under ``strategy`` on ``team`` (exact: equals serial execution)."""
     t0 = time.perf_counter()
     eager = strategy.abort == "e"
@@ -184,7 +188,7 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
             barrier += b2
             abort_time = time.perf_counter() - t2
     committed = ~_txn_failed(tpg, run.failed)
-    ex = _finish(tpg, run, committed, batch, refused)
+    ex = _finish(tpg, run, committed, batch, refused, history)
     exec_time = t2 - t1
     ex.times = {
         "explore": (t1 - t0) + barrier,
@@ -200,7 +204,7 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
 
 
 def run_tstream(batch: OpBatch, refused: np.ndarray, tpg: TPG, team: ThreadTeam,
-                busy: int) -> Execution:
+                busy: int, history: bool = True) -> Execution:
     """TStream-like: operation chains per key run in parallel (PD waits only); when any
     transaction fails, the whole batch is redone with the aborted transactions excluded.
 
@@ -231,7 +235,7 @@ def run_tstream(batch: OpBatch, refused: np.ndarray, tpg: TPG, team: ThreadTeam,
         rounds += 1
     t3 = time.perf_counter()
     committed = ~run.excluded
-    ex = _finish(tpg, run, committed, batch, refused)
+    ex = _finish(tpg, run, committed, batch, refused, history)
     first_pass = t2 - t1
     ex.times = {"construct": 0.0, "explore": t1 - t0, "sync": sync, "lock": 0.0,
                 "abort": t3 - t2, "useful": max(first_pass - sync, 0.0)}

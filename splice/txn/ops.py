@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from splice.core.errors import PlanError
+from splice.txn._kernels import duplicate_writes, sort_by_txn
 
 __all__ = [
     "READ",
@@ -210,28 +211,17 @@ class OpBatchBuilder:
         else:
             cols = [np.zeros(0, d) for d in (np.int64, np.int64, np.int8, np.float64, np.int8, np.float64)]
             counts, flat = np.zeros(0, np.int64), np.zeros(0, np.int64)
-        order = np.argsort(cols[0], kind="stable")
-        if order.shape[0] > 1 and not bool(np.all(order[1:] > order[:-1])):
-            ptr0 = np.zeros(counts.shape[0] + 1, np.int64)
-            np.cumsum(counts, out=ptr0[1:])
-            cols = [c[order] for c in cols]
-            lens = counts[order]
-            starts = ptr0[:-1][order]
-            base = np.zeros(lens.shape[0], np.int64)
-            np.cumsum(lens[:-1], out=base[1:])
-            total = int(lens.sum())
-            flat = flat[np.repeat(starts - base, lens) + np.arange(total, dtype=np.int64)]
-            counts = lens
+        perm, ptr_t, flat_idx = sort_by_txn(self.txn_ts.shape[0], cols[0], counts)
+        if not bool(np.all(perm[1:] > perm[:-1])) if perm.shape[0] > 1 else False:
+            cols = [c[perm] for c in cols]
+            counts = counts[perm]
+            flat = flat[flat_idx]
         ptr = np.zeros(counts.shape[0] + 1, np.int64)
         np.cumsum(counts, out=ptr[1:])
         txn, cell, kind = cols[0], cols[1], cols[2]
-        writes = is_write_kind(kind)
-        if writes.any():
-            wt, wc = txn[writes], cell[writes]
-            o = np.lexsort((wc, wt))
-            dup = (wt[o][1:] == wt[o][:-1]) & (wc[o][1:] == wc[o][:-1])
-            if dup.any():
-                self.abort(wt[o][1:][dup], REASON_DUPLICATE)
+        dup = duplicate_writes(ptr_t, cell, kind)
+        if dup.any():
+            self.abort(np.flatnonzero(dup), REASON_DUPLICATE)
         return OpBatch(
             txn_ts=self.txn_ts, op_txn=txn, op_cell=cell, op_kind=kind, op_operand=cols[3],
             op_cond=cols[4], op_cond_arg=cols[5], src_ptr=ptr, src_cell=flat,

@@ -87,11 +87,8 @@ class WorkOrder:
 def _ns_f(tpg: TPG, threads: int) -> WorkOrder:
     chain_len = np.bincount(tpg.chain, minlength=tpg.n_chains).astype(np.int64)
     owner = K.lpt_assign(chain_len, np.argsort(-chain_len, kind="stable"), threads)
-    op_owner = owner[tpg.chain[tpg.proc]]
-    o = np.argsort(op_owner, kind="stable")
-    ptr = np.zeros(threads + 1, np.int64)
-    np.cumsum(np.bincount(op_owner, minlength=threads), out=ptr[1:])
-    return WorkOrder(tpg.proc[o], ptr, 0, tpg.n_chains, int(chain_len.max(initial=0)))
+    work, ptr = K.group_by_owner(tpg.proc, K.chain_owner_ops(tpg.proc, tpg.chain, owner), threads)
+    return WorkOrder(work, ptr, 0, tpg.n_chains, int(chain_len.max(initial=0)))
 
 
 def _s_f(tpg: TPG, threads: int, eager: bool) -> WorkOrder:

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from splice.core.errors import PlanError, StateError
-from splice.txn._kernels import window_history
+from splice.txn._kernels import gather_cells, scatter_cells, window_history
 
 __all__ = ["StateTable", "StateStore", "CELL_SHIFT", "MAX_KEY"]
 
@@ -86,9 +86,30 @@ class StateStore:
             raise PlanError(f"duplicate table names in {names}")
         self.tables = tuple(tables)
         self.index = {t.name: i for i, t in enumerate(self.tables)}
-        self.values = [np.full((t.keys, len(t.columns)), t.initial, np.float64) for t in self.tables]
+        self.caps = np.array([t.keys for t in self.tables], np.int64)
+        self.ncols = np.array([len(t.columns) for t in self.tables], np.int64)
+        self._layout()
         self.used = np.zeros(len(self.tables), np.int64)
         self.logs = [_VersionLog() for _ in self.tables]
+        self.batch_stamp = 0
+
+    def _layout(self, old: list[np.ndarray] | None = None) -> None:
+        """One flat float64 array holds every table (``offsets`` per table), so kernels address
+        any cell as ``offsets[cell >> 40] + (cell & mask)``."""
+        sizes = self.caps * self.ncols
+        self.offsets = np.zeros(len(self.tables), np.int64)
+        np.cumsum(sizes[:-1], out=self.offsets[1:])
+        self.flat = np.empty(int(sizes.sum()), np.float64)
+        self.values: list[np.ndarray] = []
+        for ti, t in enumerate(self.tables):
+            view = self.flat[self.offsets[ti]: self.offsets[ti] + sizes[ti]].reshape(-1, self.ncols[ti])
+            view[:] = t.initial
+            if old is not None:
+                view[: old[ti].shape[0]] = old[ti]
+            self.values.append(view)
+        # scratch for the TPG builder's dense chain ids
+        self.dense_slot = np.zeros(self.flat.shape[0], np.int64)
+        self.stamp = np.zeros(self.flat.shape[0], np.int64)
 
     # ------------------------------------------------------------------ addressing
     def table_index(self, name: str) -> int:
@@ -117,36 +138,31 @@ class StateStore:
 
     def grow(self, table: int, keys: int) -> None:
         """Make room for keys ``< keys`` (new keys start at the table's initial value)."""
-        cur = self.values[table]
-        if keys > cur.shape[0]:
-            new = np.full((max(keys, 2 * cur.shape[0]), cur.shape[1]), self.tables[table].initial)
-            new[: cur.shape[0]] = cur
-            self.values[table] = new
+        if keys > self.caps[table]:
+            old = [v.copy() for v in self.values]
+            self.caps[table] = max(keys, 2 * int(self.caps[table]))
+            self._layout(old)
         if keys > self.used[table]:
             self.used[table] = keys
 
     # ------------------------------------------------------------------ bulk access
     def gather(self, cells: np.ndarray) -> np.ndarray:
         """Current values of ``cells``."""
-        out = np.empty(cells.shape[0], np.float64)
-        tab = cells >> CELL_SHIFT
-        local = cells & _LOCAL_MASK
-        for ti in np.unique(tab):
-            m = tab == ti
-            out[m] = self.values[int(ti)].reshape(-1)[local[m]]
-        return out
+        return gather_cells(self.offsets, self.flat, np.ascontiguousarray(cells, np.int64))
 
     def scatter(self, cells: np.ndarray, values: np.ndarray) -> None:
         """Set ``cells`` to ``values`` (cells distinct)."""
-        tab = cells >> CELL_SHIFT
-        local = cells & _LOCAL_MASK
-        for ti in np.unique(tab):
-            m = tab == ti
-            self.values[int(ti)].reshape(-1)[local[m]] = values[m]
+        scatter_cells(self.offsets, self.flat, np.ascontiguousarray(cells, np.int64),
+                      np.ascontiguousarray(values, np.float64))
+
+    def next_stamp(self) -> int:
+        """A fresh id for the dense-id scratch arrays."""
+        self.batch_stamp += 1
+        return self.batch_stamp
 
     def log_versions(self, cells: np.ndarray, ts: np.ndarray, values: np.ndarray, now: int) -> None:
         """Append committed versions of tables that keep history; drop versions older than it."""
-        if cells.shape[0] == 0:
+        if cells.shape[0] == 0 or not any(t.history > 0 for t in self.tables):
             return
         tab = cells >> CELL_SHIFT
         for ti, table in enumerate(self.tables):
@@ -183,4 +199,4 @@ class StateStore:
         return h.hexdigest()
 
     def nbytes(self) -> int:
-        return int(sum(v.nbytes for v in self.values) + sum(lg.nbytes() for lg in self.logs))
+        return int(self.flat.nbytes + sum(lg.nbytes() for lg in self.logs))

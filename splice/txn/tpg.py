@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from splice.txn import _kernels as K
-from splice.txn.ops import COND_NONE, SUM_ADD, SUM_WRITE, WINDOW_READ, OpBatch, is_write_kind
+from splice.txn.ops import SUM_ADD, SUM_WRITE, WINDOW_READ, OpBatch
 from splice.txn.state import StateStore
 
 __all__ = ["TPG", "build_tpg", "tpg_stats"]
@@ -61,77 +61,23 @@ class TPG:
 
 def build_tpg(batch: OpBatch, refused: np.ndarray, store: StateStore) -> TPG:
     """Decompose ``batch`` (minus ``refused`` transactions) into ops and link them."""
-    n_user = batch.num_ops
-    keep = ~refused[batch.op_txn] if n_user else np.zeros(0, np.bool_)
-    uidx = np.flatnonzero(keep)
-    nsrc = (batch.src_ptr[1:] - batch.src_ptr[:-1])[uidx]
-    total_src = int(nsrc.sum())
-    n_main = uidx.shape[0]
-    if total_src:
-        starts = batch.src_ptr[:-1][uidx]
-        base = np.zeros(n_main, np.int64)
-        np.cumsum(nsrc[:-1], out=base[1:])
-        flat_idx = np.repeat(starts - base, nsrc) + np.arange(total_src, dtype=np.int64)
-        s_cell = batch.src_cell[flat_idx]
-        s_txn = np.repeat(batch.op_txn[uidx], nsrc)
-    else:
-        s_cell = np.zeros(0, np.int64)
-        s_txn = np.zeros(0, np.int64)
-    n = n_main + total_src
-    cell_g = np.concatenate([batch.op_cell[uidx], s_cell])
-    kind = np.concatenate([batch.op_kind[uidx], np.zeros(total_src, np.int8)])
-    operand = np.concatenate([batch.op_operand[uidx], np.zeros(total_src)])
-    cond = np.concatenate([batch.op_cond[uidx], np.zeros(total_src, np.int8)])
-    cond_arg = np.concatenate([batch.op_cond_arg[uidx], np.zeros(total_src)])
-    txn = np.concatenate([batch.op_txn[uidx], s_txn])
-    # source op j of main op i (unsorted numbering): n_main + offset
-    src_ptr_u = np.zeros(n + 1, np.int64)
-    np.cumsum(np.concatenate([nsrc, np.zeros(total_src, np.int64)]), out=src_ptr_u[1:])
-    src_op_u = n_main + np.arange(total_src, dtype=np.int64)
-
-    cells, dense = np.unique(cell_g, return_inverse=True)
-    dense = dense.astype(np.int64).reshape(-1)
-    n_txn = batch.num_txns
-    w = is_write_kind(kind).astype(np.int64)
-    perm = np.argsort((dense * max(n_txn, 1) + txn) * 2 + w, kind="stable")
-    pos = np.empty(n, np.int64)
-    pos[perm] = np.arange(n, dtype=np.int64)
-    dense_s = dense[perm]
-    pred, chain, n_chains = K.chain_links(dense_s)
-    kind_s, txn_s = kind[perm], txn[perm]
-    # PD sources, re-indexed to sorted positions (CSR over sorted ops)
-    cnt_s = (src_ptr_u[1:] - src_ptr_u[:-1])[perm]
-    src_ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(cnt_s, out=src_ptr[1:])
-    if total_src:
-        starts = src_ptr_u[:-1][perm]
-        base = src_ptr[:-1]
-        flat = np.repeat(starts - base, cnt_s) + np.arange(total_src, dtype=np.int64)
-        src_op = pos[src_op_u[flat]]
-    else:
-        src_op = np.zeros(0, np.int64)
-    proc = np.argsort(txn_s * 2 + w[perm], kind="stable")
-    counts = np.bincount(txn_s, minlength=n_txn)
-    txn_ptr = np.zeros(n_txn + 1, np.int64)
-    np.cumsum(counts, out=txn_ptr[1:])
-    cond_s = cond[perm]
-    chk_op = proc[cond_s[proc] != COND_NONE]
-    chk_counts = np.bincount(txn_s[chk_op], minlength=n_txn)
-    chk_ptr = np.zeros(n_txn + 1, np.int64)
-    np.cumsum(chk_counts, out=chk_ptr[1:])
-    ts = batch.txn_ts[txn_s]
-    operand_s = operand[perm]
+    txn_ptr_u = np.zeros(batch.num_txns + 1, np.int64)
+    np.cumsum(np.bincount(batch.op_txn, minlength=batch.num_txns), out=txn_ptr_u[1:])
+    (pos, chain, pred, nch, cells, init, kind, operand, cond, cond_arg, txn, ts, src_ptr, src_op,
+     chk_ptr, chk_op, txn_ptr, user_pos) = K.build_graph(
+        batch.txn_ts, txn_ptr_u, refused, batch.op_cell, batch.op_kind, batch.op_operand,
+        batch.op_cond, batch.op_cond_arg, batch.src_ptr, batch.src_cell, store.offsets,
+        store.flat, store.dense_slot, store.stamp, store.next_stamp())
+    n = pred.shape[0]
     hist = np.zeros(n, np.float64)
-    win = np.flatnonzero(kind_s == WINDOW_READ)
+    win = np.flatnonzero(kind == WINDOW_READ)
     if win.shape[0]:
-        hist[win] = store.window_sums(cells[dense_s[win]], ts[win] - operand_s[win].astype(np.int64))
-    user_pos = np.full(n_user, -1, np.int64)
-    user_pos[uidx] = pos[:n_main]
+        hist[win] = store.window_sums(cells[chain[win]], ts[win] - operand[win].astype(np.int64))
     return TPG(
-        n_txn=n_txn, txn_ts=batch.txn_ts, cell=dense_s, cells=cells, init=store.gather(cells),
-        pred=pred, chain=chain, n_chains=int(n_chains), kind=kind_s, operand=operand_s,
-        cond=cond_s, cond_arg=cond_arg[perm], txn=txn_s, ts=ts, src_ptr=src_ptr, src_op=src_op,
-        chk_ptr=chk_ptr, chk_op=chk_op, proc=proc, txn_ptr=txn_ptr, user_pos=user_pos, hist=hist,
+        n_txn=batch.num_txns, txn_ts=batch.txn_ts, cell=chain, cells=cells, init=init,
+        pred=pred, chain=chain, n_chains=int(nch), kind=kind, operand=operand, cond=cond,
+        cond_arg=cond_arg, txn=txn, ts=ts, src_ptr=src_ptr, src_op=src_op, chk_ptr=chk_ptr,
+        chk_op=chk_op, proc=pos, txn_ptr=txn_ptr, user_pos=user_pos, hist=hist,
     )
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from splice.core.errors import PlanError
 from splice.txn.engine import NonDeterministic, TxnEngine
@@ -44,6 +45,7 @@ from splice.txn.ops import (
     ADD,
     COND_GE,
     READ,
+    REASON_OPERAND,
     SUM_WRITE,
     WINDOW_READ,
     WRITE,
@@ -138,27 +140,58 @@ def _sl_events(w: TxnWorkload, rng: np.random.Generator) -> dict[str, np.ndarray
     }
 
 
+@njit(cache=True, nogil=True)
+def _sl_ops(deposit: np.ndarray, abort: np.ndarray, a_src: np.ndarray, a_dst: np.ndarray,
+            b_src: np.ndarray, b_dst: np.ndarray, amt: np.ndarray, bamt: np.ndarray):
+    """SL events -> operations, already in transaction order (one pass, no sort)."""
+    n = deposit.shape[0]
+    m = 0
+    for e in range(n):
+        m += (2 + (1 if abort[e] else 0)) if deposit[e] else 4
+    txn = np.empty(m, np.int64)
+    cell = np.empty(m, np.int64)
+    kind = np.empty(m, np.int8)
+    opnd = np.empty(m, np.float64)
+    cond = np.zeros(m, np.int8)
+    carg = np.zeros(m, np.float64)
+    k = 0
+    for e in range(n):
+        if deposit[e]:
+            txn[k], cell[k], kind[k], opnd[k] = e, a_src[e], ADD, amt[e]
+            txn[k + 1], cell[k + 1], kind[k + 1], opnd[k + 1] = e, b_src[e], ADD, bamt[e]
+            k += 2
+            if abort[e]:
+                txn[k], cell[k], kind[k], opnd[k] = e, a_src[e], READ, 0.0
+                cond[k], carg[k] = COND_GE, NEVER
+                k += 1
+        else:
+            txn[k], cell[k], kind[k], opnd[k] = e, a_src[e], ADD, -amt[e]
+            cond[k], carg[k] = COND_GE, NEVER if abort[e] else amt[e]
+            txn[k + 1], cell[k + 1], kind[k + 1], opnd[k + 1] = e, a_dst[e], ADD, amt[e]
+            txn[k + 2], cell[k + 2], kind[k + 2], opnd[k + 2] = e, b_src[e], ADD, -bamt[e]
+            cond[k + 2], carg[k + 2] = COND_GE, bamt[e]
+            txn[k + 3], cell[k + 3], kind[k + 3], opnd[k + 3] = e, b_dst[e], ADD, bamt[e]
+            k += 4
+    return txn, cell, kind, opnd, cond, carg
+
+
 def _sl_build(engine: TxnEngine, ev: dict[str, np.ndarray], lo: int, hi: int) -> OpBatch:
+    """Deposits and transfers of events ``lo..hi``; a non-numeric amount aborts its event."""
     st = engine.store
-    b = OpBatchBuilder(ev["ts"][lo:hi])
-    dep = ev["deposit"][lo:hi]
     src, dst = ev["src"][lo:hi], ev["dst"][lo:hi]
     amt, bamt = ev["amount"][lo:hi], ev["book_amount"][lo:hi]
-    ab = ev["abort"][lo:hi]
-    idx = np.arange(hi - lo, dtype=np.int64)
-    d, t = idx[dep], idx[~dep]
-    # deposits: account[src] += amount, book[src] += book_amount
-    b.add(d, st.cells(0, src[dep]), ADD, amt[dep])
-    b.add(d, st.cells(1, src[dep]), ADD, bamt[dep])
-    da = d[ab[dep]]
-    b.add(da, st.cells(0, src[dep][ab[dep]]), READ, 0.0, COND_GE, NEVER)
-    # transfers: conditional debits, unconditional credits
-    arg_a = np.where(ab[~dep], NEVER, amt[~dep])
-    b.add(t, st.cells(0, src[~dep]), ADD, -amt[~dep], COND_GE, arg_a)
-    b.add(t, st.cells(0, dst[~dep]), ADD, amt[~dep])
-    b.add(t, st.cells(1, src[~dep]), ADD, -bamt[~dep], COND_GE, bamt[~dep])
-    b.add(t, st.cells(1, dst[~dep]), ADD, bamt[~dep])
-    return b.build()
+    bad = ~(np.isfinite(amt) & np.isfinite(bamt))
+    if bad.any():
+        amt, bamt = np.where(bad, 0.0, amt), np.where(bad, 0.0, bamt)
+    txn, cell, kind, opnd, cond, carg = _sl_ops(
+        ev["deposit"][lo:hi], ev["abort"][lo:hi], st.cells(0, src), st.cells(0, dst),
+        st.cells(1, src), st.cells(1, dst), amt, bamt)
+    reason = np.where(bad, REASON_OPERAND, 0).astype(np.int8)
+    return OpBatch(
+        txn_ts=np.ascontiguousarray(ev["ts"][lo:hi]), op_txn=txn, op_cell=cell, op_kind=kind,
+        op_operand=opnd, op_cond=cond, op_cond_arg=carg,
+        src_ptr=np.zeros(txn.shape[0] + 1, np.int64), src_cell=np.zeros(0, np.int64),
+        txn_reason=reason, txn_group=np.zeros(0, np.int32))
 
 
 def make_sl(w: TxnWorkload) -> TxnApp:
