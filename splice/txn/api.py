@@ -234,8 +234,10 @@ def run_events(
     """
     if ts is None:
         start = (engine.last_punctuation or 0) + 1
-        ts = np.arange(start, start + len(events), dtype=np.int64)
-    batch, details = compile_events(engine.store, events, fn, ts)
+        stamps = np.arange(start, start + len(events), dtype=np.int64)
+    else:
+        stamps = np.asarray(ts, np.int64)
+    batch, details = compile_events(engine.store, events, fn, stamps)
     res = engine.execute(batch)
     out: list[EventOutcome] = []
     per_txn: dict[int, list[float]] = {}

@@ -204,8 +204,8 @@ class TxnEngine:
             committed[lo:hi] = r.committed
             reason[lo:hi] = r.reason
             op_result[op_keep] = r.op_result
-            for k in TIME_KEYS:
-                times[k] += r.times.get(k, 0.0)
+            for key in TIME_KEYS:
+                times[key] += r.times.get(key, 0.0)
             names.append(r.scheduler)
             mem = max(mem, r.memory_bytes)
         resolved = np.where(slot < n_ops, op_cell[np.minimum(slot, max(n_ops - 1, 0))],
