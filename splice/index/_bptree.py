@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from splice.index._atomics import atomic_add
+
 __all__ = [
     "NODE_WIDTH",
     "new_pool",
@@ -68,9 +70,12 @@ def nodes_free(pmeta: np.ndarray) -> int:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _alloc(pmeta, nxt, prv, cnt):
+def _alloc(pmeta, nxt, prv, cnt, atomic):
     f = pmeta[P_FREE]
-    if f >= 0:
+    if atomic:
+        # several threads insert into disjoint trees of one pool: bump atomically (no frees)
+        n = atomic_add(pmeta, P_BUMP, 1)
+    elif f >= 0:
         pmeta[P_FREE] = nxt[f]
         pmeta[P_NFREE] -= 1
         n = f
@@ -110,11 +115,15 @@ def _route(keys, poss, cnt, n, k, p):
 
 
 @njit(cache=True, nogil=True)
-def bpt_insert(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path):
-    """Insert entry ``(k, p)`` into tree ``t``; ``path`` is scratch of >= 2*64 int64."""
+def bpt_insert(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path, atomic=False):
+    """Insert entry ``(k, p)`` into tree ``t``; ``path`` is scratch of >= 2*64 int64.
+
+    ``atomic``: other threads insert into other trees of the pool at the same time (the caller
+    holds tree ``t``'s lock); nodes then come from an atomic bump pointer.
+    """
     root = tmeta[t, T_ROOT]
     if root < 0:
-        n = _alloc(pmeta, nxt, prv, cnt)
+        n = _alloc(pmeta, nxt, prv, cnt, atomic)
         keys[n, 0] = k
         poss[n, 0] = p
         cnt[n] = 1
@@ -149,7 +158,7 @@ def bpt_insert(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path):
     if m + 1 <= NODE_WIDTH:
         return
     # split the leaf: the right half moves to a new node
-    r = _alloc(pmeta, nxt, prv, cnt)
+    r = _alloc(pmeta, nxt, prv, cnt, atomic)
     total = m + 1
     half = total >> 1
     for j in range(half, total):
@@ -181,7 +190,7 @@ def bpt_insert(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path):
             return
         total = m + 1
         half = total >> 1
-        r2 = _alloc(pmeta, nxt, prv, cnt)
+        r2 = _alloc(pmeta, nxt, prv, cnt, atomic)
         for j in range(half, total):
             child[r2, j - half] = child[q, j]
             keys[r2, j - half] = keys[q, j]
@@ -191,7 +200,7 @@ def bpt_insert(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path):
         sk = keys[q, half]
         sp = poss[q, half]
         r = r2
-    nr = _alloc(pmeta, nxt, prv, cnt)
+    nr = _alloc(pmeta, nxt, prv, cnt, atomic)
     child[nr, 0] = root
     child[nr, 1] = r
     keys[nr, 1] = sk

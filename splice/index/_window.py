@@ -64,6 +64,8 @@ __all__ = [
     "idx_insert_many",
     "idx_search_many",
     "im_merge",
+    "merge_collect",
+    "merge_install",
     "join_run",
     "sort_small",
 ]
@@ -181,11 +183,13 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
 
 
 @njit(cache=True, nogil=True)
-def im_merge(st, lo):
-    """Merge ``T_I`` into ``T_S``, dropping entries before position ``lo``; re-derive partitions."""
+def merge_collect(st, lo):
+    """The entries of ``T_S`` and ``T_I`` at positions >= ``lo``, merged in ``(key, pos)`` order."""
     pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
     parts = max(meta[M_NPART], 1)
-    nti = meta[M_TISIZE]
+    nti = 0
+    for q in range(parts):
+        nti += tm[q, 2]
     tk = np.empty(nti, sk.dtype)
     tp = np.empty(nti, np.int64)
     m = 0
@@ -226,10 +230,21 @@ def im_merge(st, lo):
             op[o] = tp[j]
             j += 1
         o += 1
+    return ok[:o], op[:o]
+
+
+@njit(cache=True, nogil=True)
+def merge_install(st, ok, op):
+    """Make the sorted ``(ok, op)`` the new ``T_S`` of ``st``, empty ``T_I`` and re-derive the
+    PIM-Tree partitions from the new ``T_S``."""
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    o = ok.shape[0]
+    s_k = sk[0]
+    s_p = sp[0]
     if o > s_k.shape[0]:
         raise ValueError("T_S capacity exceeded at merge")
-    s_k[:o] = ok[:o]
-    s_p[:o] = op[:o]
+    s_k[:o] = ok
+    s_p[:o] = op
     sm[0, 0] = o
     nlev = ibt_build(s_k, o, si[0], sl[0], sc[0])
     sm[0, 1] = nlev
@@ -243,6 +258,13 @@ def im_merge(st, lo):
     meta[M_NPART] = parts
     meta[M_TISIZE] = 0
     meta[M_MERGES] += 1
+
+
+@njit(cache=True, nogil=True)
+def im_merge(st, lo):
+    """Merge ``T_I`` into ``T_S``, dropping entries before position ``lo``; re-derive partitions."""
+    ok, op = merge_collect(st, lo)
+    merge_install(st, ok, op)
 
 
 @njit(cache=True, nogil=True)

@@ -82,8 +82,9 @@ def key_dtype_ok(dtype: np.dtype) -> bool:
 class WindowIndex:
     """Index of a count-based sliding window of ``window`` keys (see the module docstring).
 
-    ``ts_slack`` adds room to ``T_S`` and ``ring_slack`` to the window's key ring, for joins that
-    keep entries beyond ``w`` (the parallel join keeps what in-flight probes still need).
+    ``ts_slack`` adds room to ``T_S``, ``ring_slack`` to the window's key ring and ``pool_slack``
+    entries to the node pool, for joins that keep entries beyond ``w`` (the parallel join keeps
+    what in-flight probes still need, and cannot grow the pool while threads insert).
     """
 
     def __init__(
@@ -96,6 +97,7 @@ class WindowIndex:
         chain_length: int = 2,
         ts_slack: int = 0,
         ring_slack: int = 0,
+        pool_slack: int = 0,
     ) -> None:
         if kind not in _KIND_CODE:
             raise PlanError(f"unknown index {kind!r} (choose one of {', '.join(INDEX_KINDS)})")
@@ -126,6 +128,7 @@ class WindowIndex:
         else:
             slots, cap, trees = 1, 1, 1
             pool = w // 16 + 64 if code == BPTREE else 8
+        pool += int(pool_slack) // 8
         icap = inner_capacity(cap)
         meta = np.zeros(META_LEN, np.int64)
         meta[M_KIND] = code

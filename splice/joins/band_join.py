@@ -61,6 +61,7 @@ __all__ = [
     "BandJoin",
     "BandCore",
     "MergeMode",
+    "ParallelMode",
     "band_bounds",
     "key_dtype",
     "key_values",
@@ -68,6 +69,7 @@ __all__ = [
 ]
 
 MergeMode = Literal["nonblocking", "blocking"]
+ParallelMode = Literal["auto", "task_queue", "round_robin"]
 
 
 def band_bounds(
@@ -240,7 +242,9 @@ class BandJoin(OperatorSpec):
     ``(w_left, w_right)``; ``index`` one of ``nlwj bptree bchain ibchain imtree pimtree``.
     IM/PIM-Tree: ``merge_ratio`` m in (0, 1]; PIM-Tree: ``insertion_depth`` D_I (``None``: the
     smaller of 1 and the deepest level of a full window's ``T_S``). Chains: ``chain_length`` >= 2.
-    ``threads`` >= 1, ``task_size`` tuples per task and ``merge`` mode of the parallel join.
+    ``threads`` >= 1, ``task_size`` tuples per task and ``merge`` mode of the parallel join;
+    ``parallel``: ``task_queue`` (the seed's join, IM/PIM-Tree only), ``round_robin`` (the
+    partitioned baseline, any index) or ``auto`` (task queue where it applies).
     """
 
     left: int
@@ -257,6 +261,7 @@ class BandJoin(OperatorSpec):
     threads: int = 1
     task_size: int = 256
     merge: MergeMode = "nonblocking"
+    parallel: ParallelMode = "auto"
 
     name = "band_join"
 
@@ -277,6 +282,14 @@ class BandJoin(OperatorSpec):
             raise PlanError(f"band join: task size must be >= 1, got {self.task_size}")
         if self.merge not in get_args(MergeMode):
             raise PlanError(f"band join: merge must be 'nonblocking' or 'blocking', got {self.merge!r}")
+        if self.parallel not in get_args(ParallelMode):
+            raise PlanError(f"band join: unknown parallel mode {self.parallel!r}")
+        if (self.parallel == "task_queue" and self.threads > 1
+                and self.index not in ("imtree", "pimtree")):
+            raise PlanError(
+                f"band join: the task-queue parallel join needs index imtree or pimtree, "
+                f"not {self.index!r} (use parallel='round_robin')"
+            )
         if self.insertion_depth is not None:
             deepest = max_insertion_depth(max(windows))
             if not 0 <= int(self.insertion_depth) <= deepest:
@@ -302,6 +315,14 @@ class BandJoin(OperatorSpec):
 
     @property
     def depth(self) -> int:
+        if self.parallel not in get_args(ParallelMode):
+            raise PlanError(f"band join: unknown parallel mode {self.parallel!r}")
+        if (self.parallel == "task_queue" and self.threads > 1
+                and self.index not in ("imtree", "pimtree")):
+            raise PlanError(
+                f"band join: the task-queue parallel join needs index imtree or pimtree, "
+                f"not {self.index!r} (use parallel='round_robin')"
+            )
         if self.insertion_depth is not None:
             return int(self.insertion_depth)
         return min(1, max_insertion_depth(max(self.windows)))

@@ -186,3 +186,93 @@ def test_command_run_and_cli(tmp_path):
         band_run(left, right, _args(threads=0))
     with pytest.raises(PlanError, match="insertion depth"):
         band_run(left, right, _args(insertion_depth=3))
+
+
+# --- parallel joins -------------------------------------------------------------------------
+
+from splice.joins.parallel_band import RoundRobinJoin, TaskQueueJoin  # noqa: E402
+
+
+@settings(max_examples=25)
+@given(
+    data=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 25)), max_size=400),
+    wl=st.integers(1, 30),
+    wr=st.integers(1, 30),
+    eps=st.sampled_from([0, 1, 2]),
+    self_join=st.booleans(),
+    threads=st.integers(1, 3),
+    task=st.sampled_from([1, 2, 3, 8]),
+    merge=st.sampled_from(["nonblocking", "blocking"]),
+    index=st.sampled_from(["imtree", "pimtree"]),
+    merge_ratio=st.sampled_from([0.02, 0.3, 1.0]),
+    chunk=st.sampled_from([7, 50, 1000]),
+)
+def test_task_queue_join_matches_nested_loops(data, wl, wr, eps, self_join, threads, task, merge,
+                                              index, merge_ratio, chunk):
+    sides = [0 if self_join else s for s, _ in data]
+    keys = [k for _, k in data]
+    join = TaskQueueJoin(index, (wl, wr), np.dtype(np.int64), -eps, eps, self_join, merge_ratio,
+                         1, threads, task, merge)
+    want = nested_loop_band_join(sides, keys, (wl, wr), -eps, eps, self_join)
+    assert _core_pairs(join, sides, keys, chunk) == want
+
+
+@settings(max_examples=15)
+@given(
+    data=st.lists(st.tuples(st.integers(0, 1), st.floats(0, 20)), max_size=300),
+    wl=st.integers(1, 30),
+    wr=st.integers(1, 30),
+    self_join=st.booleans(),
+    threads=st.integers(2, 3),
+    index=st.sampled_from(INDEXES),
+)
+def test_round_robin_join_matches_nested_loops(data, wl, wr, self_join, threads, index):
+    sides = [0 if self_join else s for s, _ in data]
+    keys = [k for _, k in data]
+    join = RoundRobinJoin(index, (wl, wr), np.dtype(np.float64), -1.0, 1.0, self_join, 0.25, 1,
+                          3, threads)
+    want = nested_loop_band_join(sides, keys, (wl, wr), -1.0, 1.0, self_join)
+    assert _core_pairs(join, sides, keys, 64) == want
+
+
+@pytest.mark.parametrize("merge", ["nonblocking", "blocking"])
+def test_parallel_stress_tiny_windows_frequent_merges(merge):
+    rng = np.random.default_rng(11)
+    n = 30_000
+    sides = rng.integers(0, 2, n).astype(np.int8)
+    keys = rng.integers(0, 50, n)
+    for w, task in (((1, 2), 1), ((3, 5), 2), ((16, 16), 3)):
+        ref = BandCore("nlwj", w, np.dtype(np.int64), -1, 1)
+        g0, p0 = ref.run(sides, keys)
+        join = TaskQueueJoin("pimtree", w, np.dtype(np.int64), -1, 1, False, 0.01, 1, 3, task,
+                             merge)
+        g, p = join.run(sides, keys)
+        assert np.array_equal(g, g0) and np.array_equal(p, p0), (w, task)
+        assert join.merges > 100
+
+
+def test_parallel_operator_contract():
+    spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=(7, 5), index="pimtree",
+                    merge_ratio=0.25, insertion_depth=0, threads=2, task_size=2)
+    serial = BandJoin(left=2, right=3, on="x", eps=1.0, window=(7, 5), index="nlwj")
+    recs = _records(120, seed=5)
+    got = check_operator(spec, _schemas(), recs, restore_points=[0, 5, 11])
+    want, _ = run_operator(serial, _schemas(), recs)
+    assert got.equals(want)
+    rr = BandJoin(left=2, right=3, on="x", eps=1.0, window=(7, 5), index="bptree", threads=3)
+    got, _ = run_operator(rr, _schemas(), recs)
+    assert got.equals(want)
+    with pytest.raises(PlanError, match="task-queue"):
+        BandJoin(left=2, right=3, on="x", eps=1.0, index="bptree", threads=2,
+                 parallel="task_queue")
+
+
+def test_command_threads(tmp_path):
+    rng = np.random.default_rng(4)
+    left = pa.table({"x": rng.random(5000) * 100})
+    right = pa.table({"x": rng.random(4000) * 100})
+    want = band_run(left, right, _args(window="300", index="nlwj", eps=0.05))
+    for index, threads in (("pimtree", 2), ("imtree", 3), ("ibchain", 2), ("nlwj", 2)):
+        got = band_run(left, right, _args(window="300", index=index, threads=threads, eps=0.05,
+                                          batch_size=1000))
+        assert got.equals(want), (index, threads)
