@@ -31,9 +31,11 @@ __all__ = [
     "SEED1",
     "SEED2",
     "fx_bucket",
+    "drain",
     "fx_update",
     "fx_probe",
     "fx_join_sequence",
+    "ring_positions",
     "hb_update",
     "hb_probe",
     "hb_join_sequence",
@@ -88,6 +90,29 @@ def murmur3_32(key: int, seed: int) -> int:
     h = (h * 0xC2B2AE35) & M32
     h ^= h >> 16
     return h
+
+
+def ring_positions(seqs: np.ndarray, window: int | None, cap: int, pu: int, parts: int,
+                   expire: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized ring positions of a count window (no division inside the kernels).
+
+    Tuple ``s`` is stored by PU ``s % parts`` at position ``(s // parts) % cap``; when it
+    arrives, tuple ``s - window`` expires from its PU. Returns (expire position, insert
+    position) per tuple, -1 where this PU does nothing.
+    """
+    seqs = np.asarray(seqs, np.int64)
+    if parts == 1:
+        ins = seqs % cap
+    else:
+        ins = np.where(seqs % parts == pu, (seqs // parts) % cap, -1)
+    if window is None or not expire:
+        return np.full(len(seqs), -1, np.int64), ins
+    e = seqs - window
+    if parts == 1:
+        exp = np.where(e >= 0, e % cap, -1)
+    else:
+        exp = np.where((e >= 0) & (e % parts == pu), (e // parts) % cap, -1)
+    return exp, ins
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,106 +171,121 @@ def fx_update(ring_seq, keys, valid, nxt, head, tail, mask, expire_pos, insert_p
             _fx_insert(p, seqs[j], new_keys, new_valid, j, ring_seq, keys, valid, nxt, head, tail, mask)
 
 
-@njit(cache=True, nogil=True)
-def _grow(a: np.ndarray) -> np.ndarray:
-    b = np.empty(a.shape[0] * 2, a.dtype)
-    b[: a.shape[0]] = a
-    return b
+def drain(kernel, n_items: int, bound: int, *args):  # type: ignore[no-untyped-def]
+    """Run a resumable output kernel to the end: ``kernel(*args, start, out_i, out_s)`` fills
+    the buffers from item ``start`` on and returns ``(written, next start)``; it stops before an
+    item that might not fit (at most ``bound`` outputs per item). Buffers are never grown inside
+    a kernel (reassigning arrays in a numba loop costs reference counting on every access)."""
+    size = max(bound + 16, 2 * n_items + 16)
+    parts_i, parts_s = [], []
+    start = 0
+    while True:
+        out_i = np.empty(size, np.int64)
+        out_s = np.empty(size, np.int64)
+        n, start = kernel(*args, start, out_i, out_s)
+        parts_i.append(out_i[:n])
+        parts_s.append(out_s[:n])
+        if start >= n_items:
+            break
+    if len(parts_i) == 1:
+        return parts_i[0], parts_s[0]
+    return np.concatenate(parts_i), np.concatenate(parts_s)
 
 
 @njit(cache=True, nogil=True)
-def fx_probe(ring_seq, keys, nxt, head, mask, attr, pkeys, pvalid):  # type: ignore[no-untyped-def]
-    """All (probe index, stored seq) with equal key on attribute ``attr``; per probe oldest first."""
-    cap = pkeys.shape[0] * 2 + 16
-    out_i = np.empty(cap, np.int64)
-    out_s = np.empty(cap, np.int64)
+def fx_probe(ring_seq, keys, nxt, head, mask, attr, pkeys, pvalid, start, out_i, out_s):  # type: ignore[no-untyped-def]
+    """(probe index, stored seq) with equal key on attribute ``attr``, per probe oldest first,
+    from probe ``start`` on while the buffers have room (resumable: see :func:`drain`)."""
+    bound = ring_seq.shape[0]
     n = 0
-    for i in range(pkeys.shape[0]):
+    for i in range(start, pkeys.shape[0]):
+        if n + bound > out_i.shape[0]:
+            return n, i
         if not pvalid[i]:
             continue
         k = pkeys[i]
         p = head[attr, fx_bucket(k, mask)]
         while p != -1:
             if keys[attr, p] == k:
-                if n == out_i.shape[0]:
-                    out_i = _grow(out_i)
-                    out_s = _grow(out_s)
                 out_i[n] = i
                 out_s[n] = ring_seq[p]
                 n += 1
             p = nxt[attr, p]
-    return out_i[:n], out_s[:n]
+    return n, pkeys.shape[0]
 
 
 @njit(cache=True, nogil=True)
 def fx_join_sequence(  # type: ignore[no-untyped-def]
-    sides, seqs, pkeys, pvalid, window, pu, parts,
+    sides, seqs, pkeys, pvalid, expire_pos, insert_pos,
     l_ring, l_keys, l_valid, l_nxt, l_head, l_tail,
     r_ring, r_keys, r_valid, r_nxt, r_head, r_tail,
-    mask,
+    mask, start, out_i, out_s,
 ):
-    """Two-way count-window join over a mixed arrival sequence (the PU ``pu`` of ``parts``).
+    """Two-way count-window join over a mixed arrival sequence.
 
     Tuple i of side ``sides[i]`` (0 = left, 1 = right) with per-side sequence number ``seqs[i]``
-    probes the other side's window, then that side's tuple ``seqs[i] - window`` expires (when
-    this PU stores it), then tuple i is stored (when ``seqs[i] % parts == pu``). Returns
-    (arrival index, matched seq on the other side), in arrival order, oldest match first.
+    probes the other side's window, then the ring position ``expire_pos[i]`` of its own side
+    expires (the tuple ``w`` arrivals older, when this PU stores it), then tuple i is stored at
+    ``insert_pos[i]`` (when this PU owns it; positions are computed outside, vectorized: see
+    :func:`ring_positions`). Writes (arrival index, matched seq on the other side), in arrival
+    order, oldest match first; resumable from ``start`` (see :func:`drain`).
     """
-    cap = l_ring.shape[0]
+    bound = max(l_ring.shape[0], r_ring.shape[0])
     kbuf = np.empty((1, 1), np.int64)
     vbuf = np.empty((1, 1), np.bool_)
-    m = pkeys.shape[0] * 2 + 16
-    out_i = np.empty(m, np.int64)
-    out_s = np.empty(m, np.int64)
     n = 0
-    for i in range(sides.shape[0]):
+    for i in range(start, sides.shape[0]):
+        if n + bound > out_i.shape[0]:
+            return n, i
         left = sides[i] == 0
         k = pkeys[i]
         ok = pvalid[i]
         if ok:
             if left:
                 p = r_head[0, fx_bucket(k, mask)]
+                while p != -1:
+                    if r_keys[0, p] == k:
+                        out_i[n] = i
+                        out_s[n] = r_ring[p]
+                        n += 1
+                    p = r_nxt[0, p]
             else:
                 p = l_head[0, fx_bucket(k, mask)]
-            while p != -1:
-                if left:
-                    hit = r_keys[0, p] == k
-                    s = r_ring[p]
-                    nx = r_nxt[0, p]
-                else:
-                    hit = l_keys[0, p] == k
-                    s = l_ring[p]
-                    nx = l_nxt[0, p]
-                if hit:
-                    if n == out_i.shape[0]:
-                        out_i = _grow(out_i)
-                        out_s = _grow(out_s)
-                    out_i[n] = i
-                    out_s[n] = s
-                    n += 1
-                p = nx
+                while p != -1:
+                    if l_keys[0, p] == k:
+                        out_i[n] = i
+                        out_s[n] = l_ring[p]
+                        n += 1
+                    p = l_nxt[0, p]
         s = seqs[i]
-        e = s - window
+        e = expire_pos[i]
+        p = insert_pos[i]
         kbuf[0, 0] = k
         vbuf[0, 0] = ok
         if left:
-            if e >= 0 and e % parts == pu:
-                _fx_expire((e // parts) % cap, l_ring, l_keys, l_valid, l_nxt, l_head, l_tail, mask)
-            if s % parts == pu:
-                _fx_insert((s // parts) % cap, s, kbuf, vbuf, 0, l_ring, l_keys, l_valid, l_nxt,
-                           l_head, l_tail, mask)
+            if e >= 0:
+                _fx_expire(e, l_ring, l_keys, l_valid, l_nxt, l_head, l_tail, mask)
+            if p >= 0:
+                _fx_insert(p, s, kbuf, vbuf, 0, l_ring, l_keys, l_valid, l_nxt, l_head, l_tail, mask)
         else:
-            if e >= 0 and e % parts == pu:
-                _fx_expire((e // parts) % cap, r_ring, r_keys, r_valid, r_nxt, r_head, r_tail, mask)
-            if s % parts == pu:
-                _fx_insert((s // parts) % cap, s, kbuf, vbuf, 0, r_ring, r_keys, r_valid, r_nxt,
-                           r_head, r_tail, mask)
-    return out_i[:n], out_s[:n]
+            if e >= 0:
+                _fx_expire(e, r_ring, r_keys, r_valid, r_nxt, r_head, r_tail, mask)
+            if p >= 0:
+                _fx_insert(p, s, kbuf, vbuf, 0, r_ring, r_keys, r_valid, r_nxt, r_head, r_tail, mask)
+    return n, sides.shape[0]
 
 
 # --------------------------------------------------------------------------------------------
 # HB-SJ
 # --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _hb_addr(h: int, ht: int) -> int:
+    """Slot of 32-bit hash ``h`` in a table of ``ht`` slots (a mask when ``ht`` is a power of 2)."""
+    if ht & (ht - 1) == 0:
+        return h & (ht - 1)
+    return h % ht
 
 
 @njit(cache=True, nogil=True)
@@ -275,8 +315,8 @@ def _hb_insert(pos, seq, kcol, vcol, j, wseq, wloc, widx, tkey, tseq, okey, oseq
             wloc[a, pos] = LOC_NONE
             continue
         k = kcol[a, j]
-        h1 = murmur3_32(k, SEED1) % ht
-        h2 = murmur3_32(k, SEED2) % ht
+        h1 = _hb_addr(murmur3_32(k, SEED1), ht)
+        h2 = _hb_addr(murmur3_32(k, SEED2), ht)
         placed = False
         for t in range(4):
             idx = h1 if t < 2 else h2
@@ -318,8 +358,8 @@ def _hb_probe_one(k, a, tkey, tseq, okey, oseq, oinfo, stats, buf):  # type: ign
     """Matches of ``k`` on attribute ``a`` into ``buf`` oldest first; returns their number."""
     ht = tkey.shape[2]
     cap = okey.shape[1]
-    h1 = murmur3_32(k, SEED1) % ht
-    h2 = murmur3_32(k, SEED2) % ht
+    h1 = _hb_addr(murmur3_32(k, SEED1), ht)
+    h2 = _hb_addr(murmur3_32(k, SEED2), ht)
     stats[a, ST_PROBES] += 1
     n = 0
     # The four tables, examined "in parallel": at most four matches, sorted by insertion sort.
@@ -338,8 +378,13 @@ def _hb_probe_one(k, a, tkey, tseq, okey, oseq, oinfo, stats, buf):  # type: ign
     head = oinfo[a, 0]
     cnt = oinfo[a, 1]
     stats[a, ST_OVF_CMP] += cnt
-    for q in range(cnt):
-        slot = (head + q) % cap
+    # two contiguous runs of the ring: head .. cap-1, then 0 .. (wrapped part)
+    end1 = min(cap, head + cnt)
+    for slot in range(head, end1):
+        if okey[a, slot] == k:
+            buf[n] = oseq[a, slot]
+            n += 1
+    for slot in range(0, head + cnt - end1):
         if okey[a, slot] == k:
             buf[n] = oseq[a, slot]
             n += 1
@@ -361,43 +406,41 @@ def _hb_probe_one(k, a, tkey, tseq, okey, oseq, oinfo, stats, buf):  # type: ign
 
 
 @njit(cache=True, nogil=True)
-def hb_probe(tkey, tseq, okey, oseq, oinfo, stats, attr, pkeys, pvalid):  # type: ignore[no-untyped-def]
-    """All (probe index, stored seq) with equal key on attribute ``attr``; per probe oldest first."""
-    buf = np.empty(okey.shape[1] + 4, np.int64)
-    m = pkeys.shape[0] * 2 + 16
-    out_i = np.empty(m, np.int64)
-    out_s = np.empty(m, np.int64)
+def hb_probe(tkey, tseq, okey, oseq, oinfo, stats, attr, pkeys, pvalid, start, out_i, out_s):  # type: ignore[no-untyped-def]
+    """(probe index, stored seq) with equal key on attribute ``attr``, per probe oldest first;
+    resumable from ``start`` (see :func:`drain`)."""
+    bound = okey.shape[1] + 4
+    buf = np.empty(bound, np.int64)
     n = 0
-    for i in range(pkeys.shape[0]):
+    for i in range(start, pkeys.shape[0]):
+        if n + bound > out_i.shape[0]:
+            return n, i
         if not pvalid[i]:
             continue
         c = _hb_probe_one(pkeys[i], attr, tkey, tseq, okey, oseq, oinfo, stats, buf)
-        while n + c > out_i.shape[0]:
-            out_i = _grow(out_i)
-            out_s = _grow(out_s)
         for q in range(c):
             out_i[n] = i
             out_s[n] = buf[q]
             n += 1
-    return out_i[:n], out_s[:n]
+    return n, pkeys.shape[0]
 
 
 @njit(cache=True, nogil=True)
 def hb_join_sequence(  # type: ignore[no-untyped-def]
-    sides, seqs, pkeys, pvalid, window, pu, parts,
+    sides, seqs, pkeys, pvalid, expire_pos, insert_pos,
     l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats,
     r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats,
+    start, out_i, out_s,
 ):
     """HB-SJ two-way count-window join over a mixed arrival sequence (see :func:`fx_join_sequence`)."""
-    cap = l_wseq.shape[0]
-    buf = np.empty(cap + 4, np.int64)
+    bound = max(l_wseq.shape[0], r_wseq.shape[0]) + 4
+    buf = np.empty(bound, np.int64)
     kbuf = np.empty((1, 1), np.int64)
     vbuf = np.empty((1, 1), np.bool_)
-    m = pkeys.shape[0] * 2 + 16
-    out_i = np.empty(m, np.int64)
-    out_s = np.empty(m, np.int64)
     n = 0
-    for i in range(sides.shape[0]):
+    for i in range(start, sides.shape[0]):
+        if n + bound > out_i.shape[0]:
+            return n, i
         left = sides[i] == 0
         k = pkeys[i]
         ok = pvalid[i]
@@ -406,30 +449,28 @@ def hb_join_sequence(  # type: ignore[no-untyped-def]
                 c = _hb_probe_one(k, 0, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats, buf)
             else:
                 c = _hb_probe_one(k, 0, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats, buf)
-            while n + c > out_i.shape[0]:
-                out_i = _grow(out_i)
-                out_s = _grow(out_s)
             for q in range(c):
                 out_i[n] = i
                 out_s[n] = buf[q]
                 n += 1
         s = seqs[i]
-        e = s - window
+        e = expire_pos[i]
+        p = insert_pos[i]
         kbuf[0, 0] = k
         vbuf[0, 0] = ok
         if left:
-            if e >= 0 and e % parts == pu:
-                _hb_expire((e // parts) % cap, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)
-            if s % parts == pu:
-                _hb_insert((s // parts) % cap, s, kbuf, vbuf, 0, l_wseq, l_wloc, l_widx, l_tkey,
-                           l_tseq, l_okey, l_oseq, l_oinfo, l_stats)
+            if e >= 0:
+                _hb_expire(e, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)
+            if p >= 0:
+                _hb_insert(p, s, kbuf, vbuf, 0, l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey,
+                           l_oseq, l_oinfo, l_stats)
         else:
-            if e >= 0 and e % parts == pu:
-                _hb_expire((e // parts) % cap, r_wseq, r_wloc, r_widx, r_tseq, r_oinfo)
-            if s % parts == pu:
-                _hb_insert((s // parts) % cap, s, kbuf, vbuf, 0, r_wseq, r_wloc, r_widx, r_tkey,
-                           r_tseq, r_okey, r_oseq, r_oinfo, r_stats)
-    return out_i[:n], out_s[:n]
+            if e >= 0:
+                _hb_expire(e, r_wseq, r_wloc, r_widx, r_tseq, r_oinfo)
+            if p >= 0:
+                _hb_insert(p, s, kbuf, vbuf, 0, r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey,
+                           r_oseq, r_oinfo, r_stats)
+    return n, sides.shape[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,18 +500,17 @@ def _stage_probe(mode, k, a, fx, hb, mask, buf):  # type: ignore[no-untyped-def]
 @njit(cache=True, nogil=True)
 def _stage_update(mode, s, window, kcol, vcol, fx, hb, mask):  # type: ignore[no-untyped-def]
     """Expire tuple ``s - window`` of the stage's stream, then store tuple ``s`` (keys column 0)."""
+    # The ring holds exactly ``window`` positions, so tuple s - window sat where s goes.
     if mode == 0:
-        cap = fx[0].shape[0]
-        e = s - window
-        if e >= 0:
-            _fx_expire(e % cap, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], mask)
-        _fx_insert(s % cap, s, kcol, vcol, 0, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], mask)
+        p = s % fx[0].shape[0]
+        if s >= window:
+            _fx_expire(p, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], mask)
+        _fx_insert(p, s, kcol, vcol, 0, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], mask)
     else:
-        cap = hb[0].shape[0]
-        e = s - window
-        if e >= 0:
-            _hb_expire(e % cap, hb[0], hb[1], hb[2], hb[4], hb[7])
-        _hb_insert(s % cap, s, kcol, vcol, 0, hb[0], hb[1], hb[2], hb[3], hb[4], hb[5], hb[6],
+        p = s % hb[0].shape[0]
+        if s >= window:
+            _hb_expire(p, hb[0], hb[1], hb[2], hb[4], hb[7])
+        _hb_insert(p, s, kcol, vcol, 0, hb[0], hb[1], hb[2], hb[3], hb[4], hb[5], hb[6],
                    hb[7], hb[8])
 
 

@@ -48,7 +48,14 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, time_values
-from splice.joins._hash_kernels import fx_join_sequence, fx_probe, fx_update, hb_join_sequence
+from splice.joins._hash_kernels import (
+    drain,
+    fx_join_sequence,
+    fx_probe,
+    fx_update,
+    hb_join_sequence,
+    ring_positions,
+)
 from splice.joins.hbsj import HBSJIndex
 from splice.joins.splitjoin import SplitIndex, WindowIndex, merge_matches
 from splice.joins.window import CountWindow, JoinWindow, RowStore, TimeWindow
@@ -150,8 +157,9 @@ class FastIndex:
 
     def probe(self, attr: int, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probe index, stored seq) of every match on attribute ``attr``, oldest match first."""
-        return fx_probe(self.ring, self.keys, self.nxt, self.head, self.mask, attr,
-                        np.ascontiguousarray(keys, np.int64), np.ascontiguousarray(valid, np.bool_))
+        keys = np.ascontiguousarray(keys, np.int64)
+        return drain(fx_probe, len(keys), self.cap, self.ring, self.keys, self.nxt, self.head,
+                     self.mask, attr, keys, np.ascontiguousarray(valid, np.bool_))
 
     def live_seqs(self) -> np.ndarray:
         return np.sort(self.ring[self.ring >= 0])
@@ -536,14 +544,16 @@ def join_sequence(
     def run(pu: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         li, ri = pus[pu]
         sl = slice(lo, hi)
+        exp, ins = ring_positions(seqs[sl], window, li.cap, pu, parallel)
+        n = hi - lo
         if impl == "hbsj":
             assert isinstance(li, HBSJIndex) and isinstance(ri, HBSJIndex)
-            i, s = hb_join_sequence(sides[sl], seqs[sl], keys[sl], valid[sl], window, pu, parallel,
-                                    *li.arrays(), *ri.arrays())
+            i, s = drain(hb_join_sequence, n, li.cap + 4, sides[sl], seqs[sl], keys[sl], valid[sl],
+                         exp, ins, *li.arrays(), *ri.arrays())
         else:
             assert isinstance(li, FastIndex) and isinstance(ri, FastIndex)
-            i, s = fx_join_sequence(sides[sl], seqs[sl], keys[sl], valid[sl], window, pu, parallel,  # type: ignore[call-arg]
-                                    *li.arrays(), *ri.arrays(), li.mask)
+            i, s = drain(fx_join_sequence, n, li.cap, sides[sl], seqs[sl], keys[sl], valid[sl],
+                         exp, ins, *li.arrays(), *ri.arrays(), li.mask)
         return i + lo, s
 
     out_i, out_s = [], []

@@ -36,6 +36,7 @@ from splice.joins._hash_kernels import (
     ST_OVF_INS,
     ST_OVF_PEAK,
     ST_PROBES,
+    drain,
     hb_probe,
     hb_update,
 )
@@ -100,8 +101,9 @@ class HBSJIndex:
 
     def probe(self, attr: int, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probe index, stored seq) of every match on attribute ``attr``, oldest match first."""
-        return hb_probe(self.tkey, self.tseq, self.okey, self.oseq, self.oinfo, self.st, attr,
-                        np.ascontiguousarray(keys, np.int64), np.ascontiguousarray(valid, np.bool_))
+        keys = np.ascontiguousarray(keys, np.int64)
+        return drain(hb_probe, len(keys), self.cap + 4, self.tkey, self.tseq, self.okey, self.oseq,
+                     self.oinfo, self.st, attr, keys, np.ascontiguousarray(valid, np.bool_))
 
     def live_seqs(self) -> np.ndarray:
         s = self.wseq[self.wseq >= 0]

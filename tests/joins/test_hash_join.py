@@ -17,12 +17,14 @@ from splice.core.records import Data, Watermark
 from splice.joins._hash_kernels import (
     SEED1,
     SEED2,
+    drain,
     fx_join_sequence,
     fx_probe,
     fx_update,
     hb_probe,
     hb_update,
     murmur3_32,
+    ring_positions,
 )
 from splice.joins.hash_window_join import FastIndex, HashWindowJoin, join_sequence
 from splice.joins.hbsj import HBSJIndex
@@ -156,24 +158,28 @@ def test_kernels_equal_python_twins(keys, w) -> None:
         assert np.array_equal(x, y)
     pk = np.arange(-4, 5, dtype=np.int64)
     pv = np.ones(len(pk), np.bool_)
-    r1 = fx_probe(a.ring, a.keys, a.nxt, a.head, a.mask, 0, pk, pv)
-    r2 = fx_probe.py_func(a.ring, a.keys, a.nxt, a.head, a.mask, 0, pk, pv)
+    r1 = drain(fx_probe, len(pk), w, a.ring, a.keys, a.nxt, a.head, a.mask, 0, pk, pv)
+    r2 = drain(fx_probe.py_func, len(pk), w, a.ring, a.keys, a.nxt, a.head, a.mask, 0, pk, pv)
+    small = np.empty(w + 1, np.int64), np.empty(w + 1, np.int64)  # resumes after each probe
+    n1, nxt = fx_probe(a.ring, a.keys, a.nxt, a.head, a.mask, 0, pk, pv, 0, *small)
+    assert nxt <= len(pk) and n1 <= w + 1
     assert all(np.array_equal(x, y) for x, y in zip(r1, r2, strict=True))
     c, d = HBSJIndex(1, w, 2), HBSJIndex(1, w, 2)
     hb_update(*c.arrays(), exp, ins, seqs, k2, v2)
     hb_update.py_func(*d.arrays(), exp, ins, seqs, k2, v2)
     for x, y in zip(c.arrays(), d.arrays(), strict=True):
         assert np.array_equal(x, y)
-    r3 = hb_probe(c.tkey, c.tseq, c.okey, c.oseq, c.oinfo, c.st, 0, pk, pv)
-    r4 = hb_probe.py_func(d.tkey, d.tseq, d.okey, d.oseq, d.oinfo, d.st, 0, pk, pv)
+    r3 = drain(hb_probe, len(pk), w + 4, c.tkey, c.tseq, c.okey, c.oseq, c.oinfo, c.st, 0, pk, pv)
+    r4 = drain(hb_probe.py_func, len(pk), w + 4, d.tkey, d.tseq, d.okey, d.oseq, d.oinfo, d.st, 0, pk, pv)
     assert all(np.array_equal(x, y) for x, y in zip(r1, r3, strict=True))
     assert all(np.array_equal(x, y) for x, y in zip(r3, r4, strict=True))
     sides = np.array([i % 2 for i in range(n)], np.int8)
     sq = np.array([i // 2 for i in range(n)], np.int64)
     pk2, pv2 = k2[0], v2[0]
     lx, rx, ly, ry = FastIndex(1, w), FastIndex(1, w), FastIndex(1, w), FastIndex(1, w)
-    o1 = fx_join_sequence(sides, sq, pk2, pv2, w, 0, 1, *lx.arrays(), *rx.arrays(), lx.mask)
-    o2 = fx_join_sequence.py_func(sides, sq, pk2, pv2, w, 0, 1, *ly.arrays(), *ry.arrays(), ly.mask)
+    ex, ix = ring_positions(sq, w, w, 0, 1)
+    o1 = drain(fx_join_sequence, n, w, sides, sq, pk2, pv2, ex, ix, *lx.arrays(), *rx.arrays(), lx.mask)
+    o2 = drain(fx_join_sequence.py_func, n, w, sides, sq, pk2, pv2, ex, ix, *ly.arrays(), *ry.arrays(), ly.mask)
     assert all(np.array_equal(x, y) for x, y in zip(o1, o2, strict=True))
 
 
