@@ -860,3 +860,20 @@ def gather_cells(offsets: np.ndarray, values: np.ndarray, cells: np.ndarray) -> 
         c = cells[k]
         out[k] = values[offsets[c >> 40] + (c & mask)]
     return out
+
+
+@njit(cache=True, nogil=True)
+def chain_blocks(chain_len: np.ndarray, nthreads: int) -> np.ndarray:
+    """Owner of each chain: contiguous runs of chains with about equal op counts per thread
+    (contiguous, so threads write disjoint regions of the op arrays: no false sharing)."""
+    nch = chain_len.shape[0]
+    total = 0
+    for c in range(nch):
+        total += chain_len[c]
+    owner = np.empty(nch, np.int64)
+    acc = 0
+    for c in range(nch):
+        t = (acc * nthreads) // max(total, 1)
+        owner[c] = t if t < nthreads else nthreads - 1
+        acc += chain_len[c]
+    return owner

@@ -78,7 +78,7 @@ class Execution:
     version_ts: np.ndarray
     version_value: np.ndarray
     times: dict[str, float] = field(default_factory=dict)
-    op_state: np.ndarray | None = None
+    op_state: np.ndarray | None = None  # per TPG op: EXE (2) or ABT (3) once resolved
     memory_bytes: int = 0
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -150,7 +150,8 @@ def _finish(tpg: TPG, run: _Run, committed_valid: np.ndarray, batch: OpBatch,
         op_result = run.result[tpg.user_pos]
     final = K.chain_finals(tpg.chain, run.after, tpg.n_chains)
     ex = Execution(committed=committed, op_result=op_result, cells=tpg.cells, final=final,
-                   version_cell=_EMPTY_I, version_ts=_EMPTY_I, version_value=_EMPTY_F)
+                   version_cell=_EMPTY_I, version_ts=_EMPTY_I, version_value=_EMPTY_F,
+                   op_state=run.state)
     if history:
         wmask = is_write_kind(tpg.kind) & committed[tpg.txn]
         ex.version_cell = tpg.cells[tpg.cell[wmask]]

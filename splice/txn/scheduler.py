@@ -84,11 +84,20 @@ class WorkOrder:
     largest_unit: int
 
 
-def _ns_f(tpg: TPG, threads: int) -> WorkOrder:
+def _ns_f(tpg: TPG, threads: int, eager: bool) -> WorkOrder:
+    """Threads own contiguous runs of chains; each walks its ops in timestamp order. Without
+    LD waits (lazy) and PD edges, chains are independent: walk them in memory order instead."""
     chain_len = np.bincount(tpg.chain, minlength=tpg.n_chains).astype(np.int64)
-    owner = K.lpt_assign(chain_len, np.argsort(-chain_len, kind="stable"), threads)
+    owner = K.chain_blocks(chain_len, threads)
+    largest = int(chain_len.max(initial=0))
+    if not eager and tpg.src_op.shape[0] == 0:
+        n = tpg.pred.shape[0]
+        ptr = np.zeros(threads + 1, np.int64)
+        np.cumsum(np.bincount(owner, weights=chain_len, minlength=threads).astype(np.int64),
+                  out=ptr[1:])
+        return WorkOrder(np.arange(n, dtype=np.int64), ptr, 0, tpg.n_chains, largest)
     work, ptr = K.group_by_owner(tpg.proc, K.chain_owner_ops(tpg.proc, tpg.chain, owner), threads)
-    return WorkOrder(work, ptr, 0, tpg.n_chains, int(chain_len.max(initial=0)))
+    return WorkOrder(work, ptr, 0, tpg.n_chains, largest)
 
 
 def _s_f(tpg: TPG, threads: int, eager: bool) -> WorkOrder:
@@ -156,7 +165,7 @@ def work_order(tpg: TPG, strategy: Strategy, threads: int) -> WorkOrder:
     """Per-thread work lists for ``strategy`` (levels and units use LD edges only when eager)."""
     eager = strategy.abort == "e"
     if strategy.granularity == "f":
-        return _s_f(tpg, threads, eager) if strategy.explore == "s" else _ns_f(tpg, threads)
+        return _s_f(tpg, threads, eager) if strategy.explore == "s" else _ns_f(tpg, threads, eager)
     return _c(tpg, threads, eager, strategy.explore == "s")
 
 
