@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,17 +27,19 @@ import numpy as np
 from splice.core.errors import PlanError
 from splice.txn.executor import (
     Execution,
+    SStorePrep,
     ThreadTeam,
     busy_iters_for,
+    exec_sstore,
+    prepare_sstore,
     run_serial,
-    run_sstore,
     run_tpg,
     run_tstream,
 )
 from splice.txn.ops import REASON_CONDITION, REASON_LATE, OpBatch
 from splice.txn.scheduler import Strategy, choose_strategy
 from splice.txn.state import StateStore, StateTable
-from splice.txn.tpg import build_tpg, tpg_stats
+from splice.txn.tpg import TPG, build_tpg, refresh_tpg, tpg_stats
 
 __all__ = ["TxnEngine", "BatchResult", "BASELINES", "subset_batch", "NonDeterministic"]
 
@@ -99,6 +102,21 @@ class NonDeterministic:
     modulus: np.ndarray
 
 
+@dataclass
+class _Prep:
+    """A batch between construction and execution."""
+
+    batch: OpBatch
+    reason: np.ndarray
+    refused: np.ndarray
+    t0: float
+    now: int
+    tpg: TPG | None = None
+    sstore: SStorePrep | None = None
+    nested: bool = False
+    construct: float = 0.0
+
+
 class TxnEngine:
     """Shared state plus the machinery that runs batches of transactions on it.
 
@@ -146,10 +164,14 @@ class TxnEngine:
         self.peak_batch_bytes = 0
         self.nested_fallbacks = 0
         self.history = any(t.history > 0 for t in tables)
+        self._driver: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
         """Stop the executor threads."""
         self.team.close()
+        if self._driver is not None:
+            self._driver.shutdown(wait=True)
+            self._driver = None
 
     # ------------------------------------------------------------------ execution
     def execute(self, batch: OpBatch, nondeterministic: NonDeterministic | None = None) -> BatchResult:
@@ -215,6 +237,43 @@ class TxnEngine:
                            mem, resolved)
 
     def _execute(self, batch: OpBatch) -> BatchResult:
+        prep = self._prepare(batch)
+        if prep.nested:
+            ex, name = self._run_nested(batch, prep.refused)
+        else:
+            ex, name = self._launch(prep)()
+        return self._complete(prep, ex, name)
+
+    def execute_many(
+        self, batches: Iterable[tuple[OpBatch, NonDeterministic | None]]
+    ) -> Iterator[BatchResult]:
+        """Run batches in order, constructing batch k+1 while batch k executes (pipelined).
+
+        Results are exactly those of calling :meth:`execute` on each batch in turn: batch k+1
+        reads its starting state only after batch k's writes are applied. With one thread, or for
+        batches with non-deterministic accesses or nested groups, batches run one at a time.
+        """
+        pending: tuple[_Prep, Future[tuple[Execution, str]]] | None = None
+        for batch, nd in batches:
+            simple = (nd is None or nd.slot.shape[0] == 0) and not (
+                self.nested and batch.txn_group.shape[0])
+            if self.threads == 1 or self.scheduler == "serial" or not simple:
+                if pending is not None:
+                    yield self._complete(pending[0], *pending[1].result())
+                    pending = None
+                yield self.execute(batch, nd)
+                continue
+            prep = self._prepare(batch)
+            if pending is not None:
+                yield self._complete(pending[0], *pending[1].result())
+            if self._driver is None:
+                self._driver = ThreadPoolExecutor(max_workers=1)
+            pending = (prep, self._driver.submit(self._launch(prep)))
+        if pending is not None:
+            yield self._complete(pending[0], *pending[1].result())
+
+    def _prepare(self, batch: OpBatch) -> _Prep:
+        """Progress check and construction: everything that does not read the state."""
         t0 = time.perf_counter()
         reason = batch.txn_reason.copy()
         if batch.num_txns and self.last_punctuation is not None:
@@ -225,14 +284,46 @@ class TxnEngine:
             if self.last_punctuation is None or top > self.last_punctuation:
                 self.last_punctuation = top
         refused = reason != 0
+        prep = _Prep(batch, reason, refused, t0, self.last_punctuation or 0)
         if self.nested and batch.txn_group.shape[0]:
-            ex, name = self._run_nested(batch, refused)
+            prep.nested = True
+        elif self.scheduler == "sstore":
+            prep.sstore = prepare_sstore(batch, refused, self.threads)
+        elif self.scheduler != "serial":
+            prep.tpg = build_tpg(batch, refused, self.store)
+        prep.construct = time.perf_counter() - t0
+        return prep
+
+    def _launch(self, prep: _Prep) -> Callable[[], tuple[Execution, str]]:
+        """Read the starting state, decide the strategy; return the execution to run."""
+        batch, refused = prep.batch, prep.refused
+        if self.scheduler == "serial":
+            return lambda: (run_serial(batch, refused, self.store, self.busy), "serial")
+        if prep.sstore is not None:
+            go = exec_sstore(prep.sstore, self.store, self.team, self.busy)
+            return lambda: (go(), "sstore")
+        tpg = prep.tpg
+        assert tpg is not None
+        refresh_tpg(tpg, self.store)
+        if self.scheduler == "tstream":
+            return lambda: (run_tstream(batch, refused, tpg, self.team, self.busy, self.history),
+                            "tstream")
+        if self.scheduler == "auto":
+            strategy = choose_strategy(tpg_stats(tpg), self.threads, self.complexity_us,
+                                       self.abort_ema)
         else:
-            ex, name = self._run(batch, refused, self.scheduler)
+            strategy = Strategy.parse(self.scheduler)
+        return lambda: (run_tpg(batch, refused, tpg, strategy, self.team, self.busy,
+                                self.history), strategy.name)
+
+    def _complete(self, prep: _Prep, ex: Execution, name: str) -> BatchResult:
+        """Apply committed writes and versions; account outcomes and times."""
+        batch, reason, refused = prep.batch, prep.reason, prep.refused
+        if prep.tpg is not None:
+            ex.times["construct"] = ex.times.get("construct", 0.0) + prep.construct
         self.store.scatter(ex.cells, ex.final)
-        self.store.log_versions(ex.version_cell, ex.version_ts, ex.version_value,
-                                self.last_punctuation or 0)
-        seconds = time.perf_counter() - t0
+        self.store.log_versions(ex.version_cell, ex.version_ts, ex.version_value, prep.now)
+        seconds = time.perf_counter() - prep.t0
         reason[~ex.committed & (reason == 0)] = REASON_CONDITION
         committed = int(ex.committed.sum())
         self.committed += committed
@@ -250,26 +341,22 @@ class TxnEngine:
                            ex.memory_bytes)
 
     def _run(self, batch: OpBatch, refused: np.ndarray, scheduler: str) -> tuple[Execution, str]:
-        if scheduler == "serial":
-            return run_serial(batch, refused, self.store, self.busy), "serial"
-        if scheduler == "sstore":
-            return run_sstore(batch, refused, self.store, self.team, self.busy), "sstore"
-        t0 = time.perf_counter()
-        tpg = build_tpg(batch, refused, self.store)
-        construct = time.perf_counter() - t0
-        if scheduler == "tstream":
-            ex = run_tstream(batch, refused, tpg, self.team, self.busy, self.history)
-            name = "tstream"
-        else:
-            if scheduler == "auto":
-                strategy = choose_strategy(tpg_stats(tpg), self.threads, self.complexity_us,
-                                           self.abort_ema)
-            else:
-                strategy = Strategy.parse(scheduler)
-            ex = run_tpg(batch, refused, tpg, strategy, self.team, self.busy, self.history)
-            name = strategy.name
-        ex.times["construct"] = ex.times.get("construct", 0.0) + construct
-        return ex, name
+        """One batch under ``scheduler`` (used for the groups of a nested configuration)."""
+        saved = self.scheduler
+        self.scheduler = scheduler
+        try:
+            prep = _Prep(batch, batch.txn_reason.copy(), refused, time.perf_counter(), 0)
+            if scheduler == "sstore":
+                prep.sstore = prepare_sstore(batch, refused, self.threads)
+            elif scheduler != "serial":
+                prep.tpg = build_tpg(batch, refused, self.store)
+            prep.construct = time.perf_counter() - prep.t0
+            ex, name = self._launch(prep)()
+            if prep.tpg is not None:
+                ex.times["construct"] = ex.times.get("construct", 0.0) + prep.construct
+            return ex, name
+        finally:
+            self.scheduler = saved
 
     def _run_nested(self, batch: OpBatch, refused: np.ndarray) -> tuple[Execution, str]:
         """Nested configuration: each transaction group with its own scheduler, when the groups

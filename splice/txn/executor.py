@@ -21,6 +21,7 @@ from splice.txn.state import StateStore
 from splice.txn.tpg import TPG
 
 __all__ = ["Execution", "ThreadTeam", "run_tpg", "run_serial", "run_sstore", "run_tstream",
+           "prepare_sstore", "exec_sstore", "SStorePrep",
            "cycles_per_second", "busy_iters_for"]
 
 
@@ -260,19 +261,25 @@ class _Dense:
     hist: np.ndarray
 
 
-def _dense(batch: OpBatch, store: StateStore) -> _Dense:
+def _window_hist(batch: OpBatch, d: _Dense, store: StateStore) -> None:
+    win = np.flatnonzero(batch.op_kind == WINDOW_READ)
+    if win.shape[0]:
+        ts = batch.txn_ts[batch.op_txn[win]]
+        d.hist[win] = store.window_sums(batch.op_cell[win],
+                                        ts - batch.op_operand[win].astype(np.int64))
+
+
+def _dense(batch: OpBatch, store: StateStore | None) -> _Dense:
     allc = np.concatenate([batch.op_cell, batch.src_cell])
     cells, inv = np.unique(allc, return_inverse=True)
     inv = inv.astype(np.int64).reshape(-1)
     n = batch.num_ops
     txn_ptr = np.zeros(batch.num_txns + 1, np.int64)
     np.cumsum(np.bincount(batch.op_txn, minlength=batch.num_txns), out=txn_ptr[1:])
-    hist = np.zeros(n, np.float64)
-    win = np.flatnonzero(batch.op_kind == WINDOW_READ)
-    if win.shape[0]:
-        ts = batch.txn_ts[batch.op_txn[win]]
-        hist[win] = store.window_sums(batch.op_cell[win], ts - batch.op_operand[win].astype(np.int64))
-    return _Dense(cells, inv[:n], inv[n:], txn_ptr, hist)
+    d = _Dense(cells, inv[:n], inv[n:], txn_ptr, np.zeros(n, np.float64))
+    if store is not None:
+        _window_hist(batch, d, store)
+    return d
 
 
 def _serial_arrays(batch: OpBatch, d: _Dense, store: StateStore) -> tuple[np.ndarray, ...]:
@@ -316,14 +323,22 @@ def run_serial(batch: OpBatch, refused: np.ndarray, store: StateStore, busy: int
     return ex
 
 
-def run_sstore(batch: OpBatch, refused: np.ndarray, store: StateStore, team: ThreadTeam,
-               busy: int) -> Execution:
-    """S-Store-like: cells hash-partitioned over threads, one partition lock per thread;
-    single-partition transactions run in parallel, multi-partition ones take every lock."""
+@dataclass
+class SStorePrep:
+    """S-Store-like plan of a batch: dense cells and each transaction's partition (-1: many)."""
+
+    batch: OpBatch
+    refused: np.ndarray
+    dense: _Dense
+    txn_part: np.ndarray
+    construct: float
+
+
+def prepare_sstore(batch: OpBatch, refused: np.ndarray, threads: int) -> SStorePrep:
+    """Partition cells by hash over ``threads`` and tag transactions (state not read yet)."""
     t0 = time.perf_counter()
-    d = _dense(batch, store)
-    cur, last, vprev, vts, vval, committed, result = _serial_arrays(batch, d, store)
-    T = team.threads
+    d = _dense(batch, None)
+    T = threads
     part_op = (d.cells * np.int64(-7046029254386353131) >> np.int64(33)) % T
     pmin = np.full(batch.num_txns, T, np.int64)
     pmax = np.full(batch.num_txns, -1, np.int64)
@@ -335,21 +350,43 @@ def run_sstore(batch: OpBatch, refused: np.ndarray, store: StateStore, team: Thr
         np.maximum.at(pmax, stx, part_op[d.src_cell])
     txn_part = np.where(pmin == pmax, pmin, -1)
     txn_part = np.where(pmax < 0, 0, txn_part)
-    bar = np.zeros(1, np.int64)
-    t1 = time.perf_counter()
+    return SStorePrep(batch, refused, d, txn_part, time.perf_counter() - t0)
 
-    def one(t: int) -> tuple[int, float]:
-        return K.run_partitioned(t, T, bar, txn_part, d.txn_ptr, d.cell, batch.op_kind,
-                                 batch.op_operand, batch.op_cond, batch.op_cond_arg, batch.src_ptr,
-                                 d.src_cell, batch.txn_ts, refused, cur, d.hist, last, vprev, vts,
-                                 vval, committed, result, busy)
 
-    res = team.run(one)
-    t2 = time.perf_counter()
-    lock = sum(r[0] for r in res) / cycles_per_second() / T
-    ex = _serial_finish(batch, d, refused, cur, committed, result)
-    ex.times = {"construct": t1 - t0, "explore": 0.0, "sync": 0.0, "lock": lock, "abort": 0.0,
-                "useful": max(t2 - t1 - lock, 0.0)}
-    ex.memory_bytes = batch.nbytes() + 4 * batch.num_ops * 8 + txn_part.nbytes
-    ex.info = {"multi_partition": int(np.count_nonzero(txn_part == -1))}
-    return ex
+def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int) -> Any:
+    """Read the state the batch starts from; return a callable that runs it (any thread)."""
+    batch, refused, d, txn_part = prep.batch, prep.refused, prep.dense, prep.txn_part
+    _window_hist(batch, d, store)
+    cur, last, vprev, vts, vval, committed, result = _serial_arrays(batch, d, store)
+    T = team.threads
+
+    def go() -> Execution:
+        bar = np.zeros(1, np.int64)
+        t1 = time.perf_counter()
+
+        def one(t: int) -> tuple[int, float]:
+            return K.run_partitioned(t, T, bar, txn_part, d.txn_ptr, d.cell, batch.op_kind,
+                                     batch.op_operand, batch.op_cond, batch.op_cond_arg,
+                                     batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist,
+                                     last, vprev, vts, vval, committed, result, busy)
+
+        res = team.run(one)
+        t2 = time.perf_counter()
+        lock = sum(r[0] for r in res) / cycles_per_second() / T
+        ex = _serial_finish(batch, d, refused, cur, committed, result)
+        ex.times = {"construct": prep.construct, "explore": 0.0, "sync": 0.0, "lock": lock,
+                    "abort": 0.0, "useful": max(t2 - t1 - lock, 0.0)}
+        ex.memory_bytes = batch.nbytes() + 4 * batch.num_ops * 8 + txn_part.nbytes
+        ex.info = {"multi_partition": int(np.count_nonzero(txn_part == -1))}
+        return ex
+
+    return go
+
+
+def run_sstore(batch: OpBatch, refused: np.ndarray, store: StateStore, team: ThreadTeam,
+               busy: int) -> Execution:
+    """S-Store-like: cells hash-partitioned over threads, one partition lock per thread;
+    single-partition transactions run in parallel, multi-partition ones take every lock."""
+    result: Execution = exec_sstore(prepare_sstore(batch, refused, team.threads), store, team,
+                                    busy)()
+    return result

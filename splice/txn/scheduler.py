@@ -174,19 +174,27 @@ def choose_strategy(
 ) -> Strategy:
     """The decision model: a strategy for the next batch from measured statistics.
 
-    * abort: ``l`` (speculate, redo the affected closure) while the measured abort ratio stays
-      below 2 %; ``e`` when aborts are frequent, since each abort's closure is redone.
-    * explore: ``s`` when stages are wide (ops per longest chain >= 64 x threads, so barriers are
-      amortised and the degree distribution is flat), else ``ns``.
-    * granularity: ``c`` when operations are single-access (few LD/PD edges, so units stay small
-      and acyclic), ``f`` when multi-access transactions couple chains.
+    The rules follow the seed's decision tree, with thresholds set from this engine's own
+    measurements (``benchmarks/txn_dynamic.py``, ``docs/bench_txn.md``):
+
+    * abort: ``l`` (speculate, then redo the affected closure) while the measured abort ratio of
+      recent batches stays below 2 %; ``e`` when aborts are frequent, since every abort's closure
+      would be redone.
+    * explore: ``ns`` by default: barriers cost most where threads are descheduled or chains are
+      long (skew: many levels). ``s`` only for heavy operations (>= 5 us of UDF work) on wide,
+      flat TPGs (ops per longest chain >= 64 x threads, degree skew < 8), where a barrier per
+      level is amortised.
+    * granularity: ``f``, except with no cross-chain dependencies at all (no LD checks, no PD
+      reads) and heavy operations, where chains are the natural unit (``c``).
     """
     if threads <= 1:
         return Strategy("ns", "f", "l" if abort_ratio < 0.02 else "e")
     ops = max(stats["ops"], 1.0)
     abort: AbortMode = "l" if abort_ratio < 0.02 else "e"
     width = ops / max(stats["max_chain"], 1.0)
-    explore: Explore = "s" if width >= 64 * threads and stats["degree_skew"] < 8 else "ns"
-    coupling = (stats["ld"] + stats["pd"]) / ops
-    granularity: Granularity = "c" if coupling < 0.05 else "f"
+    heavy = complexity_us >= 5.0
+    wide = width >= 64 * threads and stats["degree_skew"] < 8
+    explore: Explore = "s" if heavy and wide else "ns"
+    coupled = stats["checks"] + stats["pd"] > 0
+    granularity: Granularity = "c" if heavy and not coupled else "f"
     return Strategy(explore, granularity, abort)

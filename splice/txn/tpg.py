@@ -25,7 +25,7 @@ from splice.txn import _kernels as K
 from splice.txn.ops import SUM_ADD, SUM_WRITE, WINDOW_READ, OpBatch
 from splice.txn.state import StateStore
 
-__all__ = ["TPG", "build_tpg", "tpg_stats"]
+__all__ = ["TPG", "build_tpg", "refresh_tpg", "tpg_stats"]
 
 
 @dataclass
@@ -79,6 +79,16 @@ def build_tpg(batch: OpBatch, refused: np.ndarray, store: StateStore) -> TPG:
         cond_arg=cond_arg, txn=txn, ts=ts, src_ptr=src_ptr, src_op=src_op, chk_ptr=chk_ptr,
         chk_op=chk_op, proc=pos, txn_ptr=txn_ptr, user_pos=user_pos, hist=hist,
     )
+
+
+def refresh_tpg(tpg: TPG, store: StateStore) -> None:
+    """Re-read the state the batch starts from (chain heads, window history): needed when the TPG
+    was built while the previous batch was still executing (pipelined construction)."""
+    tpg.init = store.gather(tpg.cells)
+    win = np.flatnonzero(tpg.kind == WINDOW_READ)
+    if win.shape[0]:
+        tpg.hist[win] = store.window_sums(tpg.cells[tpg.chain[win]],
+                                          tpg.ts[win] - tpg.operand[win].astype(np.int64))
 
 
 def tpg_stats(tpg: TPG) -> dict[str, float]:
