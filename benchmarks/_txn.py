@@ -9,7 +9,7 @@ from splice.txn.command import _warm, run_workload
 from splice.txn.memory import keep_freed_memory
 from splice.workloads.txn_apps import TxnWorkload, make_app
 
-__all__ = ["measure", "emit", "prepare"]
+__all__ = ["measure", "emit", "prepare", "machine_parallelism"]
 
 
 def prepare(app: str, threads: int, schedulers: list[str]) -> None:
@@ -33,3 +33,27 @@ def measure(app: str, w: TxnWorkload, scheduler: str, threads: int, complexity: 
 
 def emit(record: dict[str, Any]) -> None:
     print(json.dumps(record), flush=True)
+
+
+def machine_parallelism(threads: int = 2, seconds: float = 0.3) -> float:
+    """Speedup of ``threads`` threads of pure numba busy work over one thread, measured now.
+
+    The ceiling any parallel engine can reach on this machine at this moment (other processes
+    share the cores): a control for the engine's own speedups.
+    """
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from splice.txn._kernels import busy_work
+    from splice.txn.executor import busy_iters_for
+
+    iters = busy_iters_for(seconds * 1e6)
+    busy_work(10, 1.0)
+    t0 = time.perf_counter()
+    busy_work(iters, 1.0)
+    one = time.perf_counter() - t0
+    with ThreadPoolExecutor(threads) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(lambda _: busy_work(iters, 1.0), range(threads)))
+        many = time.perf_counter() - t0
+    return round(threads * one / many, 3)
