@@ -9,7 +9,7 @@ from splice.txn.command import _warm, run_workload
 from splice.txn.memory import keep_freed_memory
 from splice.workloads.txn_apps import TxnWorkload, make_app
 
-__all__ = ["measure", "emit", "prepare", "machine_parallelism"]
+__all__ = ["measure", "measure_round_robin", "emit", "prepare", "machine_parallelism"]
 
 
 def prepare(app: str, threads: int, schedulers: list[str]) -> None:
@@ -29,6 +29,23 @@ def measure(app: str, w: TxnWorkload, scheduler: str, threads: int, complexity: 
             best = m
     assert best is not None
     return best
+
+
+def measure_round_robin(app: str, w: TxnWorkload, configs: list[tuple[str, int]],
+                        complexity: float = 0.0, repeat: int = 2) -> list[dict[str, Any]]:
+    """Best of ``repeat`` runs per (scheduler, threads), interleaved so that every configuration
+    sees the same load from other processes; asserts all agree with the first (serial) one."""
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    ref = None
+    for _ in range(repeat):
+        for s, t in configs:
+            m = run_workload(make_app(app, w), w, s, t, complexity)
+            key = (m["state_checksum"], m["committed"])
+            ref = ref or key
+            assert key == ref, f"{app}: {s} on {t} threads disagrees: {key} != {ref}"
+            if (s, t) not in best or m["seconds"] < best[(s, t)]["seconds"]:
+                best[(s, t)] = m
+    return [best[c] for c in configs]
 
 
 def emit(record: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from benchmarks._txn import emit, measure, prepare
+from benchmarks._txn import emit, measure_round_robin, prepare
 from splice.workloads.txn_apps import TxnWorkload
 
 
@@ -16,6 +16,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=2)
     a = p.parse_args()
     prepare("gs", a.threads, ["auto", "sstore", "tstream", "serial"])
     prepare("tp", a.threads, ["auto", "sstore", "tstream", "serial", "nested"])
@@ -30,13 +31,9 @@ def main() -> None:
     tp = replace(base, skew=1.2, abort_ratio=0.3)
     runs.append(("tp", {"groups": "skewed+aborting / uniform"}, tp))
     for app, params, w in runs:
-        ref = None
         scheds = ["serial", "sstore", "tstream", "auto"] + (["nested"] if app == "tp" else [])
-        for s in scheds:
-            m = measure(app, w, s, 1 if s == "serial" else a.threads)
-            key = (m["state_checksum"], m["committed"])
-            ref = ref or key
-            assert key == ref, f"{app} {params}: {s} disagrees"
+        configs = [(s, 1 if s == "serial" else a.threads) for s in scheds]
+        for m in measure_round_robin(app, w, configs, 0.0, a.repeat):
             m.update({"bench": "txn_apps", **params})
             emit(m)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks._txn import emit, machine_parallelism, measure, prepare
+from benchmarks._txn import emit, machine_parallelism, measure_round_robin, prepare
 from splice.txn.scheduler import ALL_STRATEGIES
 from splice.workloads.txn_apps import TxnWorkload
 
@@ -37,19 +37,12 @@ def main() -> None:
     best: dict[tuple[float, int], float] = {}
     for complexity, events in ((0.0, a.events), (10.0, a.complexity_events)):
         w = TxnWorkload(events=events, keys=a.keys, punctuation=a.punctuation, seed=1)
-        ref = None
-        for t in threads:
-            for s in scheds:
-                if s == "serial" and t > 1:
-                    continue
-                m = measure("sl", w, s, t, complexity, a.repeat)
-                key = (m["state_checksum"], m["committed"])
-                ref = ref or key
-                assert key == ref, f"{s} on {t} threads disagrees with serial: {key} != {ref}"
-                m.update({"bench": "txn_sl", "complexity_us": complexity, "events": events})
-                emit(m)
-                if s == "auto":
-                    best[(complexity, t)] = m["events_per_s"]
+        configs = [("serial", 1)] + [(s, t) for t in threads for s in scheds if s != "serial"]
+        for m in measure_round_robin("sl", w, configs, complexity, a.repeat):
+            m.update({"bench": "txn_sl", "complexity_us": complexity, "events": events})
+            emit(m)
+            if m["scheduler"] == "auto":
+                best[(complexity, m["threads"])] = m["events_per_s"]
     if (0.0, 2) in best:
         emit({"bench": "txn_sl", "goal": "SL complexity 0 on 2 threads >= 1M events/s",
               "events_per_s": best[(0.0, 2)], "met": best[(0.0, 2)] >= 1e6})
