@@ -1,0 +1,684 @@
+"""Interval join: equi-key pairs whose right time lies in a band around the left time.
+
+Semantics (Flink's ``IntervalJoin``, with outer joins)::
+
+    L ⋈ R = { (l, r) : key(l) = key(r), key(l) not null,
+                       l.ts + lower <= r.ts <= l.ts + upper }
+
+(either bound can be made exclusive; times are integers, so ``(a, b)`` is ``[a + 1, b - 1]``).
+``how`` is ``inner``, ``left``, ``right`` or ``full``: outer joins also emit every row of the
+outer side(s) that matched nothing, null-padded, when it retires. Output columns are the left
+input's, then the right input's, a right column whose name is taken getting the suffix
+``_right``. The output time of a pair is ``max(l.ts, r.ts)``; :meth:`output_watermark` says how
+far the output has reached.
+
+Algorithm. Both inputs arrive on one input port, told apart by stream id. Bounds are normalized
+once, mirrored per side: an arriving row of side ``S`` at time ``t`` matches opposite rows with
+time in ``[t + lo_S, t + hi_S]`` where ``(lo_L, hi_L) = (lower, upper)`` and
+``(lo_R, hi_R) = (-upper, -lower)``; one method serves both sides. An arriving batch
+
+1. drops its *late* rows (time ``<=`` its side's watermark at the row's arrival) to the late side
+   output, counted per stream (:meth:`drain_late`, ``late_rows``);
+2. probes the opposite side's retained rows: below ``index_threshold`` retained rows the whole
+   side goes through the :class:`~splice.joins.matcher.Matcher` (the full probe); above it the
+   side's :class:`~splice.joins._key_index.KeyIndex` yields only the rows of the probed keys;
+3. gathers the matched opposite rows once, in arrival (batch/row) order, so duplicate probe keys
+   never duplicate inputs; codes that are not exact are checked for real key equality;
+4. is retained (LEFT_BUFFER / RIGHT_BUFFER: a list of Arrow batches with their times, key codes
+   and matched flags), except rows that already can never match a future row.
+
+State and cleanup. A row of side ``S`` at time ``t`` can match no future opposite row once the
+opposite watermark ``W_O`` reaches ``t + hi_S``; it then *retires* (null-padded if its side is
+outer and it never matched). Each side keeps one retirement threshold ``W_O - hi_S``, so retained
+rows are exactly those with ``t > W_O - hi_S``. Cached minimum times per batch let cleanup skip
+batches entirely in the future; a batch whose rows all retired is freed. The key index is built
+when a side holds more than ``index_threshold`` rows, merged on arrival, filtered on retirement,
+dropped when the side falls back to the threshold or fewer, and rebuilt on restore (never
+checkpointed).
+
+Watermarks. Each side's watermark is the larger of the watermarks the path delivers
+(:meth:`on_watermark`) and, unless ``out_of_orderness`` is ``None``, the bounded-out-of-orderness
+watermark ``max time seen - out_of_orderness - 1``. With ``idle_timeout = d`` a side is treated as
+idle once it lags the other by more than ``d``: its effective watermark is then
+``other watermark - d``, so a side that never advances cannot hold the other's rows forever (its
+rows that come later behind that watermark are late). Null padding order: the matches of an
+arriving batch in the order of its rows (each with its opposite rows in arrival order), then the
+rows that retired, left side first, each side in arrival order.
+
+Memory. ``state_bytes()`` is a cached total of payload batches, times, key codes, matched flags,
+cached minima and index arrays; with ``state_budget`` set, a batch that would take state over the
+budget raises :class:`~splice.core.errors.StateError` before it is stored.
+
+>>> import pyarrow as pa
+>>> from splice.testing import OperatorHarness
+>>> s = pa.schema([("k", pa.int64()), ("ts", pa.int64())])
+>>> h = OperatorHarness(IntervalJoin(left=2, right=3, on="k", time="ts", lower=-1, upper=1),
+...                     {2: s, 3: s})
+>>> _ = h.push(2, pa.record_batch({"k": [1, 2], "ts": [10, 10]}, schema=s))
+>>> h.push(3, pa.record_batch({"k": [1, 1], "ts": [11, 13]}, schema=s)).to_pylist()
+[{'k': 1, 'ts': 10, 'k_right': 1, 'ts_right': 11}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+import numpy as np
+import pyarrow as pa
+
+from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.core.time import MIN_TIME, is_temporal, time_values
+from splice.joins._key_index import KeyCodec, KeyIndex, check_key_types, keys_equal
+from splice.joins.matcher import Matcher, MatchMethod
+
+__all__ = ["IntervalJoin", "JoinType", "join_output_schema"]
+
+JoinType = Literal["inner", "left", "right", "full"]
+
+MAX_TIME = int(np.iinfo(np.int64).max)
+_MIN = int(MIN_TIME)
+#: Fixed bytes accounted per retained batch: cached min/max time, row counters, row id start.
+_BATCH_OVERHEAD = 48
+
+
+def _clamp(t: int) -> int:
+    return _MIN if t < _MIN else MAX_TIME if t > MAX_TIME else t
+
+
+def join_output_schema(left: pa.Schema, right: pa.Schema, how: str, what: str) -> pa.Schema:
+    """Left's fields then right's; a taken right name gets ``_right``; padded sides nullable."""
+    taken = set(left.names)
+    fields = [pa.field(f.name, f.type, f.nullable or how in ("right", "full")) for f in left]
+    for f in right:
+        name = f.name
+        if name in taken:
+            name = f"{name}_right"
+            if name in taken or name in right.names:
+                raise SchemaError(f"{what}: right column {f.name!r} would be renamed {name!r}, "
+                                  "which is taken; rename one of the inputs' columns")
+        taken.add(name)
+        fields.append(pa.field(name, f.type, f.nullable or how in ("left", "full")))
+    return pa.schema(fields)
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema, stream: str, what: str) -> pa.RecordBatch:
+    """``batch`` with the declared column order, or :class:`SchemaError` naming the column."""
+    if batch.schema.equals(schema, check_metadata=False):
+        return batch
+    names = set(batch.schema.names)
+    for f in schema:
+        if f.name not in names:
+            raise SchemaError(f"{what}: batch of stream {stream!r} lacks column {f.name!r}")
+        got = batch.schema.field(f.name).type
+        if got != f.type:
+            raise SchemaError(f"{what}: stream {stream!r} column {f.name!r} has type {got}, "
+                              f"expected {f.type}")
+    return batch.select(schema.names)
+
+
+def concat_batches(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    if len(batches) == 1:
+        return batches[0]
+    return pa.concat_batches(batches)
+
+
+@dataclass(frozen=True)
+class IntervalJoin(OperatorSpec):
+    """Spec of the interval join ``L ⋈ R`` (see the module docstring for semantics).
+
+    ``left``/``right`` are the stream ids of the two inputs; ``on`` the key column(s) (of both
+    sides, or of the left side when ``right_on`` is given); ``time`` the event-time column (of
+    both, or of the left when ``right_time`` is given); ``lower``/``upper`` the band in the time
+    column's unit. ``state_budget`` is in bytes; ``matcher`` picks the engine of the full probe.
+    """
+
+    left: int
+    right: int
+    on: str | Sequence[str]
+    time: str
+    lower: int
+    upper: int
+    how: JoinType = "inner"
+    right_on: str | Sequence[str] | None = None
+    right_time: str | None = None
+    lower_inclusive: bool = True
+    upper_inclusive: bool = True
+    out_of_orderness: int | None = 0
+    idle_timeout: int | None = None
+    state_budget: int | None = None
+    index_threshold: int = 1024
+    matcher: MatchMethod = "auto"
+    name: str = field(default="interval_join")
+
+    def __post_init__(self) -> None:
+        on = (self.on,) if isinstance(self.on, str) else tuple(self.on)
+        ron = on if self.right_on is None else (
+            (self.right_on,) if isinstance(self.right_on, str) else tuple(self.right_on))
+        object.__setattr__(self, "on", on)
+        object.__setattr__(self, "right_on", ron)
+        if self.how not in get_args(JoinType):
+            raise PlanError(f"{self.name}: how={self.how!r}, expected one of {get_args(JoinType)}")
+        if self.left == self.right:
+            raise PlanError(f"{self.name}: left and right must be different streams, "
+                            f"both are {self.left}")
+        if not on or len(on) != len(ron):
+            raise PlanError(f"{self.name}: need the same non-zero number of key columns per side, "
+                            f"got {list(on)} and {list(ron)}")
+        lo, hi = self.bounds
+        if lo > hi:
+            raise PlanError(f"{self.name}: lower bound {self.lower} is above upper bound "
+                            f"{self.upper} (as inclusive bounds: [{lo}, {hi}]): nothing can match")
+        for label, v in (("out_of_orderness", self.out_of_orderness),
+                         ("idle_timeout", self.idle_timeout)):
+            if v is not None and v < 0:
+                raise PlanError(f"{self.name}: {label} must be >= 0, got {v}")
+        if self.state_budget is not None and self.state_budget <= 0:
+            raise PlanError(f"{self.name}: state_budget must be > 0 bytes, got {self.state_budget}")
+        if self.index_threshold < 0:
+            raise PlanError(f"{self.name}: index_threshold must be >= 0")
+        Matcher(self.matcher)  # validates the name
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The band as inclusive integer bounds ``(lo, hi)``: ``lo <= r.ts - l.ts <= hi``."""
+        lo = int(self.lower) + (0 if self.lower_inclusive else 1)
+        hi = int(self.upper) - (0 if self.upper_inclusive else 1)
+        return lo, hi
+
+    @property
+    def time_columns(self) -> tuple[str, str]:
+        return self.time, self.right_time or self.time
+
+    def _check(self, inputs: InputSchemas) -> tuple[pa.Schema, pa.Schema]:
+        for sid, label in ((self.left, "left"), (self.right, "right")):
+            if sid not in inputs:
+                raise PlanError(f"{self.name}: {label} stream id {sid} is not among the inputs "
+                                f"{sorted(inputs)}")
+        ls, rs = inputs[self.left], inputs[self.right]
+        lt, rt = self.time_columns
+        types = []
+        for schema, col, sid in ((ls, lt, self.left), (rs, rt, self.right)):
+            if col not in schema.names:
+                raise SchemaError(f"{self.name}: stream {sid} has no time column {col!r} "
+                                  f"(columns: {', '.join(schema.names)})")
+            t = schema.field(col).type
+            if not is_temporal(t):
+                raise SchemaError(f"{self.name}: stream {sid} time column {col!r} has type {t}, "
+                                  "expected timestamp, date or integer")
+            types.append(t)
+        if types[0] != types[1] and not all(pa.types.is_integer(t) for t in types):
+            raise SchemaError(f"{self.name}: time columns differ in type: stream {self.left} "
+                              f"{lt!r} is {types[0]}, stream {self.right} {rt!r} is {types[1]}")
+        assert isinstance(self.on, tuple) and isinstance(self.right_on, tuple)
+        check_key_types(ls, rs, self.on, self.right_on, self.name, str(self.left), str(self.right))
+        return ls, rs
+
+    def output_schema(self, inputs: InputSchemas) -> pa.Schema:
+        ls, rs = self._check(inputs)
+        return join_output_schema(ls, rs, self.how, self.name)
+
+    def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
+        schema = self.output_schema(inputs)
+        logic = IntervalJoinLogic(self, inputs, schema)
+        if state is not None:
+            logic.restore(state)
+        return logic
+
+    def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]] | None:
+        return None
+
+
+class _Buffered:
+    """One retained batch of one side: payload, times, key codes, matched flags, cached bounds."""
+
+    __slots__ = ("start", "batch", "times", "codes", "matched", "min_time", "max_time",
+                 "n_alive", "nbytes")
+
+    def __init__(self, start: int, batch: pa.RecordBatch, times: np.ndarray, codes: np.ndarray,
+                 matched: np.ndarray | None):
+        self.start = start
+        self.batch = batch
+        self.times = times
+        self.codes = codes
+        self.matched = matched
+        self.min_time = int(times.min())
+        self.max_time = int(times.max())
+        self.n_alive = len(times)
+        self.nbytes = (batch.nbytes + times.nbytes + codes.nbytes
+                       + (matched.nbytes if matched is not None else 0) + _BATCH_OVERHEAD)
+
+
+class _Side:
+    """Declared state of one input (LEFT_BUFFER or RIGHT_BUFFER) and its watermarks."""
+
+    def __init__(self, label: str, sid: int, schema: pa.Schema, keys: Sequence[str], time: str,
+                 lo: int, hi: int, outer: bool, codec: KeyCodec):
+        self.label = label
+        self.sid = sid
+        self.stream = f"{label} (stream {sid})"
+        self.schema = schema
+        self.keys = list(keys)
+        self.time = time
+        self.lo, self.hi = lo, hi
+        self.outer = outer
+        self.codec = codec
+        self.batches: list[_Buffered] = []
+        self.starts = np.zeros(0, dtype=np.int64)
+        self.n_alive = 0
+        self.nbytes = 0
+        self.next_id = 0
+        self.threshold = _MIN  # retained rows have time > threshold
+        self.wm_delivered = _MIN
+        self.max_seen = _MIN
+        self.index: KeyIndex | None = None
+        self.late_rows = 0
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def _restart(self) -> None:
+        self.starts = np.array([b.start for b in self.batches], dtype=np.int64)
+
+    def add(self, batch: pa.RecordBatch, times: np.ndarray, codes: np.ndarray,
+            matched: np.ndarray | None, threshold: int) -> None:
+        start = self.next_id
+        self.next_id += len(times)
+        buf = _Buffered(start, batch, times, codes, matched)
+        self.batches.append(buf)
+        self.starts = np.append(self.starts, start)
+        self.n_alive += len(times)
+        self.nbytes += buf.nbytes
+        if self.index is not None:
+            before = self.index.nbytes
+            self.index.insert(codes, times, np.arange(start, start + len(times), dtype=np.int64))
+            self.nbytes += self.index.nbytes - before
+        elif self.n_alive > threshold:
+            self.build_index()
+
+    def build_index(self) -> None:
+        codes, times, ids = self.alive_arrays()
+        self.index = KeyIndex(codes, times, ids)
+        self.nbytes += self.index.nbytes
+
+    def drop_index(self) -> None:
+        if self.index is not None:
+            self.nbytes -= self.index.nbytes
+            self.index = None
+
+    def alive_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(codes, times, row ids)`` of every retained row, in arrival order."""
+        cs, ts, ids = [], [], []
+        thr = self.threshold
+        for b in self.batches:
+            rid = np.arange(b.start, b.start + len(b.times), dtype=np.int64)
+            if b.n_alive == len(b.times):
+                cs.append(b.codes)
+                ts.append(b.times)
+                ids.append(rid)
+            else:
+                m = b.times > thr
+                cs.append(b.codes[m])
+                ts.append(b.times[m])
+                ids.append(rid[m])
+        if not cs:
+            e = np.zeros(0, dtype=np.int64)
+            return e, e, e
+        if len(cs) == 1:
+            return cs[0], ts[0], ids[0]
+        return np.concatenate(cs), np.concatenate(ts), np.concatenate(ids)
+
+    def groups(self, row_ids: np.ndarray) -> list[tuple[_Buffered, np.ndarray]]:
+        """Split sorted row ids by batch: ``[(batch, rows within it)]`` in arrival order."""
+        bidx = np.searchsorted(self.starts, row_ids, side="right") - 1
+        cut = np.flatnonzero(np.diff(bidx)) + 1
+        out = []
+        for lo, hi in zip(np.concatenate([[0], cut]).tolist(),
+                          np.concatenate([cut, [len(row_ids)]]).tolist(), strict=True):
+            b = self.batches[int(bidx[lo])]
+            out.append((b, row_ids[lo:hi] - b.start))
+        return out
+
+    def gather(self, row_ids: np.ndarray, mark: bool) -> pa.RecordBatch:
+        """Rows ``row_ids`` (sorted, unique) as one batch; with ``mark``, flag them matched."""
+        parts = []
+        for b, rows in self.groups(row_ids):
+            if mark and b.matched is not None:
+                b.matched[rows] = True
+            if len(rows) == len(b.times) and rows[0] == 0:
+                parts.append(b.batch)
+            else:
+                parts.append(b.batch.take(pa.array(rows)))
+        return concat_batches(parts, self.schema)
+
+    def retire(self, threshold: int, index_threshold: int) -> list[pa.RecordBatch]:
+        """Retire rows with ``time <= threshold``; return the unmatched ones of an outer side."""
+        if threshold <= self.threshold:
+            return []
+        old = self.threshold
+        self.threshold = threshold
+        out: list[pa.RecordBatch] = []
+        keep: list[_Buffered] = []
+        dropped = False
+        for b in self.batches:
+            if b.min_time > threshold:  # cached minimum: entirely in the future
+                keep.append(b)
+                continue
+            if b.max_time <= threshold:
+                gone = None if b.n_alive == len(b.times) else b.times > old
+                n = b.n_alive
+                self.nbytes -= b.nbytes
+                dropped = True
+            else:
+                gone = (b.times > old) & (b.times <= threshold)
+                n = int(np.count_nonzero(gone))
+                b.n_alive -= n
+                b.min_time = int(b.times[b.times > threshold].min())
+                keep.append(b)
+            self.n_alive -= n
+            if self.outer and n:
+                assert b.matched is not None
+                unmatched = ~b.matched if gone is None else gone & ~b.matched
+                if unmatched.all():
+                    out.append(b.batch)
+                elif unmatched.any():
+                    out.append(b.batch.filter(pa.array(unmatched)))
+        if dropped:
+            self.batches = keep
+            self._restart()
+        if self.index is not None:
+            if self.n_alive <= index_threshold:
+                self.drop_index()
+            else:
+                before = self.index.nbytes
+                self.index.retire(threshold)
+                self.nbytes += self.index.nbytes - before
+        return out
+
+    def retained(self) -> pa.Table:
+        """The rows still in state, in arrival order."""
+        parts = []
+        for b in self.batches:
+            parts.append(b.batch if b.n_alive == len(b.times)
+                         else b.batch.filter(pa.array(b.times > self.threshold)))
+        return pa.Table.from_batches(parts, schema=self.schema)
+
+
+class IntervalJoinLogic(OperatorLogic):
+    """Runtime of :class:`IntervalJoin`; built by ``IntervalJoin.build``."""
+
+    def __init__(self, spec: IntervalJoin, inputs: InputSchemas, schema: pa.Schema):
+        self.spec = spec
+        self.schema = schema
+        ls, rs = inputs[spec.left], inputs[spec.right]
+        assert isinstance(spec.on, tuple) and isinstance(spec.right_on, tuple)
+        lo, hi = spec.bounds
+        lt, rt = spec.time_columns
+        codec = KeyCodec([ls.field(c).type for c in spec.on])
+        self.exact = codec.exact
+        self.L = _Side("left", spec.left, ls, spec.on, lt, lo, hi,
+                       spec.how in ("left", "full"), codec)
+        self.R = _Side("right", spec.right, rs, spec.right_on, rt, -hi, -lo,
+                       spec.how in ("right", "full"), KeyCodec([rs.field(c).type for c in spec.right_on]))
+        self.matcher = Matcher(spec.matcher)
+        self.delay = spec.out_of_orderness
+        self.idle = spec.idle_timeout
+        self.index_threshold = spec.index_threshold
+        self._late: list[pa.RecordBatch] = []
+        self._nl = len(ls.names)
+
+    # -- watermarks --------------------------------------------------------------------------
+
+    def _own(self, s: _Side) -> int:
+        w = s.wm_delivered
+        if self.delay is not None and s.max_seen != _MIN:
+            w = max(w, s.max_seen - self.delay - 1)
+        return w
+
+    def _eff(self, s: _Side, o: _Side) -> int:
+        w = self._own(s)
+        if self.idle is not None:
+            wo = self._own(o)
+            if wo != _MIN:
+                w = max(w, wo - self.idle)
+        return w
+
+    def watermark(self, stream_id: int) -> int:
+        """The effective watermark of input ``stream_id`` (``MIN_TIME`` before any)."""
+        s, o = self._sides(stream_id)
+        return self._eff(s, o)
+
+    def output_watermark(self) -> int | None:
+        wl, wr = self._eff(self.L, self.R), self._eff(self.R, self.L)
+        if wl == _MIN or wr == _MIN:
+            return None
+        return min(wl, wr, wr - self.L.hi, wl - self.R.hi)
+
+    # -- the data path -----------------------------------------------------------------------
+
+    def _sides(self, stream_id: int) -> tuple[_Side, _Side]:
+        if stream_id == self.L.sid:
+            return self.L, self.R
+        if stream_id == self.R.sid:
+            return self.R, self.L
+        raise PlanError(f"{self.spec.name}: stream id {stream_id} is neither the left "
+                        f"({self.L.sid}) nor the right ({self.R.sid}) input")
+
+    def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        s, o = self._sides(stream_id)
+        batch = conform(batch, s.schema, s.stream, self.spec.name)
+        n = batch.num_rows
+        if n == 0:
+            return []
+        t = time_values(batch, s.time, s.stream)
+        codes, valid = s.codec.encode([batch.column(c) for c in s.keys])
+
+        # 1. late rows: time <= this side's watermark at the row's arrival
+        own_before = self._eff(s, o)
+        late: np.ndarray | None = None
+        if self.delay is not None:
+            seen = np.maximum.accumulate(t)
+            prev = np.empty(n, dtype=np.int64)
+            prev[0] = s.max_seen
+            if n > 1:
+                np.maximum(seen[:-1], s.max_seen, out=prev[1:])
+            gen = np.where(prev == _MIN, _MIN, prev - (self.delay + 1))
+            late_mask = t <= np.maximum(gen, own_before)
+            s.max_seen = max(s.max_seen, int(seen[-1]))
+        else:
+            late_mask = t <= own_before
+        if late_mask.any():
+            late = late_mask
+            self._late.append(batch.filter(pa.array(late)))
+            s.late_rows += int(np.count_nonzero(late))
+        live = valid if late is None else (~late if valid is None else valid & ~late)
+
+        # 2-3. probe the opposite side
+        out: list[pa.RecordBatch] = []
+        matched = np.zeros(n, dtype=bool) if s.outer else None
+        if o.n_alive:
+            res = self._probe(s, o, batch, t, codes, live, matched)
+            if res is not None:
+                out.append(res)
+
+        # 4. retain what can still match; retire by the (possibly advanced) watermarks
+        thr_s = _clamp(self._eff(o, s) - s.hi)
+        thr_o = _clamp(self._eff(s, o) - o.hi)
+        store = t > thr_s
+        if live is not None:
+            store &= live
+        n_store = int(np.count_nonzero(store))
+        immediate: pa.RecordBatch | None = None
+        if s.outer:
+            assert matched is not None
+            pad = ~store & ~matched
+            if late is not None:
+                pad &= ~late
+            if pad.any():
+                immediate = batch.filter(pa.array(pad))
+        padded = {s.label: s.retire(thr_s, self.index_threshold),
+                  o.label: o.retire(thr_o, self.index_threshold)}
+        if immediate is not None:
+            padded[s.label].append(immediate)
+        if n_store:
+            if n_store == n:
+                kb, kt, kc, km = batch, t, codes, matched
+            else:
+                kb = batch.filter(pa.array(store))
+                kt, kc = t[store], codes[store]
+                km = matched[store] if matched is not None else None
+            self._check_budget(s, kb, kt)
+            s.add(kb, kt, kc, km, self.index_threshold)
+        out.extend(self._pad(self.L, padded["left"]))
+        out.extend(self._pad(self.R, padded["right"]))
+        return out
+
+    def _probe(self, s: _Side, o: _Side, batch: pa.RecordBatch, t: np.ndarray, codes: np.ndarray,
+               live: np.ndarray | None, matched: np.ndarray | None) -> pa.RecordBatch | None:
+        if live is None:
+            rows = None
+            pc_, pt = codes, t
+        else:
+            rows = np.flatnonzero(live)
+            if len(rows) == 0:
+                return None
+            pc_, pt = codes[rows], t[rows]
+        if o.index is not None:
+            pi, rid = o.index.probe(pc_, pt, s.lo, s.hi)
+        else:
+            bc, bt, bids = o.alive_arrays()
+            pi, pj = self.matcher.pairs(pc_, pt, bc, bt, s.lo, s.hi)
+            rid = bids[pj]
+        if len(pi) == 0:
+            return None
+        if rows is not None:
+            pi = rows[pi]
+        uniq, inv = np.unique(rid, return_inverse=True)  # sorted by batch/row: gathered once
+        if not self.exact:
+            other = o.gather(uniq, mark=False)
+            ok = keys_equal([batch.column(c).take(pa.array(pi)) for c in s.keys],
+                            [other.column(c).take(pa.array(inv)) for c in o.keys])
+            if not ok.all():
+                pi, rid = pi[ok], rid[ok]
+                if len(pi) == 0:
+                    return None
+                uniq, inv = np.unique(rid, return_inverse=True)
+        other = o.gather(uniq, mark=o.outer)
+        if matched is not None:
+            matched[pi] = True
+        mine = batch.take(pa.array(pi))
+        theirs = other.take(pa.array(inv))
+        if s is self.L:
+            arrays = mine.columns + theirs.columns
+        else:
+            arrays = theirs.columns + mine.columns
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _pad(self, s: _Side, parts: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+        out = []
+        for p in parts:
+            n = p.num_rows
+            if s is self.L:
+                nulls = [pa.nulls(n, f.type) for f in self.schema][self._nl:]
+                arrays = p.columns + nulls
+            else:
+                nulls = [pa.nulls(n, f.type) for f in self.schema][: self._nl]
+                arrays = nulls + p.columns
+            out.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        return out
+
+    def _check_budget(self, s: _Side, batch: pa.RecordBatch, times: np.ndarray) -> None:
+        budget = self.spec.state_budget
+        if budget is None:
+            return
+        extra = batch.nbytes + 2 * times.nbytes + len(times) + _BATCH_OVERHEAD
+        if s.index is not None or s.n_alive + len(times) > self.index_threshold:
+            extra += 3 * times.nbytes
+        total = self.L.nbytes + self.R.nbytes + extra
+        if total > budget:
+            o = self.R if s is self.L else self.L
+            raise StateError(
+                f"{self.spec.name}: state would reach {total} bytes with {len(times)} more rows "
+                f"of stream {s.stream}, over the budget of {budget} bytes; it holds "
+                f"{s.n_alive} rows of {s.stream} and {o.n_alive} of {o.stream}, watermark of "
+                f"{o.stream} is {self._eff(o, s)} (an input that never advances keeps the "
+                "other's rows: deliver watermarks or set idle_timeout)"
+            )
+
+    def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
+        s, o = self._sides(stream_id)
+        if time > s.wm_delivered:
+            s.wm_delivered = int(time)
+        return self._retire_all()
+
+    def _retire_all(self) -> list[pa.RecordBatch]:
+        L, R = self.L, self.R
+        pl = L.retire(_clamp(self._eff(R, L) - L.hi), self.index_threshold)
+        pr = R.retire(_clamp(self._eff(L, R) - R.hi), self.index_threshold)
+        return self._pad(L, pl) + self._pad(R, pr)
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        pl = self.L.retire(MAX_TIME, self.index_threshold)
+        pr = self.R.retire(MAX_TIME, self.index_threshold)
+        return self._pad(self.L, pl) + self._pad(self.R, pr)
+
+    def drain_late(self) -> list[pa.RecordBatch]:
+        late, self._late = self._late, []
+        return late
+
+    @property
+    def late_rows(self) -> dict[int, int]:
+        """Rows refused as late so far, per input stream id."""
+        return {self.L.sid: self.L.late_rows, self.R.sid: self.R.late_rows}
+
+    def state_bytes(self) -> int:
+        return self.L.nbytes + self.R.nbytes
+
+    def retained(self, stream_id: int) -> pa.Table:
+        """The rows of input ``stream_id`` still held in state, in arrival order."""
+        return self._sides(stream_id)[0].retained()
+
+    def indexed(self, stream_id: int) -> bool:
+        """Whether input ``stream_id``'s retained rows are currently key-indexed."""
+        return self._sides(stream_id)[0].index is not None
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def snapshot(self) -> Any:
+        sides = []
+        for s in (self.L, self.R):
+            parts = []
+            for b in s.batches:
+                if b.n_alive == len(b.times):
+                    parts.append((b.batch, None if b.matched is None else b.matched.copy()))
+                else:
+                    m = b.times > s.threshold
+                    parts.append((b.batch.filter(pa.array(m)),
+                                  None if b.matched is None else b.matched[m]))
+            sides.append({"batches": parts, "threshold": s.threshold,
+                          "wm_delivered": s.wm_delivered, "max_seen": s.max_seen,
+                          "late_rows": s.late_rows})
+        return {"version": 1, "sides": sides, "late": list(self._late)}
+
+    def restore(self, state: Any) -> None:
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise StateError(f"{self.spec.name}: cannot restore state of an unknown format")
+        for s, snap in zip((self.L, self.R), state["sides"], strict=True):
+            s.threshold = snap["threshold"]
+            s.wm_delivered = snap["wm_delivered"]
+            s.max_seen = snap["max_seen"]
+            s.late_rows = snap["late_rows"]
+            for batch, matched in snap["batches"]:
+                batch = conform(batch, s.schema, s.stream, self.spec.name)
+                t = time_values(batch, s.time, s.stream)
+                codes, _ = s.codec.encode([batch.column(c) for c in s.keys])
+                m = None
+                if s.outer:
+                    m = np.zeros(len(t), bool) if matched is None else np.array(matched, bool)
+                s.add(batch, t, codes, m, MAX_TIME)  # no index per batch: built once below
+            if s.n_alive > self.index_threshold:
+                s.build_index()
+        self._late = list(state["late"])
