@@ -1,0 +1,459 @@
+"""Window join: equi-key pairs that fall in the same tumbling or hopping event-time window.
+
+Semantics (Flink's window join, with outer joins). Windows are aligned at 0: window ``k`` covers
+``[k * slide, k * slide + size)``; tumbling windows have ``slide = size``, hopping windows
+``slide < size`` (a row belongs to every window that covers its time). For each window ``k``::
+
+    L ⋈_k R = { (l, r) : key(l) = key(r), key(l) not null, l.ts ∈ window k, r.ts ∈ window k }
+
+and the output is the union over windows (a pair sharing two hopping windows is emitted twice,
+once per window). ``how`` = ``left``/``right``/``full`` also emits, per window, every row of the
+outer side(s) that matched nothing in that window, null-padded. Output columns are the left
+input's, then the right input's (a taken right name gets ``_right``).
+
+Emission. Window ``k`` *closes* when the join's watermark ``W = min(W_left, W_right)`` reaches its
+last instant, ``k * slide + size - 1``; its result is emitted then, ordered by window, then left
+row, then right row (arrival order), then the padded left rows, then the padded right rows. A row is
+assigned to the windows covering its time that are still open when it arrives; a row whose windows
+have all closed is *late*: counted per stream and sent to :meth:`drain_late`. A row is freed when
+its last window closes.
+
+Algorithm. Rows are buffered per side as Arrow batches with their times, key codes and first open
+window; at a close, the rows of the closing windows are expanded to ``(row, window)`` pairs and
+matched on ``(key code, window)`` by the numba band kernel with a zero-width band over window ids
+(:func:`~splice.joins._interval_kernels.band_pairs`); non-exact codes are checked for real key
+equality. Watermarks, ``out_of_orderness``, ``idle_timeout`` and ``state_budget`` behave as in
+:class:`~splice.joins.interval_join.IntervalJoin`.
+
+>>> import pyarrow as pa
+>>> from splice.testing import OperatorHarness
+>>> s = pa.schema([("k", pa.int64()), ("ts", pa.int64())])
+>>> h = OperatorHarness(WindowJoin(left=2, right=3, on="k", time="ts", size=10), {2: s, 3: s})
+>>> _ = h.push(2, pa.record_batch({"k": [1, 1], "ts": [3, 12]}, schema=s))
+>>> _ = h.push(3, pa.record_batch({"k": [1], "ts": [9]}, schema=s))
+>>> h.end().to_pylist()
+[{'k': 1, 'ts': 3, 'k_right': 1, 'ts_right': 9}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+import numpy as np
+import pyarrow as pa
+
+from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.core.time import MIN_TIME, is_temporal, time_values
+from splice.joins._interval_kernels import band_pairs
+from splice.joins._key_index import KeyCodec, check_key_types, keys_equal
+from splice.joins.interval_join import (
+    MAX_TIME,
+    JoinType,
+    concat_batches,
+    conform,
+    join_output_schema,
+)
+
+__all__ = ["WindowJoin"]
+
+_MIN = int(MIN_TIME)
+_BATCH_OVERHEAD = 48
+
+
+@dataclass(frozen=True)
+class WindowJoin(OperatorSpec):
+    """Spec of the window join (see the module docstring); ``slide`` defaults to ``size``."""
+
+    left: int
+    right: int
+    on: str | Sequence[str]
+    time: str
+    size: int
+    slide: int | None = None
+    how: JoinType = "inner"
+    right_on: str | Sequence[str] | None = None
+    right_time: str | None = None
+    out_of_orderness: int | None = 0
+    idle_timeout: int | None = None
+    state_budget: int | None = None
+    name: str = field(default="window_join")
+
+    def __post_init__(self) -> None:
+        on = (self.on,) if isinstance(self.on, str) else tuple(self.on)
+        ron = on if self.right_on is None else (
+            (self.right_on,) if isinstance(self.right_on, str) else tuple(self.right_on))
+        object.__setattr__(self, "on", on)
+        object.__setattr__(self, "right_on", ron)
+        if self.slide is None:
+            object.__setattr__(self, "slide", self.size)
+        if self.how not in get_args(JoinType):
+            raise PlanError(f"{self.name}: how={self.how!r}, expected one of {get_args(JoinType)}")
+        if self.left == self.right:
+            raise PlanError(f"{self.name}: left and right must be different streams, "
+                            f"both are {self.left}")
+        if not on or len(on) != len(ron):
+            raise PlanError(f"{self.name}: need the same non-zero number of key columns per side, "
+                            f"got {list(on)} and {list(ron)}")
+        assert self.slide is not None
+        if self.size < 1 or self.slide < 1:
+            raise PlanError(f"{self.name}: window size and slide must be >= 1, "
+                            f"got size={self.size}, slide={self.slide}")
+        if self.slide > self.size:
+            raise PlanError(f"{self.name}: slide {self.slide} > size {self.size} would leave gaps "
+                            "between windows")
+        for label, v in (("out_of_orderness", self.out_of_orderness),
+                         ("idle_timeout", self.idle_timeout)):
+            if v is not None and v < 0:
+                raise PlanError(f"{self.name}: {label} must be >= 0, got {v}")
+        if self.state_budget is not None and self.state_budget <= 0:
+            raise PlanError(f"{self.name}: state_budget must be > 0 bytes, got {self.state_budget}")
+
+    @property
+    def time_columns(self) -> tuple[str, str]:
+        return self.time, self.right_time or self.time
+
+    def output_schema(self, inputs: InputSchemas) -> pa.Schema:
+        for sid, label in ((self.left, "left"), (self.right, "right")):
+            if sid not in inputs:
+                raise PlanError(f"{self.name}: {label} stream id {sid} is not among the inputs "
+                                f"{sorted(inputs)}")
+        ls, rs = inputs[self.left], inputs[self.right]
+        lt, rt = self.time_columns
+        types = []
+        for schema, col, sid in ((ls, lt, self.left), (rs, rt, self.right)):
+            if col not in schema.names:
+                raise SchemaError(f"{self.name}: stream {sid} has no time column {col!r} "
+                                  f"(columns: {', '.join(schema.names)})")
+            t = schema.field(col).type
+            if not is_temporal(t):
+                raise SchemaError(f"{self.name}: stream {sid} time column {col!r} has type {t}, "
+                                  "expected timestamp, date or integer")
+            types.append(t)
+        if types[0] != types[1] and not all(pa.types.is_integer(t) for t in types):
+            raise SchemaError(f"{self.name}: time columns differ in type: stream {self.left} "
+                              f"{lt!r} is {types[0]}, stream {self.right} {rt!r} is {types[1]}")
+        assert isinstance(self.on, tuple) and isinstance(self.right_on, tuple)
+        check_key_types(ls, rs, self.on, self.right_on, self.name, str(self.left), str(self.right))
+        return join_output_schema(ls, rs, self.how, self.name)
+
+    def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
+        logic = WindowJoinLogic(self, inputs, self.output_schema(inputs))
+        if state is not None:
+            logic.restore(state)
+        return logic
+
+
+class _WBuffered:
+    __slots__ = ("batch", "times", "codes", "valid", "k_open", "max_time", "nbytes")
+
+    def __init__(self, batch: pa.RecordBatch, times: np.ndarray, codes: np.ndarray,
+                 valid: np.ndarray | None, k_open: np.ndarray):
+        self.batch = batch
+        self.times = times
+        self.codes = codes
+        self.valid = valid
+        self.k_open = k_open
+        self.max_time = int(times.max())
+        self.nbytes = (batch.nbytes + times.nbytes + codes.nbytes + k_open.nbytes
+                       + (valid.nbytes if valid is not None else 0) + _BATCH_OVERHEAD)
+
+
+class _WSide:
+    def __init__(self, label: str, sid: int, schema: pa.Schema, keys: Sequence[str], time: str,
+                 outer: bool, codec: KeyCodec):
+        self.label = label
+        self.sid = sid
+        self.stream = f"{label} (stream {sid})"
+        self.schema = schema
+        self.keys = list(keys)
+        self.time = time
+        self.outer = outer
+        self.codec = codec
+        self.batches: list[_WBuffered] = []
+        self.n_rows = 0
+        self.nbytes = 0
+        self.wm_delivered = _MIN
+        self.max_seen = _MIN
+        self.late_rows = 0
+
+    def free(self, threshold: int) -> None:
+        """Free rows with ``time <= threshold`` (their last window closed)."""
+        keep = []
+        for b in self.batches:
+            if b.max_time <= threshold:
+                self.n_rows -= len(b.times)
+                self.nbytes -= b.nbytes
+            elif int(b.times.min()) <= threshold:
+                m = b.times > threshold
+                nb = _WBuffered(b.batch.filter(pa.array(m)), b.times[m], b.codes[m],
+                                None if b.valid is None else b.valid[m], b.k_open[m])
+                self.n_rows -= len(b.times) - len(nb.times)
+                self.nbytes += nb.nbytes - b.nbytes
+                keep.append(nb)
+            else:
+                keep.append(b)
+        self.batches = keep
+
+    def retained(self) -> pa.Table:
+        return pa.Table.from_batches([b.batch for b in self.batches], schema=self.schema)
+
+
+class WindowJoinLogic(OperatorLogic):
+    """Runtime of :class:`WindowJoin`; built by ``WindowJoin.build``."""
+
+    def __init__(self, spec: WindowJoin, inputs: InputSchemas, schema: pa.Schema):
+        self.spec = spec
+        self.schema = schema
+        ls, rs = inputs[spec.left], inputs[spec.right]
+        assert isinstance(spec.on, tuple) and isinstance(spec.right_on, tuple)
+        assert spec.slide is not None
+        self.size, self.slide = int(spec.size), int(spec.slide)
+        lt, rt = spec.time_columns
+        codec = KeyCodec([ls.field(c).type for c in spec.on])
+        self.exact = codec.exact
+        self.L = _WSide("left", spec.left, ls, spec.on, lt, spec.how in ("left", "full"), codec)
+        self.R = _WSide("right", spec.right, rs, spec.right_on, rt, spec.how in ("right", "full"),
+                        KeyCodec([rs.field(c).type for c in spec.right_on]))
+        self.delay = spec.out_of_orderness
+        self.idle = spec.idle_timeout
+        self.closed = _MIN  # every window k <= closed has been emitted
+        self._late: list[pa.RecordBatch] = []
+        self._nl = len(ls.names)
+
+    # -- windows and watermarks ----------------------------------------------------------------
+
+    def _last_closed(self, w: int) -> int:
+        """Largest window index whose last instant ``k*slide + size - 1`` is ``<= w``."""
+        if w == _MIN:
+            return _MIN
+        return (w - self.size + 1) // self.slide
+
+    def _own(self, s: _WSide) -> int:
+        w = s.wm_delivered
+        if self.delay is not None and s.max_seen != _MIN:
+            w = max(w, s.max_seen - self.delay - 1)
+        return w
+
+    def _eff(self, s: _WSide, o: _WSide) -> int:
+        w = self._own(s)
+        if self.idle is not None:
+            wo = self._own(o)
+            if wo != _MIN:
+                w = max(w, wo - self.idle)
+        return w
+
+    def _combined(self) -> int:
+        return min(self._eff(self.L, self.R), self._eff(self.R, self.L))
+
+    def output_watermark(self) -> int | None:
+        w = self._combined()
+        return None if w == _MIN else w
+
+    def _sides(self, stream_id: int) -> tuple[_WSide, _WSide]:
+        if stream_id == self.L.sid:
+            return self.L, self.R
+        if stream_id == self.R.sid:
+            return self.R, self.L
+        raise PlanError(f"{self.spec.name}: stream id {stream_id} is neither the left "
+                        f"({self.L.sid}) nor the right ({self.R.sid}) input")
+
+    # -- the data path -----------------------------------------------------------------------
+
+    def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        s, o = self._sides(stream_id)
+        batch = conform(batch, s.schema, s.stream, self.spec.name)
+        n = batch.num_rows
+        if n == 0:
+            return []
+        t = time_values(batch, s.time, s.stream)
+        codes, valid = s.codec.encode([batch.column(c) for c in s.keys])
+        # the join watermark at each row's arrival: min of both effective watermarks then
+        own_raw = self._own(s)
+        own_o = self._own(o)
+        if self.delay is not None:
+            seen = np.maximum.accumulate(t)
+            prev = np.empty(n, dtype=np.int64)
+            prev[0] = s.max_seen
+            if n > 1:
+                np.maximum(seen[:-1], s.max_seen, out=prev[1:])
+            gen = np.where(prev == _MIN, _MIN, prev - (self.delay + 1))
+            own = np.maximum(gen, own_raw)
+            s.max_seen = max(s.max_seen, int(seen[-1]))
+        else:
+            own = np.full(n, own_raw, dtype=np.int64)
+        if self.idle is None:
+            wc = np.minimum(own, own_o)
+        else:
+            eff_s = own if own_o == _MIN else np.maximum(own, own_o - self.idle)
+            eff_o = np.where(own == _MIN, own_o, np.maximum(own_o, own - self.idle))
+            wc = np.minimum(eff_s, eff_o)
+        closed = np.where(wc == _MIN, _MIN, (wc - self.size + 1) // self.slide)
+        if self.closed != _MIN:
+            closed = np.maximum(closed, self.closed)
+        k_last = t // self.slide
+        late = k_last <= closed
+        if late.any():
+            self._late.append(batch.filter(pa.array(late)))
+            s.late_rows += int(np.count_nonzero(late))
+            keep = ~late
+            batch, t, codes = batch.filter(pa.array(keep)), t[keep], codes[keep]
+            valid = None if valid is None else valid[keep]
+            closed = closed[keep]
+        if len(t):
+            k_first = (t - self.size) // self.slide + 1
+            k_open = np.where(closed == _MIN, k_first, np.maximum(k_first, closed + 1))
+            if not s.outer and valid is not None:  # null keys of an inner side never show up
+                if not valid.all():
+                    batch, t, codes, k_open = (batch.filter(pa.array(valid)), t[valid],
+                                               codes[valid], k_open[valid])
+                valid = None
+            if len(t):
+                buf = _WBuffered(batch, t, codes, valid, k_open)
+                budget = self.spec.state_budget
+                if budget is not None and self.L.nbytes + self.R.nbytes + buf.nbytes > budget:
+                    raise StateError(
+                        f"{self.spec.name}: state would reach "
+                        f"{self.L.nbytes + self.R.nbytes + buf.nbytes} bytes with {len(t)} more "
+                        f"rows of stream {s.stream}, over the budget of {budget} bytes; watermark "
+                        f"of {o.stream} is {self._eff(o, s)} (an input that never advances holds "
+                        "every window open: deliver watermarks or set idle_timeout)")
+                s.batches.append(buf)
+                s.n_rows += len(t)
+                s.nbytes += buf.nbytes
+        return self._close(self._last_closed(self._combined()))
+
+    def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
+        s, _ = self._sides(stream_id)
+        if time > s.wm_delivered:
+            s.wm_delivered = int(time)
+        return self._close(self._last_closed(self._combined()))
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        return self._close(MAX_TIME // self.slide)
+
+    def _expand(self, s: _WSide, lo_k: int, hi_k: int
+                ) -> tuple[list[pa.RecordBatch], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Rows of ``s`` in windows ``lo_k..hi_k`` as (row, window) pairs.
+
+        Returns the batches involved, then per pair: the row's position among those batches'
+        rows, its window, its key code and whether its key is valid.
+        """
+        batches, pos, ks, cs, vs = [], [], [], [], []
+        offset = 0
+        for b in s.batches:
+            k_first = np.maximum(b.k_open, lo_k)
+            k_last = np.minimum(b.times // self.slide, hi_k)
+            cnt = np.maximum(k_last - k_first + 1, 0)
+            total = int(cnt.sum())
+            if total == 0:
+                continue
+            rows = np.repeat(np.arange(len(cnt), dtype=np.int64), cnt)
+            starts = np.repeat(k_first, cnt)
+            within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            batches.append(b.batch)
+            pos.append(rows + offset)
+            ks.append(starts + within)
+            cs.append(b.codes[rows])
+            vs.append(np.ones(total, bool) if b.valid is None else b.valid[rows])
+            offset += len(b.times)
+        if not batches:
+            e = np.zeros(0, dtype=np.int64)
+            return [], e, e, e, np.zeros(0, bool)
+        return (batches, np.concatenate(pos), np.concatenate(ks), np.concatenate(cs),
+                np.concatenate(vs))
+
+    def _close(self, upto: int) -> list[pa.RecordBatch]:
+        """Emit windows ``closed+1 .. upto`` and free rows whose last window is among them."""
+        if upto == _MIN or (self.closed != _MIN and upto <= self.closed):
+            return []
+        lo_k = _MIN if self.closed == _MIN else self.closed + 1
+        if not self.L.batches and not self.R.batches:
+            self.closed = upto
+            return []
+        lb, lpos, lk, lc, lv = self._expand(self.L, lo_k, upto)
+        rb, rpos, rk, rc, rv = self._expand(self.R, lo_k, upto)
+        out: list[pa.RecordBatch] = []
+        ltab = concat_batches(lb, self.L.schema) if lb else None
+        rtab = concat_batches(rb, self.R.schema) if rb else None
+        li = ri = np.zeros(0, dtype=np.int64)
+        if len(lpos) and len(rpos):
+            lsel, rsel = np.flatnonzero(lv), np.flatnonzero(rv)
+            # match on (code, window): sort the right pairs by code, band of width 0 over windows
+            order = rsel[np.argsort(rc[rsel], kind="stable")]
+            pi, pj = band_pairs(lc[lsel], lk[lsel], rc[order], rk[order], 0, 0)
+            li, ri = lsel[pi], order[pj]
+            if len(li) and not self.exact:
+                assert ltab is not None and rtab is not None
+                ok = keys_equal([ltab.column(c).take(pa.array(lpos[li])) for c in self.L.keys],
+                                [rtab.column(c).take(pa.array(rpos[ri])) for c in self.R.keys])
+                li, ri = li[ok], ri[ok]
+            if len(li):
+                o = np.lexsort((ri, li, lk[li]))
+                li, ri = li[o], ri[o]
+                assert ltab is not None and rtab is not None
+                arrays = (ltab.take(pa.array(lpos[li])).columns
+                          + rtab.take(pa.array(rpos[ri])).columns)
+                out.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        for side, tab, pos, ks, matched_idx in ((self.L, ltab, lpos, lk, li),
+                                                (self.R, rtab, rpos, rk, ri)):
+            if side.outer and tab is not None and len(pos):
+                hit = np.zeros(len(pos), bool)
+                hit[matched_idx] = True
+                miss = np.flatnonzero(~hit)
+                if len(miss):
+                    miss = miss[np.lexsort((pos[miss], ks[miss]))]
+                    rows = tab.take(pa.array(pos[miss]))
+                    n = rows.num_rows
+                    nulls = [pa.nulls(n, f.type) for f in self.schema]
+                    arrays = (rows.columns + nulls[self._nl:] if side is self.L
+                              else nulls[: self._nl] + rows.columns)
+                    out.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        self.closed = upto
+        # a row's last window is floor(t / slide): free rows with t < (upto + 1) * slide
+        thr = MAX_TIME if upto >= MAX_TIME // self.slide else (upto + 1) * self.slide - 1
+        self.L.free(thr)
+        self.R.free(thr)
+        return out
+
+    def drain_late(self) -> list[pa.RecordBatch]:
+        late, self._late = self._late, []
+        return late
+
+    @property
+    def late_rows(self) -> dict[int, int]:
+        return {self.L.sid: self.L.late_rows, self.R.sid: self.R.late_rows}
+
+    def state_bytes(self) -> int:
+        return self.L.nbytes + self.R.nbytes
+
+    def retained(self, stream_id: int) -> pa.Table:
+        """Rows of input ``stream_id`` still held (their last window is open), arrival order."""
+        return self._sides(stream_id)[0].retained()
+
+    def snapshot(self) -> Any:
+        sides = []
+        for s in (self.L, self.R):
+            sides.append({"batches": [(b.batch, b.k_open.copy()) for b in s.batches],
+                          "wm_delivered": s.wm_delivered, "max_seen": s.max_seen,
+                          "late_rows": s.late_rows})
+        return {"version": 1, "closed": self.closed, "sides": sides, "late": list(self._late)}
+
+    def restore(self, state: Any) -> None:
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise StateError(f"{self.spec.name}: cannot restore state of an unknown format")
+        self.closed = state["closed"]
+        for s, snap in zip((self.L, self.R), state["sides"], strict=True):
+            s.wm_delivered, s.max_seen = snap["wm_delivered"], snap["max_seen"]
+            s.late_rows = snap["late_rows"]
+            for batch, k_open in snap["batches"]:
+                batch = conform(batch, s.schema, s.stream, self.spec.name)
+                t = time_values(batch, s.time, s.stream)
+                codes, valid = s.codec.encode([batch.column(c) for c in s.keys])
+                buf = _WBuffered(batch, t, codes, valid, np.array(k_open, dtype=np.int64))
+                s.batches.append(buf)
+                s.n_rows += len(t)
+                s.nbytes += buf.nbytes
+        self._late = list(state["late"])

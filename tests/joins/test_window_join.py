@@ -1,0 +1,160 @@
+"""Window join against the nested-loop reference, state after each watermark, bad input."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.records import Data, End, Watermark
+from splice.joins.window_join import WindowJoin, WindowJoinLogic
+from splice.testing import OperatorHarness, check_operator, rows_of, run_operator
+from tests.joins.test_interval_join import L, R, _schemas, streams
+from tests.reference.time_joins import WindowJoinRef
+
+
+def _ms(rows: list[tuple]) -> Counter:
+    return Counter(repr(r) for r in rows)
+
+
+def _run_both(spec: WindowJoin, ls: pa.Schema, rs: pa.Schema, records: list) -> OperatorHarness:
+    ref = WindowJoinRef(L, R, spec.on, spec.time, spec.size, spec.slide, spec.how,
+                        out_of_orderness=spec.out_of_orderness, idle_timeout=spec.idle_timeout,
+                        names=(ls.names, rs.names))
+    h = OperatorHarness(spec, {L: ls, R: rs})
+    for rec in records:
+        h.step(rec)
+        if isinstance(rec, Data):
+            ref.push(rec.stream_id, rec.batch)
+        elif isinstance(rec, Watermark):
+            ref.watermark(rec.stream_id, rec.time)
+        else:
+            ref.end()
+        if not isinstance(rec, End):
+            logic = h.logic
+            assert isinstance(logic, WindowJoinLogic)
+            for sid in (L, R):
+                assert _ms(rows_of(logic.retained(sid))) == _ms(ref.retained(sid)), \
+                    f"state of {sid} after {rec}"
+    assert _ms(rows_of(h.result())) == _ms(ref.out)
+    late = Counter(repr(r) for b in h.late for r in rows_of(pa.Table.from_batches([b])))
+    assert late == _ms(ref.L.late + ref.R.late)
+    return h
+
+
+@settings(max_examples=40)
+@given(streams(), st.sampled_from(["inner", "left", "right", "full"]),
+       st.sampled_from([(5, 5), (10, 10), (10, 5), (9, 3), (1, 1)]),
+       st.sampled_from([0, 4, None]), st.data())
+def test_window_join_equals_reference(s, how, size_slide, delay, data):
+    ls, rs, records = s
+    size, slide = size_slide
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=size, slide=slide, how=how,
+                      out_of_orderness=delay)
+    h = _run_both(spec, ls, rs, records)
+    at = data.draw(st.integers(0, len(records)))
+    got, _ = run_operator(spec, {L: ls, R: rs}, records, restore_at=at)
+    assert _ms(rows_of(got)) == _ms(rows_of(h.result()))
+
+
+@settings(max_examples=15)
+@given(streams(key_kind="two"), st.sampled_from(["inner", "full"]), st.sampled_from([0, 6]))
+def test_window_join_two_keys_and_idle(s, how, idle):
+    ls, rs, records = s
+    spec = WindowJoin(left=L, right=R, on=["k", "k2"], time="ts", size=8, slide=4, how=how,
+                      idle_timeout=idle)
+    _run_both(spec, ls, rs, records)
+
+
+@settings(max_examples=10)
+@given(streams(key_kind="str"), st.sampled_from(["left", "right"]))
+def test_window_join_string_keys(s, how):
+    ls, rs, records = s
+    _run_both(WindowJoin(left=L, right=R, on="k", time="ts", size=6, how=how), ls, rs, records)
+
+
+def test_contract_suite_and_emission_at_window_close():
+    ls, rs = _schemas()
+    lt = pa.table({"k": [1, 2, None, 1], "ts": [1, 2, 3, 12], "v": [0, 1, 2, 3]}, schema=ls)
+    rt = pa.table({"k": [1, 2, 1, None], "ts": [4, 11, 13, 14], "w": list("abcd")}, schema=rs)
+    records = [Data(L, lt.slice(0, 3).to_batches()[0]), Data(R, rt.slice(0, 2).to_batches()[0]),
+               Watermark(L, 9), Watermark(R, 9), Data(L, lt.slice(3).to_batches()[0]),
+               Data(R, rt.slice(2).to_batches()[0]), End()]
+    for how in ("inner", "left", "right", "full"):
+        spec = WindowJoin(left=L, right=R, on="k", time="ts", size=10, how=how,
+                          out_of_orderness=None)
+        check_operator(spec, {L: ls, R: rs}, records, ordered=True)
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=10, how="full",
+                      out_of_orderness=None)
+    h = OperatorHarness(spec, {L: ls, R: rs})
+    logic = h.logic
+    assert isinstance(logic, WindowJoinLogic)
+    h.step(records[0])
+    h.step(records[1])
+    assert h.step(records[2]).num_rows == 0  # only the left watermark passed 9
+    out = h.step(records[3])  # window [0, 10) closes
+    assert rows_of(out) == [(1, 1, 0, 1, 4, "a"), (2, 2, 1, None, None, None),
+                            (None, 3, 2, None, None, None)]
+    assert logic.retained(L).num_rows == 0
+    assert logic.retained(R).column("w").to_pylist() == ["b"]
+    h.step(records[4])
+    h.step(records[5])
+    out = h.step(records[6])
+    assert rows_of(out) == [(1, 12, 3, 1, 13, "c"), (None, None, None, 2, 11, "b"),
+                            (None, None, None, None, 14, "d")]
+
+
+def test_hopping_pairs_once_per_shared_window():
+    ls, rs = _schemas()
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=10, slide=5)
+    h = OperatorHarness(spec, {L: ls, R: rs})
+    h.push(L, pa.record_batch({"k": [1], "ts": [7], "v": [0]}, schema=ls))
+    h.push(R, pa.record_batch({"k": [1], "ts": [8], "w": ["a"]}, schema=rs))
+    h.end()
+    assert h.result().num_rows == 2  # windows [0, 10) and [5, 15)
+
+
+def test_late_rows_and_bad_input():
+    ls, rs = _schemas()
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=10)
+    h = OperatorHarness(spec, {L: ls, R: rs})
+    h.push(L, pa.record_batch({"k": [1], "ts": [25], "v": [0]}, schema=ls))
+    h.push(R, pa.record_batch({"k": [1], "ts": [25], "w": ["a"]}, schema=rs))
+    # both watermarks are 24: window [10, 20) closed, a row at 15 is late
+    h.push(R, pa.record_batch({"k": [1, 1], "ts": [15, 21], "w": ["b", "c"]}, schema=rs))
+    logic = h.logic
+    assert isinstance(logic, WindowJoinLogic)
+    assert logic.late_rows == {L: 0, R: 1}
+    assert [r for b in h.late for r in b.column("w").to_pylist()] == ["b"]
+    with pytest.raises(PlanError, match="slide 20 > size 10"):
+        WindowJoin(left=L, right=R, on="k", time="ts", size=10, slide=20)
+    with pytest.raises(PlanError, match="size and slide must be >= 1"):
+        WindowJoin(left=L, right=R, on="k", time="ts", size=0)
+    mism = pa.schema([("k", pa.float64()), ("ts", pa.int64()), ("w", pa.string())])
+    with pytest.raises(SchemaError, match="key type mismatch"):
+        WindowJoin(left=L, right=R, on="k", time="ts", size=5).output_schema({L: ls, R: mism})
+    with pytest.raises(SchemaError, match="stream 2 has no time column 'at'"):
+        WindowJoin(left=L, right=R, on="k", time="at", size=5).output_schema({L: ls, R: rs})
+
+
+def test_budget_and_idle_input():
+    ls, rs = _schemas()
+
+    def feed(spec: WindowJoin) -> WindowJoinLogic:
+        logic = spec.build({L: ls, R: rs})
+        assert isinstance(logic, WindowJoinLogic)
+        for i in range(100):
+            ts = np.arange(i * 100, (i + 1) * 100)
+            logic.on_batch(L, pa.record_batch({"k": ts % 7, "ts": ts, "v": ts}, schema=ls))
+        return logic
+
+    with pytest.raises(StateError, match="over the budget of 100000 bytes.*never advances"):
+        feed(WindowJoin(left=L, right=R, on="k", time="ts", size=100, state_budget=100_000))
+    logic = feed(WindowJoin(left=L, right=R, on="k", time="ts", size=100, state_budget=100_000,
+                            idle_timeout=300))
+    assert logic.retained(L).num_rows <= 500
