@@ -636,7 +636,7 @@ def duplicate_writes(txn_ptr: np.ndarray, cell: np.ndarray, kind: np.ndarray) ->
 
 @njit(cache=True, nogil=True)
 def build_graph(
-    txn_ts: np.ndarray, txn_ptr_u: np.ndarray, refused: np.ndarray,
+    txn_ts: np.ndarray, txn_ptr_u: np.ndarray, refused: np.ndarray, op_txn: np.ndarray,
     op_cell: np.ndarray, op_kind: np.ndarray, op_operand: np.ndarray, op_cond: np.ndarray,
     op_cond_arg: np.ndarray, src_ptr_u: np.ndarray, src_cell_u: np.ndarray,
     offsets: np.ndarray, values: np.ndarray, dense_slot: np.ndarray, stamp: np.ndarray,
@@ -651,13 +651,25 @@ def build_graph(
     """
     n_txn = txn_ts.shape[0]
     n_user = op_cell.shape[0]
-    mask = (1 << 40) - 1
     n = 0
+    ordered = src_ptr_u[n_user] == 0
     for t in range(n_txn):
         if refused[t]:
+            ordered = False
             continue
+        seen_write = False
         for i in range(txn_ptr_u[t], txn_ptr_u[t + 1]):
             n += 1 + src_ptr_u[i + 1] - src_ptr_u[i]
+            if _is_write(op_kind[i]):
+                seen_write = True
+            elif seen_write:
+                ordered = False
+    if ordered:
+        # already in timestamp order, reads first, nothing refused, no PD: use the columns as is
+        return _link(n, op_txn, op_cell, op_kind, op_operand, op_cond, op_cond_arg,
+                     np.full(n, -1, np.int64), np.zeros(n, np.int64),
+                     np.arange(n, dtype=np.int64), n_user, n_txn, txn_ts, offsets, values,
+                     dense_slot, stamp, stamp_id)
     e_cell = np.empty(n, np.int64)
     e_kind = np.empty(n, np.int8)
     e_operand = np.empty(n, np.float64)
@@ -666,7 +678,6 @@ def build_graph(
     e_txn = np.empty(n, np.int64)
     e_src0 = np.full(n, -1, np.int64)
     e_srcn = np.zeros(n, np.int64)
-    user_pos = np.full(n_user, -1, np.int64)
     e_user = np.full(n, -1, np.int64)
     p = 0
     for t in range(n_txn):
@@ -705,7 +716,7 @@ def build_graph(
     # source READs of write i were emitted in order: locate them per transaction
     p = 0
     for t in range(n_txn):
-        if refused[t]:
+        if refused[t] or src_ptr_u[n_user] == 0:
             continue
         nreads = 0
         for i in range(txn_ptr_u[t], txn_ptr_u[t + 1]):
@@ -724,7 +735,22 @@ def build_graph(
             else:
                 q += src_ptr_u[i + 1] - src_ptr_u[i]
         p = w
-    # dense chain ids by first appearance
+    return _link(n, e_txn, e_cell, e_kind, e_operand, e_cond, e_arg, e_src0, e_srcn, e_user,
+                 n_user, n_txn, txn_ts, offsets, values, dense_slot, stamp, stamp_id)
+
+
+@njit(cache=True, nogil=True)
+def _link(
+    n: int, e_txn: np.ndarray, e_cell: np.ndarray, e_kind: np.ndarray, e_operand: np.ndarray,
+    e_cond: np.ndarray, e_arg: np.ndarray, e_src0: np.ndarray, e_srcn: np.ndarray,
+    e_user: np.ndarray, n_user: int, n_txn: int, txn_ts: np.ndarray, offsets: np.ndarray,
+    values: np.ndarray, dense_slot: np.ndarray, stamp: np.ndarray, stamp_id: int,
+):
+    """Chains, predecessors, PD and LD indexes of ops given in timestamp order (reads first)."""
+    mask = (1 << 40) - 1
+    user_pos = np.full(n_user, -1, np.int64)
+    # dense chain ids by first appearance, counting chain lengths on the way
+    cstart = np.zeros(n + 1, np.int64)
     dense = np.empty(n, np.int64)
     chain_cell = np.empty(n, np.int64)
     init = np.empty(n, np.float64)
@@ -738,11 +764,10 @@ def build_graph(
             chain_cell[nch] = c
             init[nch] = values[f]
             nch += 1
-        dense[q] = dense_slot[f]
+        d = dense_slot[f]
+        dense[q] = d
+        cstart[d + 1] += 1
     # counting sort by chain
-    cstart = np.zeros(nch + 1, np.int64)
-    for q in range(n):
-        cstart[dense[q] + 1] += 1
     for c in range(nch):
         cstart[c + 1] += cstart[c]
     fill = cstart[:-1].copy()

@@ -65,7 +65,7 @@ def build_tpg(batch: OpBatch, refused: np.ndarray, store: StateStore) -> TPG:
     np.cumsum(np.bincount(batch.op_txn, minlength=batch.num_txns), out=txn_ptr_u[1:])
     (pos, chain, pred, nch, cells, init, kind, operand, cond, cond_arg, txn, ts, src_ptr, src_op,
      chk_ptr, chk_op, txn_ptr, user_pos) = K.build_graph(
-        batch.txn_ts, txn_ptr_u, refused, batch.op_cell, batch.op_kind, batch.op_operand,
+        batch.txn_ts, txn_ptr_u, refused, batch.op_txn, batch.op_cell, batch.op_kind, batch.op_operand,
         batch.op_cond, batch.op_cond_arg, batch.src_ptr, batch.src_cell, store.offsets,
         store.flat, store.dense_slot, store.stamp, store.next_stamp())
     n = pred.shape[0]

@@ -157,13 +157,13 @@ def _sl_ops(deposit: np.ndarray, abort: np.ndarray, a_src: np.ndarray, a_dst: np
     k = 0
     for e in range(n):
         if deposit[e]:
-            txn[k], cell[k], kind[k], opnd[k] = e, a_src[e], ADD, amt[e]
-            txn[k + 1], cell[k + 1], kind[k + 1], opnd[k + 1] = e, b_src[e], ADD, bamt[e]
-            k += 2
-            if abort[e]:
+            if abort[e]:  # reads first: the order the TPG builder takes without re-sorting
                 txn[k], cell[k], kind[k], opnd[k] = e, a_src[e], READ, 0.0
                 cond[k], carg[k] = COND_GE, NEVER
                 k += 1
+            txn[k], cell[k], kind[k], opnd[k] = e, a_src[e], ADD, amt[e]
+            txn[k + 1], cell[k + 1], kind[k + 1], opnd[k + 1] = e, b_src[e], ADD, bamt[e]
+            k += 2
         else:
             txn[k], cell[k], kind[k], opnd[k] = e, a_src[e], ADD, -amt[e]
             cond[k], carg[k] = COND_GE, NEVER if abort[e] else amt[e]
