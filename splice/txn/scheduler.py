@@ -181,9 +181,10 @@ def choose_strategy(
       recent batches stays below 2 %; ``e`` when aborts are frequent, since every abort's closure
       would be redone.
     * explore: ``ns`` by default: barriers cost most where threads are descheduled or chains are
-      long (skew: many levels). ``s`` only for heavy operations (>= 5 us of UDF work) on wide,
-      flat TPGs (ops per longest chain >= 64 x threads, degree skew < 8), where a barrier per
-      level is amortised.
+      long (skew: many levels); on the shared 2-core machine of ``docs/bench_txn.md`` ``ns`` won
+      every configuration measured. ``s`` only for heavy operations (>= 5 us of UDF work) on very
+      wide, flat TPGs (ops per longest chain >= 256 x threads, degree skew < 4), where one
+      barrier per level is amortised over many independent heavy ops.
     * granularity: ``f``, except with no cross-chain dependencies at all (no LD checks, no PD
       reads) and heavy operations, where chains are the natural unit (``c``).
     """
@@ -193,7 +194,7 @@ def choose_strategy(
     abort: AbortMode = "l" if abort_ratio < 0.02 else "e"
     width = ops / max(stats["max_chain"], 1.0)
     heavy = complexity_us >= 5.0
-    wide = width >= 64 * threads and stats["degree_skew"] < 8
+    wide = width >= 256 * threads and stats["degree_skew"] < 4
     explore: Explore = "s" if heavy and wide else "ns"
     coupled = stats["checks"] + stats["pd"] > 0
     granularity: Granularity = "c" if heavy and not coupled else "f"

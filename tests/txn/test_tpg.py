@@ -93,8 +93,8 @@ def test_strategy_parsing() -> None:
 
 def test_decision_model_follows_statistics() -> None:
     flat = {"ops": 30000.0, "chains": 20000.0, "td": 10000.0, "pd": 0.0, "ld": 0.0,
-            "sum_ops": 0.0, "checks": 0.0, "max_chain": 6.0, "mean_chain": 1.5,
-            "degree_skew": 4.0}
+            "sum_ops": 0.0, "checks": 0.0, "max_chain": 4.0, "mean_chain": 1.5,
+            "degree_skew": 2.7}
     skewed = dict(flat, max_chain=8000.0, degree_skew=5000.0)
     coupled = dict(flat, ld=25000.0, pd=5000.0, checks=100.0)
     assert choose_strategy(flat, 2, 0.0, 0.0).abort == "l"
