@@ -442,3 +442,61 @@ def test_spec_pickles_and_snapshot_is_immutable():
     snap = h.logic.snapshot()
     h.push(R, pa.record_batch({"k": [1], "ts": [5], "w": ["a"]}, schema=rs))
     assert snap["sides"][0]["batches"][0][1].tolist() == [False]
+
+
+# -- the command line --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["inner", "full"])
+@pytest.mark.parametrize("arrival", [False, True])
+def test_cli_interval_join_equals_sql(tmp_path, capsys, how, arrival):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from splice.cli import main
+
+    rng = np.random.default_rng(11)
+    n = 3000
+    pos = rng.permutation(2 * n)
+    lt = pa.table({"id": rng.integers(0, 50, n), "ts": np.sort(rng.integers(0, 5000, n)),
+                   "x": np.arange(n), "pos": np.sort(pos[:n])})
+    rt = pa.table({"id": rng.integers(0, 50, n), "ts": rng.integers(0, 5000, n),
+                   "y": np.arange(n), "pos": np.sort(pos[n:])})
+    pq.write_table(lt, tmp_path / "l.parquet")
+    pq.write_table(rt, tmp_path / "r.parquet")
+    argv = ["join", "--kind", "interval", "--left", str(tmp_path / "l.parquet"),
+            "--right", str(tmp_path / "r.parquet"), "--on", "id", "--time", "ts",
+            "--lower", "-20", "--upper", "30", "--how", how, "--batch-size", "500",
+            "--out", str(tmp_path / "o.parquet"), "--json"]
+    if arrival:
+        argv += ["--arrival", "pos"]
+    assert main(argv) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
+    got = pq.read_table(tmp_path / "o.parquet")
+    assert got.schema.names == ["id", "ts", "x", "pos", "id_right", "ts_right", "y", "pos_right"]
+    sql_how = "INNER" if how == "inner" else "FULL"
+    want = duckdb.sql(
+        f"SELECT l.*, r.* FROM lt l {sql_how} JOIN rt r ON l.id = r.id "
+        "AND r.ts BETWEEN l.ts - 20 AND l.ts + 30").arrow()
+    if hasattr(want, "read_all"):
+        want = want.read_all()
+    assert Counter(rows_of(got)) == Counter(rows_of(want))
+    assert metrics["output_rows"] == got.num_rows and metrics["input_rows"] == 2 * n
+
+
+def test_cli_interval_requires_bounds_and_time(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    from splice.cli import main
+
+    pq.write_table(pa.table({"id": [1], "ts": [1]}), tmp_path / "a.parquet")
+    base = ["join", "--kind", "interval", "--left", str(tmp_path / "a.parquet"), "--right",
+            str(tmp_path / "a.parquet"), "--on", "id", "--out", str(tmp_path / "o.parquet")]
+    assert main(base + ["--time", "ts"]) == 2
+    assert "--lower and --upper are required" in capsys.readouterr().err
+    assert main(base + ["--lower", "0", "--upper", "1"]) == 2
+    assert "--time is required" in capsys.readouterr().err
+    assert main(base + ["--time", "nope", "--lower", "0", "--upper", "1"]) == 2
+    assert "time column 'nope'" in capsys.readouterr().err
+    assert main(base + ["--time", "ts", "--lower", "2", "--upper", "1"]) == 2
+    assert "lower bound 2 is above upper bound 1" in capsys.readouterr().err

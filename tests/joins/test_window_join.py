@@ -158,3 +158,34 @@ def test_budget_and_idle_input():
     logic = feed(WindowJoin(left=L, right=R, on="k", time="ts", size=100, state_budget=100_000,
                             idle_timeout=300))
     assert logic.retained(L).num_rows <= 500
+
+
+@pytest.mark.parametrize("how,slide", [("inner", None), ("left", 50)])
+def test_cli_window_join_equals_sql(tmp_path, how, slide):
+    import duckdb
+    import pyarrow.parquet as pq
+
+    from splice.cli import main
+
+    rng = np.random.default_rng(5)
+    n = 2000
+    lt = pa.table({"id": rng.integers(0, 40, n), "ts": rng.integers(0, 3000, n), "x": np.arange(n)})
+    rt = pa.table({"id": rng.integers(0, 40, n), "ts": rng.integers(0, 3000, n), "y": np.arange(n)})
+    pq.write_table(lt, tmp_path / "l.parquet")
+    pq.write_table(rt, tmp_path / "r.parquet")
+    argv = ["join", "--kind", "window", "--left", str(tmp_path / "l.parquet"),
+            "--right", str(tmp_path / "r.parquet"), "--on", "id", "--time", "ts",
+            "--size", "100", "--how", how, "--batch-size", "300",
+            "--out", str(tmp_path / "o.parquet")]
+    if slide:
+        argv += ["--slide", str(slide)]
+    assert main(argv) == 0
+    got = pq.read_table(tmp_path / "o.parquet")
+    sl = slide or 100
+    # windows as rows: k from floor((ts-100)/sl)+1 to floor(ts/sl)
+    want = duckdb.sql(f"""
+        WITH lw AS (SELECT l.*, k FROM lt l, range(floor((l.ts - 100) / {sl})::BIGINT + 1, l.ts // {sl} + 1) t(k)),
+             rw AS (SELECT r.*, k FROM rt r, range(floor((r.ts - 100) / {sl})::BIGINT + 1, r.ts // {sl} + 1) t(k))
+        SELECT lw.id, lw.ts, lw.x, rw.id, rw.ts, rw.y FROM lw {how.upper()} JOIN rw
+        ON lw.id = rw.id AND lw.k = rw.k""").fetchall()
+    assert Counter(rows_of(got)) == Counter(want)
