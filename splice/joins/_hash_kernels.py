@@ -49,8 +49,8 @@ __all__ = [
 M32 = 0xFFFFFFFF
 SEED1 = 0
 SEED2 = 0x9747B28C
-#: The fast index's multiplier (odd, < 2**63): bucket = bits 32.. of key * FX_MULT.
-FX_MULT = 0x7FB5D329728EA185
+#: The fast index's multiplier: 2**64 / golden ratio (as a signed int64).
+FX_MULT = -7046029254386353131
 
 ST_OVF_INS = 4
 ST_OVF_PEAK = 5
@@ -121,16 +121,17 @@ def ring_positions(seqs: np.ndarray, window: int | None, cap: int, pu: int, part
 
 
 @njit(cache=True, nogil=True)
-def fx_bucket(key: int, mask: int) -> int:
-    """Bucket of ``key`` in a table of ``mask + 1`` buckets (a power of two, at most 2**31)."""
-    return ((key * FX_MULT) >> 32) & mask
+def fx_bucket(key: int, shift: int) -> int:
+    """Bucket of ``key`` among ``2 ** (64 - shift)`` buckets: Fibonacci hashing, the top bits of
+    ``key * FX_MULT`` modulo 2**64 (consecutive keys spread evenly)."""
+    return ((key * FX_MULT) >> shift) & ((1 << (64 - shift)) - 1)
 
 
 @njit(cache=True, nogil=True)
-def _fx_expire(pos, ring_seq, keys, valid, nxt, head, tail, mask):  # type: ignore[no-untyped-def]
+def _fx_expire(pos, ring_seq, keys, valid, nxt, head, tail, shift):  # type: ignore[no-untyped-def]
     for a in range(keys.shape[0]):
         if valid[a, pos]:
-            b = fx_bucket(keys[a, pos], mask)
+            b = fx_bucket(keys[a, pos], shift)
             if head[a, b] != pos:
                 raise RuntimeError("fast index: expired tuple is not the oldest of its chain")
             head[a, b] = nxt[a, pos]
@@ -140,7 +141,7 @@ def _fx_expire(pos, ring_seq, keys, valid, nxt, head, tail, mask):  # type: igno
 
 
 @njit(cache=True, nogil=True)
-def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, mask):  # type: ignore[no-untyped-def]
+def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, shift):  # type: ignore[no-untyped-def]
     ring_seq[pos] = seq
     for a in range(keys.shape[0]):
         ok = vcol[a, j]
@@ -149,7 +150,7 @@ def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, 
         if ok:
             k = kcol[a, j]
             keys[a, pos] = k
-            b = fx_bucket(k, mask)
+            b = fx_bucket(k, shift)
             t = tail[a, b]
             if t == -1:
                 head[a, b] = pos
@@ -159,16 +160,16 @@ def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, 
 
 
 @njit(cache=True, nogil=True)
-def fx_update(ring_seq, keys, valid, nxt, head, tail, mask, expire_pos, insert_pos, seqs, new_keys, new_valid):  # type: ignore[no-untyped-def]
+def fx_update(ring_seq, keys, valid, nxt, head, tail, shift, expire_pos, insert_pos, seqs, new_keys, new_valid):  # type: ignore[no-untyped-def]
     """For each new tuple j: expire the ring position ``expire_pos[j]`` (when >= 0), then store
     tuple j (``seqs[j]``, keys ``new_keys[:, j]``) at ``insert_pos[j]`` (when >= 0)."""
     for j in range(seqs.shape[0]):
         e = expire_pos[j]
         if e >= 0:
-            _fx_expire(e, ring_seq, keys, valid, nxt, head, tail, mask)
+            _fx_expire(e, ring_seq, keys, valid, nxt, head, tail, shift)
         p = insert_pos[j]
         if p >= 0:
-            _fx_insert(p, seqs[j], new_keys, new_valid, j, ring_seq, keys, valid, nxt, head, tail, mask)
+            _fx_insert(p, seqs[j], new_keys, new_valid, j, ring_seq, keys, valid, nxt, head, tail, shift)
 
 
 def drain(kernel, n_items: int, bound: int, *args):  # type: ignore[no-untyped-def]
@@ -193,7 +194,7 @@ def drain(kernel, n_items: int, bound: int, *args):  # type: ignore[no-untyped-d
 
 
 @njit(cache=True, nogil=True)
-def fx_probe(ring_seq, keys, nxt, head, mask, attr, pkeys, pvalid, start, out_i, out_s):  # type: ignore[no-untyped-def]
+def fx_probe(ring_seq, keys, nxt, head, shift, attr, pkeys, pvalid, start, out_i, out_s):  # type: ignore[no-untyped-def]
     """(probe index, stored seq) with equal key on attribute ``attr``, per probe oldest first,
     from probe ``start`` on while the buffers have room (resumable: see :func:`drain`)."""
     bound = ring_seq.shape[0]
@@ -204,7 +205,7 @@ def fx_probe(ring_seq, keys, nxt, head, mask, attr, pkeys, pvalid, start, out_i,
         if not pvalid[i]:
             continue
         k = pkeys[i]
-        p = head[attr, fx_bucket(k, mask)]
+        p = head[attr, fx_bucket(k, shift)]
         while p != -1:
             if keys[attr, p] == k:
                 out_i[n] = i
@@ -219,7 +220,7 @@ def fx_join_sequence(  # type: ignore[no-untyped-def]
     sides, seqs, pkeys, pvalid, expire_pos, insert_pos,
     l_ring, l_keys, l_valid, l_nxt, l_head, l_tail,
     r_ring, r_keys, r_valid, r_nxt, r_head, r_tail,
-    mask, start, out_i, out_s,
+    shift, start, out_i, out_s,
 ):
     """Two-way count-window join over a mixed arrival sequence.
 
@@ -242,7 +243,7 @@ def fx_join_sequence(  # type: ignore[no-untyped-def]
         ok = pvalid[i]
         if ok:
             if left:
-                p = r_head[0, fx_bucket(k, mask)]
+                p = r_head[0, fx_bucket(k, shift)]
                 while p != -1:
                     if r_keys[0, p] == k:
                         out_i[n] = i
@@ -250,7 +251,7 @@ def fx_join_sequence(  # type: ignore[no-untyped-def]
                         n += 1
                     p = r_nxt[0, p]
             else:
-                p = l_head[0, fx_bucket(k, mask)]
+                p = l_head[0, fx_bucket(k, shift)]
                 while p != -1:
                     if l_keys[0, p] == k:
                         out_i[n] = i
@@ -264,14 +265,14 @@ def fx_join_sequence(  # type: ignore[no-untyped-def]
         vbuf[0, 0] = ok
         if left:
             if e >= 0:
-                _fx_expire(e, l_ring, l_keys, l_valid, l_nxt, l_head, l_tail, mask)
+                _fx_expire(e, l_ring, l_keys, l_valid, l_nxt, l_head, l_tail, shift)
             if p >= 0:
-                _fx_insert(p, s, kbuf, vbuf, 0, l_ring, l_keys, l_valid, l_nxt, l_head, l_tail, mask)
+                _fx_insert(p, s, kbuf, vbuf, 0, l_ring, l_keys, l_valid, l_nxt, l_head, l_tail, shift)
         else:
             if e >= 0:
-                _fx_expire(e, r_ring, r_keys, r_valid, r_nxt, r_head, r_tail, mask)
+                _fx_expire(e, r_ring, r_keys, r_valid, r_nxt, r_head, r_tail, shift)
             if p >= 0:
-                _fx_insert(p, s, kbuf, vbuf, 0, r_ring, r_keys, r_valid, r_nxt, r_head, r_tail, mask)
+                _fx_insert(p, s, kbuf, vbuf, 0, r_ring, r_keys, r_valid, r_nxt, r_head, r_tail, shift)
     return n, sides.shape[0]
 
 
@@ -479,9 +480,9 @@ def hb_join_sequence(  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _fx_probe_one(k, a, ring, keys, nxt, head, mask, buf):  # type: ignore[no-untyped-def]
+def _fx_probe_one(k, a, ring, keys, nxt, head, shift, buf):  # type: ignore[no-untyped-def]
     n = 0
-    p = head[a, fx_bucket(k, mask)]
+    p = head[a, fx_bucket(k, shift)]
     while p != -1:
         if keys[a, p] == k:
             buf[n] = ring[p]
@@ -491,21 +492,21 @@ def _fx_probe_one(k, a, ring, keys, nxt, head, mask, buf):  # type: ignore[no-un
 
 
 @njit(cache=True, nogil=True)
-def _stage_probe(mode, k, a, fx, hb, mask, buf):  # type: ignore[no-untyped-def]
+def _stage_probe(mode, k, a, fx, hb, shift, buf):  # type: ignore[no-untyped-def]
     if mode == 0:
-        return _fx_probe_one(k, a, fx[0], fx[1], fx[3], fx[4], mask, buf)
+        return _fx_probe_one(k, a, fx[0], fx[1], fx[3], fx[4], shift, buf)
     return _hb_probe_one(k, a, hb[3], hb[4], hb[5], hb[6], hb[7], hb[8], buf)
 
 
 @njit(cache=True, nogil=True)
-def _stage_update(mode, s, window, kcol, vcol, fx, hb, mask):  # type: ignore[no-untyped-def]
+def _stage_update(mode, s, window, kcol, vcol, fx, hb, shift):  # type: ignore[no-untyped-def]
     """Expire tuple ``s - window`` of the stage's stream, then store tuple ``s`` (keys column 0)."""
     # The ring holds exactly ``window`` positions, so tuple s - window sat where s goes.
     if mode == 0:
         p = s % fx[0].shape[0]
         if s >= window:
-            _fx_expire(p, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], mask)
-        _fx_insert(p, s, kcol, vcol, 0, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], mask)
+            _fx_expire(p, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], shift)
+        _fx_insert(p, s, kcol, vcol, 0, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], shift)
     else:
         p = s % hb[0].shape[0]
         if s >= window:
@@ -518,7 +519,7 @@ def _stage_update(mode, s, window, kcol, vcol, fx, hb, mask):  # type: ignore[no
 def q3_join_sequence(  # type: ignore[no-untyped-def]
     mode, sides, rows, window_c, window_o, window_l,
     c_key, o_okey, o_ckey, l_okey, l_rev,
-    fx_c, fx_o, fx_l, hb_c, hb_o, hb_l, mask_c, mask_o, mask_l,
+    fx_c, fx_o, fx_l, hb_c, hb_o, hb_l, shift_c, shift_o, shift_l,
     agg_rev, agg_hit,
 ):
     """Q3's three-way count-window join and its revenue aggregation over a mixed sequence.
@@ -542,10 +543,10 @@ def q3_join_sequence(  # type: ignore[no-untyped-def]
         side = sides[i]
         r = rows[i]
         if side == 0:
-            no = _stage_probe(mode, c_key[r], 0, fx_o, hb_o, mask_o, buf_o)
+            no = _stage_probe(mode, c_key[r], 0, fx_o, hb_o, shift_o, buf_o)
             for q in range(no):
                 o = buf_o[q]
-                nl = _stage_probe(mode, o_okey[o], 0, fx_l, hb_l, mask_l, buf_l)
+                nl = _stage_probe(mode, o_okey[o], 0, fx_l, hb_l, shift_l, buf_l)
                 if nl:
                     tot = 0
                     for z in range(nl):
@@ -554,11 +555,11 @@ def q3_join_sequence(  # type: ignore[no-untyped-def]
                     agg_hit[o] = True
                     results += nl
             kc[0, 0] = c_key[r]
-            _stage_update(mode, r, window_c, kc, v1, fx_c, hb_c, mask_c)
+            _stage_update(mode, r, window_c, kc, v1, fx_c, hb_c, shift_c)
         elif side == 1:
-            nc = _stage_probe(mode, o_ckey[r], 0, fx_c, hb_c, mask_c, buf_c)
+            nc = _stage_probe(mode, o_ckey[r], 0, fx_c, hb_c, shift_c, buf_c)
             if nc:
-                nl = _stage_probe(mode, o_okey[r], 0, fx_l, hb_l, mask_l, buf_l)
+                nl = _stage_probe(mode, o_okey[r], 0, fx_l, hb_l, shift_l, buf_l)
                 if nl:
                     tot = 0
                     for z in range(nl):
@@ -568,18 +569,18 @@ def q3_join_sequence(  # type: ignore[no-untyped-def]
                     results += nc * nl
             ko[0, 0] = o_ckey[r]
             ko[1, 0] = o_okey[r]
-            _stage_update(mode, r, window_o, ko, v2, fx_o, hb_o, mask_o)
+            _stage_update(mode, r, window_o, ko, v2, fx_o, hb_o, shift_o)
         else:
-            no = _stage_probe(mode, l_okey[r], 1, fx_o, hb_o, mask_o, buf_o)
+            no = _stage_probe(mode, l_okey[r], 1, fx_o, hb_o, shift_o, buf_o)
             for q in range(no):
                 o = buf_o[q]
-                nc = _stage_probe(mode, o_ckey[o], 0, fx_c, hb_c, mask_c, buf_c)
+                nc = _stage_probe(mode, o_ckey[o], 0, fx_c, hb_c, shift_c, buf_c)
                 if nc:
                     agg_rev[o] += nc * l_rev[r]
                     agg_hit[o] = True
                     results += nc
             kc[0, 0] = l_okey[r]
-            _stage_update(mode, r, window_l, kc, v1, fx_l, hb_l, mask_l)
+            _stage_update(mode, r, window_l, kc, v1, fx_l, hb_l, shift_l)
     return results
 
 
@@ -604,3 +605,234 @@ def merge_by_fraction(sizes):  # type: ignore[no-untyped-def]
         row[j] = nxt[best]
         nxt[best] += 1
     return side, row
+
+
+@njit(cache=True, nogil=True)
+def merge_filtered3(m0, m1, m2):  # type: ignore[no-untyped-def]
+    """:func:`merge_by_fraction` of three tables keeping only rows whose mask is set; rows are
+    renumbered within each table's kept rows (their sequence numbers after the selection)."""
+    n0, n1, n2 = m0.shape[0], m1.shape[0], m2.shape[0]
+    kept = 0
+    for i in range(n0):
+        kept += m0[i]
+    for i in range(n1):
+        kept += m1[i]
+    for i in range(n2):
+        kept += m2[i]
+    side = np.empty(kept, np.int8)
+    row = np.empty(kept, np.int64)
+    i0 = i1 = i2 = 0
+    k0 = k1 = k2 = 0
+    j = 0
+    while i0 < n0 or i1 < n1 or i2 < n2:
+        # the smallest (2 i + 1) / n; ties go to the lower table
+        best = -1
+        if i0 < n0:
+            best = 0
+        if i1 < n1 and (best == -1 or (2 * i1 + 1) * n0 < (2 * i0 + 1) * n1):
+            best = 1
+        if i2 < n2:
+            if best == -1:
+                best = 2
+            elif best == 0 and (2 * i2 + 1) * n0 < (2 * i0 + 1) * n2:
+                best = 2
+            elif best == 1 and (2 * i2 + 1) * n1 < (2 * i1 + 1) * n2:
+                best = 2
+        if best == 0:
+            if m0[i0]:
+                side[j] = 0
+                row[j] = k0
+                k0 += 1
+                j += 1
+            i0 += 1
+        elif best == 1:
+            if m1[i1]:
+                side[j] = 1
+                row[j] = k1
+                k1 += 1
+                j += 1
+            i1 += 1
+        else:
+            if m2[i2]:
+                side[j] = 2
+                row[j] = k2
+                k2 += 1
+                j += 1
+            i2 += 1
+    return side, row
+
+
+@njit(cache=True, nogil=True)
+def q3_fast_sequence(  # type: ignore[no-untyped-def]
+    sides, rows, window_c, window_o, window_l,
+    c_key, o_okey, o_ckey, l_okey, l_rev,
+    c_ring, c_keys, c_nxt, c_head, c_tail, shift_c,
+    o_ring, o_keys, o_nxt, o_head, o_tail, shift_o,
+    l_ring, l_keys, l_nxt, l_head, l_tail, shift_l,
+    agg_rev, agg_hit, ring_pos,
+):
+    """:func:`q3_join_sequence` with fast-index stages, written out in one loop body.
+
+    The same semantics and results; every chain walk, expiry and insert is inline (helper calls
+    that take many arrays cost reference counting per call). Q3's keys are never null, so the
+    validity arrays are not kept. ``ring_pos`` holds each stage's next ring position (tuple
+    ``r`` sits at ``r mod cap``; carried across calls instead of dividing per tuple). Returns
+    the number of join results.
+    """
+    cap_c = c_ring.shape[0]
+    cap_o = o_ring.shape[0]
+    cap_l = l_ring.shape[0]
+    pos_c = ring_pos[0]
+    pos_o = ring_pos[1]
+    pos_l = ring_pos[2]
+    results = 0
+    for i in range(sides.shape[0]):
+        side = sides[i]
+        r = rows[i]
+        if side == 0:
+            k = c_key[r]
+            p = o_head[0, fx_bucket(k, shift_o)]
+            while p != -1:
+                if o_keys[0, p] == k:
+                    o = o_ring[p]
+                    ok = o_okey[o]
+                    tot = 0
+                    nl = 0
+                    q = l_head[0, fx_bucket(ok, shift_l)]
+                    while q != -1:
+                        if l_keys[0, q] == ok:
+                            tot += l_rev[l_ring[q]]
+                            nl += 1
+                        q = l_nxt[0, q]
+                    if nl:
+                        agg_rev[o] += tot
+                        agg_hit[o] = True
+                        results += nl
+                p = o_nxt[0, p]
+            pos = pos_c
+            pos_c = pos_c + 1 if pos_c + 1 < cap_c else 0
+            if r >= window_c:
+                b = fx_bucket(c_keys[0, pos], shift_c)
+                c_head[0, b] = c_nxt[0, pos]
+                if c_head[0, b] == -1:
+                    c_tail[0, b] = -1
+            c_ring[pos] = r
+            c_keys[0, pos] = k
+            c_nxt[0, pos] = -1
+            b = fx_bucket(k, shift_c)
+            t = c_tail[0, b]
+            if t == -1:
+                c_head[0, b] = pos
+            else:
+                c_nxt[0, t] = pos
+            c_tail[0, b] = pos
+        elif side == 1:
+            ck = o_ckey[r]
+            ok = o_okey[r]
+            nc = 0
+            p = c_head[0, fx_bucket(ck, shift_c)]
+            while p != -1:
+                if c_keys[0, p] == ck:
+                    nc += 1
+                p = c_nxt[0, p]
+            if nc:
+                tot = 0
+                nl = 0
+                q = l_head[0, fx_bucket(ok, shift_l)]
+                while q != -1:
+                    if l_keys[0, q] == ok:
+                        tot += l_rev[l_ring[q]]
+                        nl += 1
+                    q = l_nxt[0, q]
+                if nl:
+                    agg_rev[r] += nc * tot
+                    agg_hit[r] = True
+                    results += nc * nl
+            pos = pos_o
+            pos_o = pos_o + 1 if pos_o + 1 < cap_o else 0
+            if r >= window_o:
+                for a in range(2):
+                    b = fx_bucket(o_keys[a, pos], shift_o)
+                    o_head[a, b] = o_nxt[a, pos]
+                    if o_head[a, b] == -1:
+                        o_tail[a, b] = -1
+            o_ring[pos] = r
+            o_keys[0, pos] = ck
+            o_keys[1, pos] = ok
+            for a in range(2):
+                o_nxt[a, pos] = -1
+                b = fx_bucket(o_keys[a, pos], shift_o)
+                t = o_tail[a, b]
+                if t == -1:
+                    o_head[a, b] = pos
+                else:
+                    o_nxt[a, t] = pos
+                o_tail[a, b] = pos
+        else:
+            k = l_okey[r]
+            rv = l_rev[r]
+            p = o_head[1, fx_bucket(k, shift_o)]
+            while p != -1:
+                if o_keys[1, p] == k:
+                    o = o_ring[p]
+                    ck = o_ckey[o]
+                    nc = 0
+                    q = c_head[0, fx_bucket(ck, shift_c)]
+                    while q != -1:
+                        if c_keys[0, q] == ck:
+                            nc += 1
+                        q = c_nxt[0, q]
+                    if nc:
+                        agg_rev[o] += nc * rv
+                        agg_hit[o] = True
+                        results += nc
+                p = o_nxt[1, p]
+            pos = pos_l
+            pos_l = pos_l + 1 if pos_l + 1 < cap_l else 0
+            if r >= window_l:
+                b = fx_bucket(l_keys[0, pos], shift_l)
+                l_head[0, b] = l_nxt[0, pos]
+                if l_head[0, b] == -1:
+                    l_tail[0, b] = -1
+            l_ring[pos] = r
+            l_keys[0, pos] = k
+            l_nxt[0, pos] = -1
+            b = fx_bucket(k, shift_l)
+            t = l_tail[0, b]
+            if t == -1:
+                l_head[0, b] = pos
+            else:
+                l_nxt[0, t] = pos
+            l_tail[0, b] = pos
+    ring_pos[0] = pos_c
+    ring_pos[1] = pos_o
+    ring_pos[2] = pos_l
+    return results
+
+
+@njit(cache=True, nogil=True)
+def q3_lineitem_pass(shipdate, day, orderkey, ep_words, dc_words, one):  # type: ignore[no-untyped-def]
+    """Q3's lineitem selection and decomposer in one pass: ``l_shipdate > day``; returns the pass
+    mask, l_orderkey and revenue ``ep * (one - dc)`` (unscaled decimals: ``*_words`` are the
+    (low, high) int64 words of decimal128 values) of the passing rows, and whether every value
+    fits 63 bits."""
+    n = shipdate.shape[0]
+    ok = np.empty(n, np.bool_)
+    m = 0
+    for i in range(n):
+        ok[i] = shipdate[i] > day
+        m += ok[i]
+    keys = np.empty(m, np.int64)
+    rev = np.empty(m, np.int64)
+    fits = True
+    j = 0
+    for i in range(n):
+        if ok[i]:
+            e = ep_words[i, 0]
+            d = dc_words[i, 0]
+            if ep_words[i, 1] != (e >> 63) or dc_words[i, 1] != (d >> 63):
+                fits = False
+            keys[j] = orderkey[i]
+            rev[j] = e * (one - d)
+            j += 1
+    return ok, keys, rev, fits

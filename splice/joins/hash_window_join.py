@@ -101,6 +101,7 @@ class FastIndex:
         k = self.n_attrs
         nb = _next_pow2(self._buckets) if self._buckets else max(16, _next_pow2(2 * cap))
         self.cap, self.mask = cap, nb - 1
+        self.shift = 64 - (nb.bit_length() - 1)  # Fibonacci hashing keeps the top bits
         self.ring = np.full(cap, -1, np.int64)
         self.keys = np.zeros((k, cap), np.int64)
         self.valid = np.zeros((k, cap), np.bool_)
@@ -135,7 +136,7 @@ class FastIndex:
                 exp = np.where((e >= 0) & (e % p == self.pu), (e // p) % self.cap, -1)
             else:
                 exp = np.full(len(seqs), -1, np.int64)
-        fx_update(*self.arrays(), self.mask, exp, ins, seqs, keys, valid)  # type: ignore[call-arg]
+        fx_update(*self.arrays(), self.shift, exp, ins, seqs, keys, valid)  # type: ignore[call-arg]
 
     def _live(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         pos = np.flatnonzero(self.ring >= 0)
@@ -159,7 +160,7 @@ class FastIndex:
         """(probe index, stored seq) of every match on attribute ``attr``, oldest match first."""
         keys = np.ascontiguousarray(keys, np.int64)
         return drain(fx_probe, len(keys), self.cap, self.ring, self.keys, self.nxt, self.head,
-                     self.mask, attr, keys, np.ascontiguousarray(valid, np.bool_))
+                     self.shift, attr, keys, np.ascontiguousarray(valid, np.bool_))
 
     def live_seqs(self) -> np.ndarray:
         return np.sort(self.ring[self.ring >= 0])
@@ -553,7 +554,7 @@ def join_sequence(
         else:
             assert isinstance(li, FastIndex) and isinstance(ri, FastIndex)
             i, s = drain(fx_join_sequence, n, li.cap, sides[sl], seqs[sl], keys[sl], valid[sl],
-                         exp, ins, *li.arrays(), *ri.arrays(), li.mask)
+                         exp, ins, *li.arrays(), *ri.arrays(), li.shift)
         return i + lo, s
 
     out_i, out_s = [], []

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
-from splice.joins._hash_kernels import q3_join_sequence
+from splice.joins._hash_kernels import q3_fast_sequence, q3_join_sequence
 from splice.joins.hash_window_join import FastIndex, Impl, check_key_types, key_values, make_index
 from splice.joins.hbsj import HBSJIndex
 from splice.joins.splitjoin import WindowIndex
@@ -302,10 +302,18 @@ def q3_stream_join(
     if impl == "hbsj" and window is None:
         raise PlanError("Q3: HB-SJ stages need a count window")
     wins = [window if window is not None else max(1, n) for n in (nc, no, nl)]
+    fx: list[FastIndex] = []
+    hb: list[HBSJIndex] = []
     if impl == "fast":
-        fx = [FastIndex(1, wins[0], buckets=table_size), FastIndex(2, wins[1], buckets=table_size),
-              FastIndex(1, wins[2], buckets=table_size)]
-        hb = [_dummy(1)[1], _dummy(2)[1], _dummy(1)[1]]
+        stages: list[tuple[Any, ...]] = []
+        for n_attrs, w in zip((1, 2, 1), wins, strict=True):
+            # 2 w buckets for a window, one per tuple when unbounded; int32 positions (halves the
+            # memory a probe touches: unbounded stages hold whole streams)
+            nb = table_size or max(16, 2 * w if window is not None else w)
+            nb = 1 << (nb - 1).bit_length()
+            stages.append((np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
+                           np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32),
+                           np.full((n_attrs, nb), -1, np.int32), 64 - (nb.bit_length() - 1)))
         mode = 0
     else:
         fx = [_dummy(1)[0], _dummy(2)[0], _dummy(1)[0]]
@@ -314,16 +322,23 @@ def q3_stream_join(
         mode = 1
     agg_rev = np.zeros(no, np.int64)
     agg_hit = np.zeros(no, np.bool_)
+    ring_pos = np.zeros(3, np.int64)
     results = 0
     sides = np.ascontiguousarray(sides, np.int8)
     rows = np.ascontiguousarray(rows, np.int64)
     cols = [np.ascontiguousarray(a, np.int64) for a in (c_custkey, o_orderkey, o_custkey, l_orderkey, l_revenue)]
     for lo in range(0, len(sides), batch_size):
         hi = lo + batch_size
+        if mode == 0:
+            results += q3_fast_sequence(  # type: ignore[call-arg]
+                sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
+                *stages[0], *stages[1], *stages[2], agg_rev, agg_hit, ring_pos,
+            )
+            continue
         results += q3_join_sequence(  # type: ignore[call-arg]
             mode, sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
             fx[0].arrays(), fx[1].arrays(), fx[2].arrays(), hb[0].arrays(), hb[1].arrays(),
-            hb[2].arrays(), fx[0].mask, fx[1].mask, fx[2].mask, agg_rev, agg_hit,
+            hb[2].arrays(), fx[0].shift, fx[1].shift, fx[2].shift, agg_rev, agg_hit,
         )
     stats: dict[str, Any] = {"join_results": int(results)}
     if impl == "hbsj":

@@ -44,10 +44,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.core.errors import PlanError, SchemaError
-from splice.joins._hash_kernels import merge_by_fraction
+from splice.joins._hash_kernels import merge_by_fraction, merge_filtered3, q3_lineitem_pass
 from splice.joins.multiway import q3_stream_join
 
-__all__ = ["run_q3", "q3_arrival", "q3_sql", "Q3_SQL", "ORDERS", "q3_inputs"]
+__all__ = ["run_q3", "q3_arrival", "q3_filtered_arrival", "q3_sql", "Q3_SQL", "ORDERS", "q3_inputs"]
 
 ORDERS = ("interleaved", "sequential", "reversed")
 SEGMENT = "BUILDING"
@@ -83,17 +83,16 @@ def q3_arrival(sizes: tuple[int, int, int], order: str = "interleaved") -> tuple
     return side, row
 
 
-def _unscaled(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
-    """int64 unscaled values and scale of a decimal128 column (values must fit 63 bits)."""
+def _decimal_words(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
+    """(n, 2) int64 (low, high) words of a decimal128 column (a view, no copy), and its scale."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     if not pa.types.is_decimal(col.type) or col.type.byte_width != 16:
         raise SchemaError(f"Q3: expected a decimal128 column, got {col.type}")
+    if col.null_count:
+        raise SchemaError("Q3: decimal column with nulls")
     words = np.frombuffer(col.buffers()[1], dtype=np.int64).reshape(-1, 2)[col.offset: col.offset + len(col)]
-    lo, hi = words[:, 0], words[:, 1]
-    if not np.array_equal(hi, lo >> 63):
-        raise SchemaError("Q3: decimal values beyond 63 bits")
-    return lo, col.type.scale
+    return words, col.type.scale
 
 
 def _check_columns(tables: dict[str, pa.Table]) -> None:
@@ -105,50 +104,69 @@ def _check_columns(tables: dict[str, pa.Table]) -> None:
                 raise SchemaError(f"Q3: stream {name!r} lacks column {c!r}")
 
 
+def _np(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if pa.types.is_date32(col.type):
+        col = col.view(pa.int32())
+    return col.to_numpy(zero_copy_only=False)
+
+
 def q3_inputs(tables: dict[str, pa.Table]) -> dict[str, Any]:
-    """The selections and the decomposer: filtered key/value arrays and the pass masks."""
+    """The selections and the decomposer: filtered key/value arrays and the pass masks.
+
+    Only the ten columns Q3 uses are read (zero-copy NumPy views where Arrow allows).
+    """
     _check_columns(tables)
     c, o, li = tables["customer"], tables["orders"], tables["lineitem"]
-    date = pa.scalar(DATE, pa.date32())
-    c_ok = pc.fill_null(pc.equal(c.column("c_mktsegment"), SEGMENT), False)
-    o_ok = pc.fill_null(pc.less(o.column("o_orderdate"), date), False)
-    l_ok = pc.fill_null(pc.greater(li.column("l_shipdate"), date), False)
-    cf = c.select(["c_custkey"]).filter(c_ok)
-    of = o.select(list(_COLUMNS["orders"])).filter(o_ok)
-    lf = li.select(["l_orderkey", "l_extendedprice", "l_discount"]).filter(l_ok)
-    for t, k in ((cf, "c_custkey"), (of, "o_orderkey"), (of, "o_custkey"), (lf, "l_orderkey")):
-        if t.column(k).null_count:
-            raise SchemaError(f"Q3: join key {k!r} has nulls")
-    ep, s_e = _unscaled(lf.column("l_extendedprice"))
-    dc, s_d = _unscaled(lf.column("l_discount"))
-    rev = ep * (10**s_d - dc)  # l_extendedprice * (1 - l_discount), at scale s_e + s_d
-
-    def ints(t: pa.Table, name: str) -> np.ndarray:
-        return np.asarray(t.column(name).to_numpy(), dtype=np.int64)
-
+    for name, t, cols in (("customer", c, ("c_custkey",)), ("orders", o, ("o_orderkey", "o_custkey")),
+                          ("lineitem", li, ("l_orderkey",))):
+        for k in cols:
+            if t.column(k).null_count:
+                raise SchemaError(f"Q3: stream {name!r} join key {k!r} has nulls")
+    day = (DATE - dt.date(1970, 1, 1)).days
+    c_ok = np.asarray(pc.fill_null(pc.equal(c.column("c_mktsegment"), SEGMENT), False).to_numpy(), np.bool_)
+    od = o.column("o_orderdate")
+    o_ok = _np(od) < day if od.null_count == 0 else np.asarray(
+        pc.fill_null(pc.less(od, pa.scalar(DATE, pa.date32())), False).to_numpy(), np.bool_)
+    sd = li.column("l_shipdate")
+    if sd.null_count:
+        raise SchemaError("Q3: stream 'lineitem' column 'l_shipdate' has nulls")
+    ep, s_e = _decimal_words(li.column("l_extendedprice"))
+    dc, s_d = _decimal_words(li.column("l_discount"))
+    # l_extendedprice * (1 - l_discount), unscaled at scale s_e + s_d
+    l_ok, l_orderkey, rev, fits = q3_lineitem_pass(_np(sd), day, np.asarray(_np(li.column("l_orderkey")), np.int64),
+                                                   ep, dc, 10**s_d)
+    if not fits:
+        raise SchemaError("Q3: l_extendedprice or l_discount beyond 63 bits")
+    o_idx = np.flatnonzero(o_ok)
     return {
-        "masks": [np.asarray(m.to_numpy(zero_copy_only=False), np.bool_) for m in (c_ok, o_ok, l_ok)],
-        "c_custkey": ints(cf, "c_custkey"),
-        "o_orderkey": ints(of, "o_orderkey"),
-        "o_custkey": ints(of, "o_custkey"),
-        "o_orderdate": of.column("o_orderdate").combine_chunks(),
-        "o_shippriority": of.column("o_shippriority").combine_chunks(),
-        "l_orderkey": ints(lf, "l_orderkey"),
+        "masks": [c_ok, o_ok, l_ok],
+        "c_custkey": np.asarray(_np(c.column("c_custkey")), np.int64)[c_ok],
+        "o_orderkey": np.asarray(_np(o.column("o_orderkey")), np.int64)[o_idx],
+        "o_custkey": np.asarray(_np(o.column("o_custkey")), np.int64)[o_idx],
+        "o_orderdate": o.column("o_orderdate"),
+        "o_shippriority": o.column("o_shippriority"),
+        "o_rows": o_idx,
+        "l_orderkey": l_orderkey,
         "l_revenue": rev,
         "scale": s_e + s_d,
     }
 
 
-def _filtered_sequence(sides: np.ndarray, rows: np.ndarray, masks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Drop tuples the selections reject; renumber the rest within their filtered stream."""
-    keep = np.empty(len(sides), np.bool_)
-    new_rows = np.empty(len(sides), np.int64)
-    for t in range(3):
-        m = sides == t
-        passed = masks[t][rows[m]]
-        keep[m] = passed
-        new_rows[m] = np.cumsum(masks[t])[rows[m]] - 1
-    return sides[keep], new_rows[keep]
+def q3_filtered_arrival(masks: list[np.ndarray], order: str = "interleaved") -> tuple[np.ndarray, np.ndarray]:
+    """:func:`q3_arrival` of the tables behind ``masks``, keeping the tuples the selections pass,
+    numbered within their filtered stream (one pass, no full-size intermediate arrays)."""
+    if order not in ORDERS:
+        raise PlanError(f"Q3 arrival order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if order == "interleaved":
+        side, row = merge_filtered3(*masks)
+        return side, row
+    seq = (0, 1, 2) if order == "sequential" else (2, 1, 0)
+    counts = [int(masks[t].sum()) for t in seq]
+    side = np.concatenate([np.full(c, t, np.int8) for t, c in zip(seq, counts, strict=True)])
+    row = np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
+    return side, row
 
 
 def run_q3(
@@ -171,9 +189,7 @@ def run_q3(
     _check_columns(tables)
     t0 = time.perf_counter()
     q = q3_inputs(tables)
-    sizes = (tables["customer"].num_rows, tables["orders"].num_rows, tables["lineitem"].num_rows)
-    sides, rows = q3_arrival(sizes, order)
-    sides, rows = _filtered_sequence(sides, rows, q["masks"])
+    sides, rows = q3_filtered_arrival(q["masks"], order)
     t1 = time.perf_counter()
     rev, hit, stats = q3_stream_join(sides, rows, q["c_custkey"], q["o_orderkey"], q["o_custkey"],
                                      q["l_orderkey"], q["l_revenue"], window, impl, table_size, batch_size)
@@ -195,17 +211,17 @@ def run_q3(
 
 def _top10(q: dict[str, Any], rev: np.ndarray, hit: np.ndarray) -> pa.Table:
     idx = np.flatnonzero(hit)
-    dates = q["o_orderdate"].cast(pa.int32()).to_numpy()[idx]
+    dates = _np(q["o_orderdate"])[q["o_rows"][idx]]
     order = np.lexsort((dates, -rev[idx]))[:10]
     top = idx[order]
     scale = q["scale"]
     revenue = pa.array([Decimal(int(v)).scaleb(-scale) for v in rev[top]], pa.decimal128(38, scale))
-    take = pa.array(top)
+    take = pa.array(q["o_rows"][top])
     return pa.table({
         "l_orderkey": pa.array(q["o_orderkey"][top], pa.int64()),
         "revenue": revenue,
         "o_orderdate": q["o_orderdate"].take(take),
-        "o_shippriority": q["o_shippriority"].take(take),
+        "o_shippriority": q["o_shippriority"].take(take).combine_chunks(),
     })
 
 

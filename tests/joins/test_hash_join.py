@@ -152,16 +152,16 @@ def test_kernels_equal_python_twins(keys, w) -> None:
     exp = np.where(e >= 0, e % w, -1)
     ins = seqs % w
     a, b = FastIndex(1, w), FastIndex(1, w)
-    fx_update(*a.arrays(), a.mask, exp, ins, seqs, k2, v2)
-    fx_update.py_func(*b.arrays(), b.mask, exp, ins, seqs, k2, v2)
+    fx_update(*a.arrays(), a.shift, exp, ins, seqs, k2, v2)
+    fx_update.py_func(*b.arrays(), b.shift, exp, ins, seqs, k2, v2)
     for x, y in zip(a.arrays(), b.arrays(), strict=True):
         assert np.array_equal(x, y)
     pk = np.arange(-4, 5, dtype=np.int64)
     pv = np.ones(len(pk), np.bool_)
-    r1 = drain(fx_probe, len(pk), w, a.ring, a.keys, a.nxt, a.head, a.mask, 0, pk, pv)
-    r2 = drain(fx_probe.py_func, len(pk), w, a.ring, a.keys, a.nxt, a.head, a.mask, 0, pk, pv)
+    r1 = drain(fx_probe, len(pk), w, a.ring, a.keys, a.nxt, a.head, a.shift, 0, pk, pv)
+    r2 = drain(fx_probe.py_func, len(pk), w, a.ring, a.keys, a.nxt, a.head, a.shift, 0, pk, pv)
     small = np.empty(w + 1, np.int64), np.empty(w + 1, np.int64)  # resumes after each probe
-    n1, nxt = fx_probe(a.ring, a.keys, a.nxt, a.head, a.mask, 0, pk, pv, 0, *small)
+    n1, nxt = fx_probe(a.ring, a.keys, a.nxt, a.head, a.shift, 0, pk, pv, 0, *small)
     assert nxt <= len(pk) and n1 <= w + 1
     assert all(np.array_equal(x, y) for x, y in zip(r1, r2, strict=True))
     c, d = HBSJIndex(1, w, 2), HBSJIndex(1, w, 2)
@@ -178,8 +178,8 @@ def test_kernels_equal_python_twins(keys, w) -> None:
     pk2, pv2 = k2[0], v2[0]
     lx, rx, ly, ry = FastIndex(1, w), FastIndex(1, w), FastIndex(1, w), FastIndex(1, w)
     ex, ix = ring_positions(sq, w, w, 0, 1)
-    o1 = drain(fx_join_sequence, n, w, sides, sq, pk2, pv2, ex, ix, *lx.arrays(), *rx.arrays(), lx.mask)
-    o2 = drain(fx_join_sequence.py_func, n, w, sides, sq, pk2, pv2, ex, ix, *ly.arrays(), *ry.arrays(), ly.mask)
+    o1 = drain(fx_join_sequence, n, w, sides, sq, pk2, pv2, ex, ix, *lx.arrays(), *rx.arrays(), lx.shift)
+    o2 = drain(fx_join_sequence.py_func, n, w, sides, sq, pk2, pv2, ex, ix, *ly.arrays(), *ry.arrays(), ly.shift)
     assert all(np.array_equal(x, y) for x, y in zip(o1, o2, strict=True))
 
 
