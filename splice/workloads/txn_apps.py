@@ -347,7 +347,7 @@ def make_tp(w: TxnWorkload) -> TxnApp:
     rng = np.random.default_rng(w.seed)
     tables = [StateTable("segments", w.keys, columns=("speed_sum", "count"))]
     return TxnApp("tp", tables, _tp_events(w, rng), _tp_build, _tp_post,
-                  nested={0: "ns,c,e", 1: "s,c,l"})
+                  nested={0: "ns,f,e", 1: "ns,f,l"})
 
 
 # ------------------------------------------------------------------ stock exchange join
