@@ -6,6 +6,10 @@
 * ``band_pairs(p_codes, p_times, b_codes, b_times, lo, hi)`` — every pair ``(i, j)`` with
   ``p_codes[i] == b_codes[j]`` and ``p_times[i] + lo <= b_times[j] <= p_times[i] + hi``, where
   ``b_codes`` is sorted ascending. Pairs come ordered by ``i``, then by ``j``.
+* ``hash_band_pairs`` — the same pairs for any ``b_codes``: a chained hash table over ``B`` built
+  per call (the full probe), then probed.
+* ``index_insert`` / ``index_probe`` — the key index: a chained hash table over key codes whose
+  chains list entries in insertion (arrival) order, probed with the time band.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ __all__ = [
     "hash_bytes_py",
     "band_pairs",
     "band_pairs_py",
+    "hash_band_pairs",
+    "index_insert",
+    "index_probe",
+    "index_probe_py",
 ]
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -128,3 +136,110 @@ def band_pairs_py(
                 pi.append(i)
                 pj.append(j)
     return np.array(pi, dtype=np.int64), np.array(pj, dtype=np.int64)
+
+
+# -- chained hash index over key codes -----------------------------------------------------------
+#
+# Entries ``0..n-1`` hold (code, time, row id, next); a table of ``cap`` slots (a power of two)
+# maps a code to the first and last entry of its chain. Chains link entries in insertion order,
+# which is row-id (arrival) order.
+
+
+@njit(cache=True, nogil=True)
+def _slot(code: np.int64, mask: int) -> np.int64:
+    h = np.uint64(code) * np.uint64(0x9E3779B97F4A7C15)
+    return np.int64(h >> np.uint64(20)) & mask
+
+
+@njit(cache=True, nogil=True)
+def index_insert(
+    t_code: np.ndarray, t_head: np.ndarray, t_tail: np.ndarray, e_code: np.ndarray,
+    e_next: np.ndarray, start: int, stop: int,
+) -> None:
+    """Link entries ``start..stop-1`` (codes already in ``e_code``) into the table's chains."""
+    mask = len(t_code) - 1
+    for e in range(start, stop):
+        c = e_code[e]
+        s = _slot(c, mask)
+        while t_head[s] != -1 and t_code[s] != c:
+            s = (s + 1) & mask
+        e_next[e] = -1
+        if t_head[s] == -1:
+            t_code[s] = c
+            t_head[s] = e
+        else:
+            e_next[t_tail[s]] = e
+        t_tail[s] = e
+
+
+@njit(cache=True, nogil=True)
+def index_probe(
+    t_code: np.ndarray, t_head: np.ndarray, e_time: np.ndarray, e_next: np.ndarray,
+    p_codes: np.ndarray, p_times: np.ndarray, lo: int, hi: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs ``(i, entry)``: equal codes and ``p_times[i]+lo <= e_time <= p_times[i]+hi``.
+
+    Ordered by ``i``, then by entry (insertion) order. Two passes: count, then fill.
+    """
+    mask = len(t_code) - 1
+    n = len(p_codes)
+    heads = np.empty(n, dtype=np.int64)
+    count = 0
+    for i in range(n):
+        c = p_codes[i]
+        s = _slot(c, mask)
+        while t_head[s] != -1 and t_code[s] != c:
+            s = (s + 1) & mask
+        e = t_head[s]
+        heads[i] = e
+        t0 = p_times[i] + lo
+        t1 = p_times[i] + hi
+        while e != -1:
+            t = e_time[e]
+            if t >= t0 and t <= t1:
+                count += 1
+            e = e_next[e]
+    pi = np.empty(count, dtype=np.int64)
+    pe = np.empty(count, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        e = heads[i]
+        t0 = p_times[i] + lo
+        t1 = p_times[i] + hi
+        while e != -1:
+            t = e_time[e]
+            if t >= t0 and t <= t1:
+                pi[k] = i
+                pe[k] = e
+                k += 1
+            e = e_next[e]
+    return pi, pe
+
+
+def index_probe_py(
+    e_code: np.ndarray, e_time: np.ndarray, n: int, p_codes: np.ndarray, p_times: np.ndarray,
+    lo: int, hi: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Plain-Python twin of :func:`index_insert` + :func:`index_probe` over entries ``0..n-1``."""
+    return band_pairs_py(p_codes, p_times, e_code[:n], e_time[:n], lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def hash_band_pairs(
+    p_codes: np.ndarray, p_times: np.ndarray, b_codes: np.ndarray, b_times: np.ndarray,
+    lo: int, hi: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`band_pairs` without the sortedness requirement: hash ``B`` once, then probe.
+
+    Pairs ordered by ``i``, then ``j`` (a hash join's build side kept in input order).
+    """
+    m = len(b_codes)
+    cap = 16
+    while cap < 2 * m:
+        cap *= 2
+    t_code = np.empty(cap, dtype=np.int64)
+    t_head = np.full(cap, -1, dtype=np.int64)
+    t_tail = np.empty(cap, dtype=np.int64)
+    e_next = np.empty(m, dtype=np.int64)
+    index_insert(t_code, t_head, t_tail, b_codes, e_next, 0, m)
+    return index_probe(t_code, t_head, b_times, e_next, p_codes, p_times, lo, hi)

@@ -12,12 +12,12 @@
 
 A row whose key has a null in any key column gets ``valid = False`` and never matches.
 
-**Key index** (the seed's hybrid, above 1,024 retained rows): the retained rows of one side as
-three arrays sorted by ``(code, row id)`` — ``codes``, ``times``, ``row_ids``. A probe finds the
-rows of its codes by binary search (:func:`~splice.joins._interval_kernels.band_pairs`) and
-touches nothing else. Row ids grow in arrival order, so a code's run lists its rows in batch/row
-order. The index is derived, never checkpointed: arrival inserts into it (a merge), watermark
-retirement filters it (order is kept), restore rebuilds it.
+**Key index** (the seed's hybrid, above 1,024 retained rows): the retained rows of one side in a
+chained hash table over their codes (:func:`~splice.joins._interval_kernels.index_probe`): a
+probe walks only the chains of its codes and touches nothing else. Row ids grow in arrival order
+and chains link entries in insertion order, so a code's chain lists its rows in batch/row order.
+The index is derived, never checkpointed: arrival appends to it, watermark retirement compacts
+it, restore rebuilds it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.core.errors import SchemaError
-from splice.joins._interval_kernels import band_pairs, hash_bytes
+from splice.joins._interval_kernels import hash_bytes, index_insert, index_probe
 
 __all__ = ["KeyCodec", "KeyIndex"]
 
@@ -161,44 +161,75 @@ def keys_equal(left: Sequence[pa.Array], right: Sequence[pa.Array]) -> np.ndarra
 
 
 class KeyIndex:
-    """Retained rows of one side sorted by ``(code, row id)``; see the module docstring.
+    """Retained rows of one side in a chained hash table over key codes; see the module docstring.
 
-    ``nbytes`` is a cached total, so budget checks are O(1).
+    Entries (code, time, row id, next) sit in arrays with spare capacity, appended on arrival and
+    linked into their code's chain (so a chain lists rows in arrival order); retirement compacts
+    the surviving entries and relinks them. ``nbytes`` (entry and table capacity) is a cached
+    total, so budget checks are O(1).
     """
 
-    __slots__ = ("codes", "times", "row_ids", "nbytes")
+    __slots__ = ("e_code", "e_time", "e_rowid", "e_next", "n", "t_code", "t_head", "t_tail",
+                 "nbytes")
 
     def __init__(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray):
-        order = np.argsort(codes, kind="stable")  # row ids arrive ascending: stable keeps them so
-        self.codes = codes[order]
-        self.times = times[order]
-        self.row_ids = row_ids[order]
-        self.nbytes = 3 * 8 * len(order)
+        self._rebuild(codes, times, row_ids)
+
+    def _rebuild(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray) -> None:
+        n = len(codes)
+        cap = 64
+        while cap < 2 * n:
+            cap *= 2
+        self.e_code = np.empty(cap, dtype=np.int64)
+        self.e_time = np.empty(cap, dtype=np.int64)
+        self.e_rowid = np.empty(cap, dtype=np.int64)
+        self.e_next = np.empty(cap, dtype=np.int64)
+        self.e_code[:n] = codes
+        self.e_time[:n] = times
+        self.e_rowid[:n] = row_ids
+        self.n = n
+        self.t_code = np.empty(2 * cap, dtype=np.int64)
+        self.t_head = np.full(2 * cap, -1, dtype=np.int64)
+        self.t_tail = np.empty(2 * cap, dtype=np.int64)
+        index_insert(self.t_code, self.t_head, self.t_tail, self.e_code, self.e_next, 0, n)
+        self.nbytes = 4 * 8 * cap + 3 * 8 * 2 * cap
 
     def __len__(self) -> int:
-        return len(self.codes)
+        return self.n
+
+    @property
+    def row_ids(self) -> np.ndarray:
+        return self.e_rowid[: self.n]
 
     def insert(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray) -> None:
-        """Merge rows whose ids are all larger than every indexed id (an arrival)."""
-        order = np.argsort(codes, kind="stable")
-        c = codes[order]
-        pos = np.searchsorted(self.codes, c, side="right")
-        self.codes = np.insert(self.codes, pos, c)
-        self.times = np.insert(self.times, pos, times[order])
-        self.row_ids = np.insert(self.row_ids, pos, row_ids[order])
-        self.nbytes = 3 * 8 * len(self.codes)
+        """Append rows whose ids are all larger than every indexed id (an arrival)."""
+        n, m = self.n, len(codes)
+        if n + m > len(self.e_code):
+            self._rebuild(np.concatenate([self.e_code[:n], codes]),
+                          np.concatenate([self.e_time[:n], times]),
+                          np.concatenate([self.e_rowid[:n], row_ids]))
+            return
+        self.e_code[n : n + m] = codes
+        self.e_time[n : n + m] = times
+        self.e_rowid[n : n + m] = row_ids
+        index_insert(self.t_code, self.t_head, self.t_tail, self.e_code, self.e_next, n, n + m)
+        self.n = n + m
 
     def retire(self, threshold: int) -> None:
-        """Drop every row with ``time <= threshold`` (order is kept)."""
-        keep = self.times > threshold
-        self.codes = self.codes[keep]
-        self.times = self.times[keep]
-        self.row_ids = self.row_ids[keep]
-        self.nbytes = 3 * 8 * len(self.codes)
+        """Drop every row with ``time <= threshold`` (arrival order within chains is kept)."""
+        n = self.n
+        keep = self.e_time[:n] > threshold
+        if keep.all():
+            return
+        self._rebuild(self.e_code[:n][keep], self.e_time[:n][keep], self.e_rowid[:n][keep])
 
     def probe(
         self, codes: np.ndarray, times: np.ndarray, lo: int, hi: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Pairs ``(probe row, row id)`` with equal codes and ``times[i]+lo <= t <= times[i]+hi``."""
-        pi, pos = band_pairs(codes, times, self.codes, self.times, lo, hi)
-        return pi, self.row_ids[pos]
+        """Pairs ``(probe row, row id)`` with equal codes and ``times[i]+lo <= t <= times[i]+hi``.
+
+        Ordered by probe row, then row id (arrival order).
+        """
+        pi, pe = index_probe(self.t_code, self.t_head, self.e_time, self.e_next, codes, times,
+                             lo, hi)
+        return pi, self.e_rowid[pe]

@@ -7,8 +7,8 @@
 (null keys never match), ordered by ``i`` then ``j``. Three interchangeable engines compute it:
 
 ``"numba"``
-    sort ``B`` by key code and binary-search each probe code
-    (:func:`~splice.joins._interval_kernels.band_pairs`).
+    a chained hash table over ``B``'s key codes built per call, then probed with the band
+    (:func:`~splice.joins._interval_kernels.hash_band_pairs`).
 ``"acero"``
     pyarrow's Acero hash join (``pyarrow.Table.join``) on the key codes, then the time band as a
     vectorized filter.
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.core.errors import PlanError
-from splice.joins._interval_kernels import band_pairs
+from splice.joins._interval_kernels import hash_band_pairs
 
 __all__ = ["Matcher", "MatchMethod"]
 
@@ -73,9 +73,7 @@ class Matcher:
         if len(p_codes) == 0 or len(b_codes) == 0:
             return _EMPTY, _EMPTY
         if self.method == "numba":
-            order = np.argsort(b_codes, kind="stable")
-            pi, pos = band_pairs(p_codes, p_times, b_codes[order], b_times[order], lo, hi)
-            return pi, order[pos]
+            return hash_band_pairs(p_codes, p_times, b_codes, b_times, lo, hi)
         pk = [pa.array(p_codes)]
         bk = [pa.array(b_codes)]
         if self.method == "acero":
