@@ -480,60 +480,28 @@ def hb_join_sequence(  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _fx_probe_one(k, a, ring, keys, nxt, head, shift, buf):  # type: ignore[no-untyped-def]
-    n = 0
-    p = head[a, fx_bucket(k, shift)]
-    while p != -1:
-        if keys[a, p] == k:
-            buf[n] = ring[p]
-            n += 1
-        p = nxt[a, p]
-    return n
-
-
-@njit(cache=True, nogil=True)
-def _stage_probe(mode, k, a, fx, hb, shift, buf):  # type: ignore[no-untyped-def]
-    if mode == 0:
-        return _fx_probe_one(k, a, fx[0], fx[1], fx[3], fx[4], shift, buf)
-    return _hb_probe_one(k, a, hb[3], hb[4], hb[5], hb[6], hb[7], hb[8], buf)
-
-
-@njit(cache=True, nogil=True)
-def _stage_update(mode, s, window, kcol, vcol, fx, hb, shift):  # type: ignore[no-untyped-def]
-    """Expire tuple ``s - window`` of the stage's stream, then store tuple ``s`` (keys column 0)."""
-    # The ring holds exactly ``window`` positions, so tuple s - window sat where s goes.
-    if mode == 0:
-        p = s % fx[0].shape[0]
-        if s >= window:
-            _fx_expire(p, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], shift)
-        _fx_insert(p, s, kcol, vcol, 0, fx[0], fx[1], fx[2], fx[3], fx[4], fx[5], shift)
-    else:
-        p = s % hb[0].shape[0]
-        if s >= window:
-            _hb_expire(p, hb[0], hb[1], hb[2], hb[4], hb[7])
-        _hb_insert(p, s, kcol, vcol, 0, hb[0], hb[1], hb[2], hb[3], hb[4], hb[5], hb[6],
-                   hb[7], hb[8])
-
-
-@njit(cache=True, nogil=True)
-def q3_join_sequence(  # type: ignore[no-untyped-def]
-    mode, sides, rows, window_c, window_o, window_l,
+def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
+    sides, rows, window_c, window_o, window_l,
     c_key, o_okey, o_ckey, l_okey, l_rev,
-    fx_c, fx_o, fx_l, hb_c, hb_o, hb_l, shift_c, shift_o, shift_l,
+    c_wseq, c_wloc, c_widx, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats,
+    o_wseq, o_wloc, o_widx, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats,
+    l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats,
     agg_rev, agg_hit,
 ):
-    """Q3's three-way count-window join and its revenue aggregation over a mixed sequence.
+    """Q3's three-way count-window join over HB-SJ stages and its revenue aggregation.
 
     Tuple i is row ``rows[i]`` (its sequence number) of customer (``sides[i] == 0``), orders (1)
-    or lineitem (2). Stages: customer indexed on c_custkey, orders on (o_custkey, o_orderkey)
-    sharing one ordered window, lineitem on l_orderkey. An arriving customer probes orders on
+    or lineitem (2). Stages (Diba Fig. 13(b)): customer indexed on c_custkey; orders on
+    o_custkey (attribute 0) and o_orderkey (attribute 1), two HB-SJ instances sharing one
+    ordered sliding window; lineitem on l_orderkey. An arriving customer probes orders on
     o_custkey, then lineitem; an order probes customer, then lineitem; a lineitem probes orders
     on o_orderkey, then customer. Every result (c, o, l) adds ``l_rev[l]`` to ``agg_rev[o]``.
-    ``mode`` 0 uses the fast index, 1 HB-SJ. Returns the number of join results.
+    Then the stage of the tuple's own stream expires its oldest tuple and stores the new one.
+    Returns the number of join results.
     """
-    buf_c = np.empty(fx_c[0].shape[0] + hb_c[0].shape[0] + 4, np.int64)
-    buf_o = np.empty(fx_o[0].shape[0] + hb_o[0].shape[0] + 4, np.int64)
-    buf_l = np.empty(fx_l[0].shape[0] + hb_l[0].shape[0] + 4, np.int64)
+    buf_c = np.empty(c_wseq.shape[0] + 4, np.int64)
+    buf_o = np.empty(o_wseq.shape[0] + 4, np.int64)
+    buf_l = np.empty(l_wseq.shape[0] + 4, np.int64)
     kc = np.empty((1, 1), np.int64)
     ko = np.empty((2, 1), np.int64)
     v1 = np.ones((1, 1), np.bool_)
@@ -543,10 +511,10 @@ def q3_join_sequence(  # type: ignore[no-untyped-def]
         side = sides[i]
         r = rows[i]
         if side == 0:
-            no = _stage_probe(mode, c_key[r], 0, fx_o, hb_o, shift_o, buf_o)
+            no = _hb_probe_one(c_key[r], 0, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o)
             for q in range(no):
                 o = buf_o[q]
-                nl = _stage_probe(mode, o_okey[o], 0, fx_l, hb_l, shift_l, buf_l)
+                nl = _hb_probe_one(o_okey[o], 0, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats, buf_l)
                 if nl:
                     tot = 0
                     for z in range(nl):
@@ -555,11 +523,15 @@ def q3_join_sequence(  # type: ignore[no-untyped-def]
                     agg_hit[o] = True
                     results += nl
             kc[0, 0] = c_key[r]
-            _stage_update(mode, r, window_c, kc, v1, fx_c, hb_c, shift_c)
+            p = r % c_wseq.shape[0]
+            if r >= window_c:
+                _hb_expire(p, c_wseq, c_wloc, c_widx, c_tseq, c_oinfo)
+            _hb_insert(p, r, kc, v1, 0, c_wseq, c_wloc, c_widx, c_tkey, c_tseq, c_okey, c_oseq,
+                       c_oinfo, c_stats)
         elif side == 1:
-            nc = _stage_probe(mode, o_ckey[r], 0, fx_c, hb_c, shift_c, buf_c)
+            nc = _hb_probe_one(o_ckey[r], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c)
             if nc:
-                nl = _stage_probe(mode, o_okey[r], 0, fx_l, hb_l, shift_l, buf_l)
+                nl = _hb_probe_one(o_okey[r], 0, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats, buf_l)
                 if nl:
                     tot = 0
                     for z in range(nl):
@@ -569,18 +541,26 @@ def q3_join_sequence(  # type: ignore[no-untyped-def]
                     results += nc * nl
             ko[0, 0] = o_ckey[r]
             ko[1, 0] = o_okey[r]
-            _stage_update(mode, r, window_o, ko, v2, fx_o, hb_o, shift_o)
+            p = r % o_wseq.shape[0]
+            if r >= window_o:
+                _hb_expire(p, o_wseq, o_wloc, o_widx, o_tseq, o_oinfo)
+            _hb_insert(p, r, ko, v2, 0, o_wseq, o_wloc, o_widx, o_tkey, o_tseq, o_okey2, o_oseq,
+                       o_oinfo, o_stats)
         else:
-            no = _stage_probe(mode, l_okey[r], 1, fx_o, hb_o, shift_o, buf_o)
+            no = _hb_probe_one(l_okey[r], 1, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o)
             for q in range(no):
                 o = buf_o[q]
-                nc = _stage_probe(mode, o_ckey[o], 0, fx_c, hb_c, shift_c, buf_c)
+                nc = _hb_probe_one(o_ckey[o], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c)
                 if nc:
                     agg_rev[o] += nc * l_rev[r]
                     agg_hit[o] = True
                     results += nc
             kc[0, 0] = l_okey[r]
-            _stage_update(mode, r, window_l, kc, v1, fx_l, hb_l, shift_l)
+            p = r % l_wseq.shape[0]
+            if r >= window_l:
+                _hb_expire(p, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)
+            _hb_insert(p, r, kc, v1, 0, l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey2, l_oseq,
+                       l_oinfo, l_stats)
     return results
 
 
@@ -671,7 +651,7 @@ def q3_fast_sequence(  # type: ignore[no-untyped-def]
     l_ring, l_keys, l_nxt, l_head, l_tail, shift_l,
     agg_rev, agg_hit, ring_pos,
 ):
-    """:func:`q3_join_sequence` with fast-index stages, written out in one loop body.
+    """:func:`q3_hbsj_sequence` with fast-index stages, written out in one loop body.
 
     The same semantics and results; every chain walk, expiry and insert is inline (helper calls
     that take many arrays cost reference counting per call). Q3's keys are never null, so the

@@ -33,8 +33,8 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
-from splice.joins._hash_kernels import q3_fast_sequence, q3_join_sequence
-from splice.joins.hash_window_join import FastIndex, Impl, check_key_types, key_values, make_index
+from splice.joins._hash_kernels import q3_fast_sequence, q3_hbsj_sequence
+from splice.joins.hash_window_join import Impl, check_key_types, key_values, make_index
 from splice.joins.hbsj import HBSJIndex
 from splice.joins.splitjoin import WindowIndex
 from splice.joins.window import RowStore
@@ -272,10 +272,6 @@ class _MultiwayLogic(OperatorLogic):
 # --------------------------------------------------------------------------------------------
 
 
-def _dummy(n_attrs: int) -> tuple[FastIndex, HBSJIndex]:
-    return FastIndex(n_attrs, 1), HBSJIndex(n_attrs, 1, 1)
-
-
 def q3_stream_join(
     sides: np.ndarray,
     rows: np.ndarray,
@@ -302,7 +298,6 @@ def q3_stream_join(
     if impl == "hbsj" and window is None:
         raise PlanError("Q3: HB-SJ stages need a count window")
     wins = [window if window is not None else max(1, n) for n in (nc, no, nl)]
-    fx: list[FastIndex] = []
     hb: list[HBSJIndex] = []
     if impl == "fast":
         stages: list[tuple[Any, ...]] = []
@@ -316,7 +311,6 @@ def q3_stream_join(
                            np.full((n_attrs, nb), -1, np.int32), 64 - (nb.bit_length() - 1)))
         mode = 0
     else:
-        fx = [_dummy(1)[0], _dummy(2)[0], _dummy(1)[0]]
         hb = [HBSJIndex(1, wins[0], table_size), HBSJIndex(2, wins[1], table_size),
               HBSJIndex(1, wins[2], table_size)]
         mode = 1
@@ -335,10 +329,9 @@ def q3_stream_join(
                 *stages[0], *stages[1], *stages[2], agg_rev, agg_hit, ring_pos,
             )
             continue
-        results += q3_join_sequence(  # type: ignore[call-arg]
-            mode, sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
-            fx[0].arrays(), fx[1].arrays(), fx[2].arrays(), hb[0].arrays(), hb[1].arrays(),
-            hb[2].arrays(), fx[0].shift, fx[1].shift, fx[2].shift, agg_rev, agg_hit,
+        results += q3_hbsj_sequence(  # type: ignore[call-arg]
+            sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
+            *hb[0].arrays(), *hb[1].arrays(), *hb[2].arrays(), agg_rev, agg_hit,
         )
     stats: dict[str, Any] = {"join_results": int(results)}
     if impl == "hbsj":

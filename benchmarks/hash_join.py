@@ -1,0 +1,175 @@
+"""Two-way count-window equi-join, int64 keys: the fast join, HB-SJ and a nested loop, same run.
+
+Run: ``python -m benchmarks.hash_join`` (one JSON object per line; a PNG under benchmarks/out/).
+
+Workload (seeded): ``--tuples`` tuples alternating left/right (both streams interleaved in one
+sequence, the ``splice join`` path), int64 keys uniform in ``[0, 4 w)`` so a probe finds about
+0.25 matches whatever the window. Throughput is input tuples per second through
+:func:`splice.joins.hash_window_join.join_sequence` (kernels compiled before timing).
+
+* ``two_way``: w = 2^10 .. 2^20 for ``fast`` and ``hbsj`` (tables of 2 w slots); the nested loop
+  (a numba scan of the opposite window per tuple) for w <= 2^14 on fewer tuples. Before timing,
+  every implementation's output is asserted equal on a prefix.
+* ``ht_sweep``: HB-SJ at w = 2^10 with table sizes 2^5 .. 2^11: throughput and overflow inserts
+  (Diba Figs. 14 and 17 for a two-way join); plotted to ``benchmarks/out/hash_join_ht_sweep.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from splice.joins._hash_kernels import drain
+from splice.joins.hash_window_join import join_sequence
+
+OUT = Path(__file__).parent / "out"
+
+
+@njit(cache=True, nogil=True)
+def _nested_loop(sides, keys, window, ring, seq, start, out_i, out_s):  # type: ignore[no-untyped-def]
+    m = 0
+    for i in range(start, len(sides)):
+        if m + window > len(out_i):
+            return m, i
+        s = sides[i]
+        o = 1 - s
+        k = keys[i]
+        lo = max(0, seq[o] - window)
+        # the ring as two contiguous runs, oldest first
+        a = lo % window
+        run1 = min(window - a, seq[o] - lo)
+        for j in range(run1):
+            if ring[o, a + j] == k:
+                out_i[m] = i
+                out_s[m] = lo + j
+                m += 1
+        for j in range(seq[o] - lo - run1):
+            if ring[o, j] == k:
+                out_i[m] = i
+                out_s[m] = lo + run1 + j
+                m += 1
+        ring[s, seq[s] % window] = k
+        seq[s] += 1
+    return m, len(sides)
+
+
+def nested_loop_join(sides: np.ndarray, keys: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Baseline: each tuple scans the whole opposite window (a ring of its last ``window`` keys)."""
+    ring = np.zeros((2, window), np.int64)
+    seq = np.zeros(2, np.int64)
+    return drain(_nested_loop, len(sides), window, sides, keys, window, ring, seq)
+
+
+def workload(n: int, window: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    sides = (np.arange(n) % 2).astype(np.int8)
+    keys = rng.integers(0, 4 * window, n, dtype=np.int64)
+    return sides, keys, np.ones(n, np.bool_)
+
+
+def timed(fn, *args, repeat: int = 3, **kw) -> tuple[float, Any]:  # type: ignore[no-untyped-def]
+    """Best of ``repeat`` wall times of ``fn(*args, **kw)``, and its result."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn(*args, **kw)
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def emit(obj: dict) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+def check_equal(window: int) -> None:
+    sides, keys, valid = workload(20_000, window, seed=1)
+    ai, ls, rs, _ = join_sequence(sides, keys, valid, window, "fast")
+    bi, bl, br, _ = join_sequence(sides, keys, valid, window, "hbsj", table_size=64)
+    ci, cs = nested_loop_join(sides, keys, window)
+    assert np.array_equal(ai, bi) and np.array_equal(ls, bl) and np.array_equal(rs, br)
+    assert np.array_equal(ai, ci)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tuples", type=int, default=4_000_000)
+    p.add_argument("--nl-tuples", type=int, default=200_000)
+    p.add_argument("--min-exp", type=int, default=10)
+    p.add_argument("--max-exp", type=int, default=20)
+    p.add_argument("--no-plot", action="store_true")
+    args = p.parse_args(argv)
+
+    check_equal(1024)
+    check_equal(7)
+    for e in range(args.min_exp, args.max_exp + 1, 2):
+        w = 1 << e
+        if w <= 4096:
+            check_equal(w)
+        sides, keys, valid = workload(args.tuples, w)
+        for impl in ("fast", "hbsj"):
+            sec, res = timed(join_sequence, sides, keys, valid, w, impl)
+            assert res is not None
+            emit({"bench": "two_way", "impl": impl, "window": w, "tuples": args.tuples,
+                  "output_rows": int(len(res[0])), "seconds": round(sec, 4),
+                  "tuples_per_s": round(args.tuples / sec)})
+        if e <= 14:
+            n = args.nl_tuples
+            s2, k2 = sides[:n], keys[:n]
+            sec, res = timed(nested_loop_join, s2, k2, w, repeat=1)
+            assert res is not None
+            emit({"bench": "two_way", "impl": "nested_loop", "window": w, "tuples": n,
+                  "output_rows": int(len(res[0])), "seconds": round(sec, 4), "tuples_per_s": round(n / sec)})
+
+    w = 1024
+    sides, keys, valid = workload(args.tuples, w)
+    sweep = []
+    for e in range(5, 12):
+        ht = 1 << e
+        sec, res = timed(join_sequence, sides, keys, valid, w, "hbsj", table_size=ht)
+        assert res is not None
+        st = res[3]
+        row = {"bench": "ht_sweep", "window": w, "table_size": ht, "tuples": args.tuples,
+               "seconds": round(sec, 4), "tuples_per_s": round(args.tuples / sec),
+               "overflow_inserts": st["left"]["overflow_inserts"] + st["right"]["overflow_inserts"],
+               "overflow_peak": max(st["left"]["overflow_peak"], st["right"]["overflow_peak"]),
+               "overflow_comparisons": st["left"]["overflow_comparisons"] + st["right"]["overflow_comparisons"]}
+        sweep.append(row)
+        emit(row)
+    if not args.no_plot:
+        plot_sweep(sweep, OUT / "hash_join_ht_sweep.png", "two-way join, w = 2^10")
+    return 0
+
+
+def plot_sweep(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    hts = [r["table_size"] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.plot(hts, [r["tuples_per_s"] / 1e6 for r in rows], "o-")
+    a.set_xscale("log", base=2)
+    a.set_xlabel("hash table size")
+    a.set_ylabel("M tuples/s")
+    a.set_title(f"HB-SJ throughput ({title})")
+    b.plot(hts, [r["overflow_inserts"] for r in rows], "o-")
+    b.set_xscale("log", base=2)
+    b.set_yscale("symlog")
+    b.set_xlabel("hash table size")
+    b.set_ylabel("tuples stored in overflow")
+    b.set_title("overflow buffer use")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
