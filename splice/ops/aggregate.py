@@ -8,7 +8,7 @@ the order they were first seen.
 
 Result types follow DuckDB: ``sum`` of ``decimal(p, s)`` is ``decimal(38, s)``, exact; ``sum`` of
 integers is ``int64`` (an overflow raises) and of floats ``float64``; ``avg`` is ``float64``,
-computed as DuckDB does (the exact sum rounded to a double, divided by the count); ``min`` and
+computed as DuckDB computes it (see :func:`decimal_avg`); ``min`` and
 ``max`` keep the input type; ``count`` is ``int64``.
 
 Algorithm: each batch maps its rows to dense group ids with an open-addressing hash table over
@@ -41,9 +41,28 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.ops import _agg_kernels as K
-from splice.ops.arithmetic import Arith, Column, Values, ValueType, as_arith, leaf_type
+from splice.ops.arithmetic import (
+    Arith,
+    Column,
+    Values,
+    ValueType,
+    as_arith,
+    decimal_words,
+    full_values,
+    leaf_type,
+)
+from splice.ops.expressions import evaluate, expression_columns, result_types
 
-__all__ = ["Agg", "AggFunc", "GroupBy", "GroupAggregator", "AggPlan", "plan_aggregates"]
+__all__ = [
+    "Agg",
+    "AggFunc",
+    "GroupBy",
+    "GroupAggregator",
+    "AggPlan",
+    "plan_aggregates",
+    "decimal_avg",
+    "skip_mask",
+]
 
 AggFunc = Literal["count", "sum", "avg", "min", "max"]
 
@@ -71,7 +90,7 @@ class Agg:
                 f"aggregate {self.name!r}: unknown function {self.func!r} "
                 f"(one of {', '.join(get_args(AggFunc))})"
             )
-        if self.input is None or self.input == "*":
+        if self.input is None or (isinstance(self.input, str) and self.input.strip() == "*"):
             if self.func != "count":
                 raise PlanError(f"aggregate {self.name!r}: {self.func}(*) needs an input column")
             object.__setattr__(self, "input", None)
@@ -167,8 +186,11 @@ def plan_aggregates(
 
 
 def _int64_of(arr: pa.Array) -> np.ndarray:
+    """int64 values of an integer, boolean or temporal array (nulls as 0)."""
     t = arr.type
-    if pa.types.is_date64(t):
+    if pa.types.is_boolean(t):
+        arr = arr.cast(pa.int8())
+    elif pa.types.is_date64(t):
         arr = arr.view(pa.int64())
     elif pa.types.is_date32(t) or pa.types.is_time32(t):
         arr = arr.view(pa.int32())
@@ -196,7 +218,7 @@ def _from_int64(values: np.ndarray, valid: np.ndarray | None, t: pa.DataType) ->
         return pa.Array.from_buffers(t, n, [_mask_buffer(valid), pa.py_buffer(words)])
     mask = None if valid is None else ~valid
     arr = pa.array(values, type=pa.int64(), mask=mask)
-    if pa.types.is_integer(t):
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
         return arr.cast(t)
     if pa.types.is_date32(t) or pa.types.is_time32(t):
         return arr.cast(pa.int32()).view(t)
@@ -207,14 +229,43 @@ def _as_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
+def _is_stringlike(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    )
+
+
 class _KeyCoder:
-    """Codes one key column as int64: integers and temporal values as themselves, anything else
-    (strings, decimals, floats, ...) interned to dense ids, in first-seen order."""
+    """Codes one key column as int64 words, the same in every batch.
+
+    * integers, booleans, dates, times, timestamps, durations, and decimals of precision <= 18:
+      the value itself (unscaled for decimals);
+    * strings and binaries: strings of at most 7 bytes packed into the word
+      (:func:`~splice.ops._agg_kernels.pack_strings`), longer ones interned to ``-(id + 1)``;
+    * anything else (floats, wide decimals, ...): interned to ``id >= 0``.
+
+    A null codes as 0; the group table tells nulls apart with a separate null bitmask word.
+    Interned values are kept in first-seen order (``chunks``); the dict over them is derived
+    and rebuilt on restore.
+    """
 
     def __init__(self, name: str, t: pa.DataType, state: Any = None):
         self.name = name
         self.type = t
-        self.direct = pa.types.is_integer(t) or leaf_type(t).kind == "temporal"
+        if _is_stringlike(t):
+            self.mode = "str"
+        elif (
+            pa.types.is_integer(t)
+            or pa.types.is_boolean(t)
+            or leaf_type(t).kind == "temporal"
+            or (pa.types.is_decimal(t) and t.bit_width == 128 and t.precision <= 18)
+        ):
+            self.mode = "int"
+        else:
+            self.mode = "intern"
         self.ids: dict[Any, int] = {}
         self.chunks: list[pa.Array] = []
         if state is not None:
@@ -223,15 +274,13 @@ class _KeyCoder:
                 for v in c.to_pylist():
                     self.ids[_hashable(v)] = len(self.ids)
 
-    def codes(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
-        nulls = np.asarray(arr.is_null()) if arr.null_count else None
-        if self.direct:
-            return _int64_of(arr), nulls
+    def _intern(self, arr: pa.Array) -> np.ndarray:
+        """Dense ids of the (non-null) values of ``arr``, interning new ones."""
         if not pa.types.is_dictionary(arr.type):
             arr = pc.dictionary_encode(arr)
         dictionary = arr.dictionary
         values = dictionary.to_pylist()
-        mapping = np.empty(len(values), dtype=np.int64)
+        mapping = np.zeros(max(len(values), 1), dtype=np.int64)
         new: list[int] = []
         for j, v in enumerate(values):
             key = _hashable(v)
@@ -245,27 +294,75 @@ class _KeyCoder:
         idx = arr.indices
         if idx.null_count:
             idx = idx.fill_null(0)
-        if len(mapping) == 0:
-            return np.zeros(len(arr), dtype=np.int64), nulls
-        return mapping[idx.to_numpy(zero_copy_only=False)], nulls
+        return mapping[idx.to_numpy(zero_copy_only=False)]
+
+    def code_into(self, arr: pa.Array, keys: np.ndarray, c: int) -> np.ndarray | None:
+        """Write the codes of ``arr`` into ``keys[:, c]``; return the null mask (None: no nulls)."""
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.cast(self.type)
+        nulls = np.asarray(arr.is_null()) if arr.null_count else None
+        if self.mode == "int":
+            if pa.types.is_decimal(arr.type):
+                valid = _EMPTY_BOOL if nulls is None else ~nulls
+                low, _, _ = K.decimal_low_words(decimal_words(arr), valid)
+                keys[:, c] = low
+            else:
+                keys[:, c] = _int64_of(arr)
+        elif self.mode == "str":
+            large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+            bufs = arr.buffers()
+            offsets = np.frombuffer(
+                bufs[1], dtype=np.int64 if large else np.int32, count=arr.offset + len(arr) + 1
+            )[arr.offset :]
+            data = (
+                np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and bufs[2].size
+                else np.zeros(1, dtype=np.uint8)
+            )
+            valid = _EMPTY_BOOL if nulls is None else ~nulls
+            n_long = K.pack_strings(offsets, data, valid, keys, c)
+            if n_long:
+                rows = np.flatnonzero(keys[:, c] == -1)
+                keys[rows, c] = -1 - self._intern(arr.take(pa.array(rows)))
+        else:
+            keys[:, c] = self._intern(arr)
+            if nulls is not None:
+                keys[nulls, c] = 0
+        return nulls
+
+    def _values(self) -> pa.Array:
+        return pa.concat_arrays(self.chunks) if self.chunks else pa.array([], type=self.type)
 
     def decode(self, codes: np.ndarray, nulls: np.ndarray) -> pa.Array:
         valid = ~nulls if nulls.any() else None
-        if self.direct:
+        n = len(codes)
+        if self.mode == "int":
             return _from_int64(codes, valid, self.type)
-        values = (
-            pa.concat_arrays(self.chunks) if self.chunks else pa.array([], type=self.type)
+        if self.mode == "intern":
+            values = self._values()
+            if len(values) == 0:
+                return pa.nulls(n, type=self.type)
+            out = values.take(pa.array(np.where(nulls, 0, codes), type=pa.int64()))
+            if valid is not None:
+                out = pc.if_else(pa.array(valid), out, pa.scalar(None, type=self.type))
+            return out
+        text = pa.types.is_string(self.type) or pa.types.is_large_string(self.type)
+        wide = pa.large_string() if text else pa.large_binary()
+        codes = np.ascontiguousarray(codes, dtype=np.int64)
+        offsets, data = K.unpack_strings(codes)
+        out = pa.Array.from_buffers(
+            wide, n, [_mask_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)]
         )
-        if len(values) == 0:
-            return pa.nulls(len(codes), type=self.type)
-        safe = np.where(nulls, 0, codes)
-        out = values.take(pa.array(safe, type=pa.int64()))
+        is_long = codes < 0
         if valid is not None:
-            out = pc.if_else(pa.array(valid), out, pa.scalar(None, type=self.type))
-        return out
+            is_long &= valid
+        if is_long.any():
+            values = self._values().cast(wide)
+            taken = values.take(pa.array(np.where(is_long, -1 - codes, 0), type=pa.int64()))
+            out = pc.if_else(pa.array(is_long), taken, out)
+        return out.cast(self.type)
 
     def snapshot(self) -> Any:
-        return None if self.direct else tuple(self.chunks)
+        return tuple(self.chunks)
 
     def nbytes(self) -> int:
         return sum(c.nbytes for c in self.chunks)
@@ -279,184 +376,153 @@ def _hashable(v: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-# per-aggregate state
+# per-group state
 
 
-def _grow(a: np.ndarray, cap: int, fill: Any = 0) -> np.ndarray:
+@dataclass(frozen=True)
+class _Input:
+    """One distinct aggregate input expression and the state the aggregates over it need."""
+
+    index: int
+    expr: Arith
+    vtype: ValueType
+    sum: bool
+    min: bool
+    max: bool
+    #: a ``sum`` aggregate over this input is in the plan (changes how DuckDB computes ``avg``)
+    sum_output: bool
+
+
+def _inputs_of(plan: AggPlan) -> tuple[list[_Input], list[int]]:
+    """Distinct input expressions of ``plan`` and, per aggregate, the index of its input."""
+    by_key: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    which: list[int] = []
+    for a in plan.aggs:
+        if a.expr is None:
+            which.append(-1)
+            continue
+        key = str(a.expr)
+        if key not in by_key:
+            by_key[key] = {
+                "expr": a.expr, "vtype": a.vtype, "sum": False, "min": False, "max": False,
+                "sum_output": False,
+            }
+            order.append(key)
+        if a.func in ("sum", "avg"):
+            by_key[key]["sum"] = True
+            if a.func == "sum":
+                by_key[key]["sum_output"] = True
+        elif a.func in ("min", "max"):
+            by_key[key][a.func] = True
+        which.append(order.index(key))
+    inputs = [_Input(i, **by_key[k]) for i, k in enumerate(order)]
+    return inputs, which
+
+
+def _grow(a: np.ndarray, cap: int, fill: Any) -> np.ndarray:
     if len(a) >= cap:
         return a
-    out = np.full(cap, fill, dtype=a.dtype)
+    out = np.full(max(cap, 2 * len(a)), fill, dtype=a.dtype)
     out[: len(a)] = a
     return out
 
 
-class _AggState:
-    """The running state of one aggregate for every group (arrays indexed by group id)."""
-
-    def __init__(self, r: _Resolved, state: Any = None):
-        self.r = r
-        self.counts = np.zeros(0, dtype=np.int64)
-        self.hi = np.zeros(0, dtype=np.int64)
-        self.lo = np.zeros(0, dtype=np.int64)
-        self.fsum = np.zeros(0, dtype=np.float64)
-        self.best: np.ndarray = np.zeros(0, dtype=np.float64 if r.state == "ext_f" else np.int64)
-        self.other: pa.Array | None = None
-        if state is not None:
-            for k, v in state.items():
-                setattr(self, k, v.copy() if isinstance(v, np.ndarray) else v)
-
-    def reserve(self, cap: int) -> None:
-        self.counts = _grow(self.counts, cap)
-        if self.r.state == "sum128":
-            self.hi = _grow(self.hi, cap)
-            self.lo = _grow(self.lo, cap)
-        elif self.r.state == "sumf":
-            self.fsum = _grow(self.fsum, cap, 0.0)
-        elif self.r.state in ("ext_i", "ext_f"):
-            self.best = _grow(self.best, cap)
-
-    def update(self, gids: np.ndarray, n_groups: int, v: Values | None) -> None:
-        s = self.r.state
-        if v is None:
-            K.count_rows(gids, _EMPTY_BOOL, self.counts)
-            return
-        valid = v.valid if v.valid is not None else _EMPTY_BOOL
-        if s == "count":
-            K.count_rows(gids, valid, self.counts)
-        elif s == "sum128":
-            K.sum128(gids, v.values, valid, self.hi, self.lo, self.counts)
-        elif s == "sumf":
-            K.sum_f64(gids, v.values, valid, self.fsum, self.counts)
-        elif s == "ext_i" or s == "ext_f":
-            kernel = K.min_i64 if self.r.func == "min" else K.max_i64
-            kernel(gids, v.values, valid, self.best, self.counts)
-        else:
-            self._update_other(gids, n_groups, v)
-
-    def _update_other(self, gids: np.ndarray, n_groups: int, v: Values) -> None:
-        """min/max of a non-numeric column (strings, booleans, ...) with Arrow's hash kernels."""
-        arr: pa.Array = v.values
-        take = gids >= 0
-        if v.valid is not None:
-            take &= v.valid
-        t = self.r.out_type
-        cur = self.other if self.other is not None else pa.array([], type=t)
-        pad = pa.nulls(n_groups - len(cur), type=t)
-        groups = np.concatenate([np.arange(n_groups, dtype=np.int64), gids[take]])
-        vals = pa.concat_arrays([cur, pad, arr.filter(pa.array(take))])
-        table = pa.table({"g": groups, "v": vals})
-        agg = table.group_by("g").aggregate([("v", self.r.func)]).sort_by("g")
-        self.other = agg.column(f"v_{self.r.func}").combine_chunks()
-        K.count_rows(gids, take, self.counts)
-
-    def output(self, n: int) -> pa.Array:
-        s, r = self.r.state, self.r
-        counts = self.counts[:n]
-        if s in ("count", "count_star"):
-            return pa.array(counts, type=pa.int64())
-        has = counts > 0
-        valid = None if bool(has.all()) else has
-        if s == "sum128":
-            hi, lo = self.hi[:n], self.lo[:n]
-            assert r.vtype is not None
-            if r.func == "avg":
-                return _exact_avg(hi, lo, counts, r.vtype.scale)
-            if r.vtype.kind == "int":
-                if bool(((hi < -(1 << 31)) | (hi >= (1 << 31))).any()):
-                    raise SchemaError(f"aggregate {r.name!r}: integer sum overflows int64")
-                return pa.array((hi << 32) | lo, type=pa.int64(), mask=None if valid is None else ~valid)
-            words = np.empty((n, 2), dtype=np.int64)
-            words[:, 0] = (hi << 32) | lo
-            words[:, 1] = hi >> 32
-            return pa.Array.from_buffers(r.out_type, n, [_mask_buffer(valid), pa.py_buffer(words)])
-        if s == "sumf":
-            sums = self.fsum[:n]
-            out = sums / np.maximum(counts, 1) if r.func == "avg" else sums
-            return pa.array(out, type=pa.float64(), mask=None if valid is None else ~valid)
-        if s == "ext_i":
-            return _from_int64(self.best[:n], valid, r.out_type)
-        if s == "ext_f":
-            arr = pa.array(self.best[:n], type=pa.float64(), mask=None if valid is None else ~valid)
-            return arr.cast(r.out_type)
-        cur = self.other if self.other is not None else pa.array([], type=r.out_type)
-        if len(cur) < n:
-            cur = pa.concat_arrays([cur, pa.nulls(n - len(cur), type=r.out_type)])
-        return cur.slice(0, n)
-
-    def snapshot(self, n: int) -> dict[str, Any]:
-        s = self.r.state
-        out: dict[str, Any] = {"counts": self.counts[:n].copy()}
-        if s == "sum128":
-            out.update(hi=self.hi[:n].copy(), lo=self.lo[:n].copy())
-        elif s == "sumf":
-            out["fsum"] = self.fsum[:n].copy()
-        elif s in ("ext_i", "ext_f"):
-            out["best"] = self.best[:n].copy()
-        elif s == "ext_other":
-            out["other"] = self.other
-        return out
-
-    def nbytes(self) -> int:
-        b = self.counts.nbytes + self.hi.nbytes + self.lo.nbytes + self.fsum.nbytes + self.best.nbytes
-        return b + (self.other.nbytes if self.other is not None else 0)
+_I64_LIMIT = 1 << 63
 
 
-def _exact_avg(hi: np.ndarray, lo: np.ndarray, counts: np.ndarray, scale: int) -> pa.Array:
-    """The average as DuckDB computes it: the exact sum as a double, divided by the count.
+def decimal_avg(
+    hi: np.ndarray, lo: np.ndarray, counts: np.ndarray, scale: int, via_sum: bool
+) -> np.ndarray:
+    """``avg`` of exact sums (limbs ``hi``/``lo`` at ``scale``) over ``counts``, as DuckDB does.
 
-    ``double(sum / 10**scale) / count``: the sum is rounded once to the nearest double (exactly
-    when below 2**53, with Python's exact int division otherwise), then one IEEE division.
-    Null where count is 0.
+    DuckDB's ``avg`` returns the exact quotient ``sum / (count * 10**scale)`` correctly rounded
+    to a double. But when the same query also asks for ``sum`` of the same input, its optimizer
+    rewrites ``avg(x)`` to ``sum(x) / count(x)``: the sum is first rounded to a double, then
+    divided. ``via_sum`` selects that second form, so that answers match DuckDB's bit for bit.
+    Both use one IEEE division when the operands are exact doubles (below 2**53), and Python's
+    exact int arithmetic for the other groups.
     """
-    n = len(counts)
-    fast = np.abs(hi) < (1 << 20)
+    fast = np.abs(hi) < (1 << 20)  # |sum| < 2**52
     sums = hi.astype(np.float64) * 4294967296.0 + lo.astype(np.float64)
-    if scale:
-        sums = sums / float(10**scale)
+    safe_counts = np.where(counts > 0, counts, 1)
+    if via_sum:
+        if scale:
+            sums = sums / float(10**scale)
+        for g in np.flatnonzero(~fast):
+            sums[g] = ((int(hi[g]) << 32) + int(lo[g])) / 10**scale
+        return np.asarray(sums / safe_counts.astype(np.float64))
+    div = safe_counts.astype(np.float64) * float(10**scale)
+    fast &= div < float(1 << 53)
+    out = sums / div
     for g in np.flatnonzero(~fast):
-        sums[g] = ((int(hi[g]) << 32) + int(lo[g])) / 10**scale
-    out = sums / np.where(counts > 0, counts, 1).astype(np.float64)
-    mask = counts == 0
-    return pa.array(out, type=pa.float64(), mask=mask if n and bool(mask.any()) else None)
-
-
-# --------------------------------------------------------------------------------------------
-# the group table and aggregator
+        out[g] = ((int(hi[g]) << 32) + int(lo[g])) / (int(safe_counts[g]) * 10**scale)
+    return np.asarray(out)
 
 
 class GroupAggregator:
-    """Per-group aggregate state for one :class:`AggPlan`: ``update`` with batches, ``result``.
+    """Per-group aggregate state for one :class:`AggPlan`: ``update`` with batches, then read
+    ``result_columns``. Shared by :class:`GroupBy` (one aggregator) and windowed aggregation
+    (one per window).
 
-    Shared by :class:`GroupBy` (one aggregator) and windowed aggregation (one per window).
+    State, by name, one array slot per group: ``rows`` (rows seen), and per distinct input
+    expression ``i``: ``i.nulls`` (rows where it was null), ``i.hi``/``i.lo`` (exact sum limbs)
+    or ``i.fsum`` (float sum), ``i.min``/``i.max`` (running extremes, initialised to the
+    type's far end). Aggregates over the same input share its state: ``sum(x)`` and ``avg(x)``
+    read the same limbs, and ``count(x) = rows - x.nulls``.
     """
 
     def __init__(self, plan: AggPlan, state: Any = None):
         self.plan = plan
+        self.inputs, self.which = _inputs_of(plan)
         w = len(plan.keys) + 1  # key codes + a bitmask of null keys
         self.coders = [
             _KeyCoder(n, t, None if state is None else state["coders"][i])
             for i, (n, t) in enumerate(plan.keys)
         ]
-        self.aggs = [
-            _AggState(r, None if state is None else state["aggs"][i]) for i, r in enumerate(plan.aggs)
-        ]
+        self.fills: dict[str, Any] = {"rows": 0}
+        for inp in self.inputs:
+            i, kind = inp.index, inp.vtype.kind
+            self.fills[f"{i}.nulls"] = 0
+            if inp.sum:
+                if kind == "float":
+                    self.fills[f"{i}.fsum"] = 0.0
+                else:
+                    self.fills[f"{i}.hi"] = 0
+                    self.fills[f"{i}.lo"] = 0
+            if kind != "other":
+                if inp.min:
+                    self.fills[f"{i}.min"] = np.inf if kind == "float" else _I64_MAX
+                if inp.max:
+                    self.fills[f"{i}.max"] = -np.inf if kind == "float" else _I64_MIN
+        self.arrays: dict[str, np.ndarray] = {
+            k: np.full(0, v, dtype=np.float64 if isinstance(v, float) else np.int64)
+            for k, v in self.fills.items()
+        }
+        #: min/max of non-numeric inputs, as Arrow arrays indexed by group id
+        self.others: dict[str, pa.Array] = {}
         if state is None:
             self.n_groups = 0
             self.gkeys = np.zeros((0, w), dtype=np.int64)
-            self.slots = np.full(16, -1, dtype=np.int64)
         else:
             self.n_groups = int(state["n_groups"])
             self.gkeys = state["gkeys"].copy()
-            cap = 16
-            while cap < 2 * self.n_groups + 2:
-                cap *= 2
-            self.slots = np.full(cap // 2, -1, dtype=np.int64)
-            self.slots = K._rehash(self.slots, self.gkeys, self.n_groups)
+            for k, v in state["arrays"].items():
+                self.arrays[k] = v.copy()
+            self.others = dict(state["others"])
+        cap = 16
+        while cap < 2 * self.n_groups + 2:
+            cap *= 2
+        self.slots = K._rehash(np.full(cap // 2, -1, dtype=np.int64), self.gkeys, self.n_groups)
         if not plan.keys and self.n_groups == 0:
             self.n_groups = 1  # a global aggregate has its one group even over no rows
             self.gkeys = np.zeros((1, w), dtype=np.int64)
-        for a in self.aggs:
-            a.reserve(max(len(self.gkeys), 1))
+        self._reserve(max(len(self.gkeys), 1))
+
+    def _reserve(self, cap: int) -> None:
+        for k, a in self.arrays.items():
+            if len(a) < cap:
+                self.arrays[k] = _grow(a, cap, self.fills[k])
 
     def group_ids(self, batch: pa.RecordBatch, skip: np.ndarray | None = None) -> np.ndarray:
         """Dense group id of each row of ``batch`` (new groups are created); -1 where ``skip``."""
@@ -467,14 +533,13 @@ class GroupAggregator:
                 gids[skip] = -1
             return gids
         keys = np.empty((n, len(self.coders) + 1), dtype=np.int64)
-        nullword = np.zeros(n, dtype=np.int64)
+        nullword: np.ndarray | None = None
         for c, coder in enumerate(self.coders):
-            codes, nulls = coder.codes(_as_array(batch.column(coder.name)))
+            nulls = coder.code_into(_as_array(batch.column(coder.name)), keys, c)
             if nulls is not None:
-                codes = np.where(nulls, 0, codes)
-                nullword |= nulls.astype(np.int64) << c
-            keys[:, c] = codes
-        keys[:, -1] = nullword
+                bits = nulls.astype(np.int64) << c
+                nullword = bits if nullword is None else nullword | bits
+        keys[:, -1] = 0 if nullword is None else nullword
         gids, self.slots, self.gkeys, ng = K.assign_groups(
             keys, _EMPTY_BOOL if skip is None else skip, self.slots, self.gkeys, self.n_groups
         )
@@ -483,15 +548,59 @@ class GroupAggregator:
 
     def update(self, batch: pa.RecordBatch, skip: np.ndarray | None = None) -> None:
         """Fold the rows of ``batch`` (except those where ``skip`` is true) into the state."""
-        if batch.num_rows == 0:
+        n = batch.num_rows
+        if n == 0:
             return
         gids = self.group_ids(batch, skip)
-        cap = max(len(self.gkeys), self.n_groups)
+        self._reserve(self.n_groups)
+        arrays = self.arrays
+        K.count_rows(gids, _EMPTY_BOOL, arrays["rows"])
         cache: dict[str, Values] = {}
-        for a in self.aggs:
-            a.reserve(cap)
-            v = None if a.r.expr is None else a.r.expr.evaluate(batch, cache)
-            a.update(gids, self.n_groups, v)
+        for inp in self.inputs:
+            i = inp.index
+            v = inp.expr.evaluate(batch, cache)
+            if v.kind != "other":
+                v.values = full_values(v, n)
+            valid = _EMPTY_BOOL
+            if v.valid is not None:
+                valid = v.valid
+                K.count_rows(gids, ~valid, arrays[f"{i}.nulls"])
+            if inp.sum:
+                if v.kind == "float":
+                    K.sum_f64(gids, v.values, valid, arrays[f"{i}.fsum"])
+                elif v.bound * n < _I64_LIMIT:
+                    part = np.zeros(self.n_groups, dtype=np.int64)
+                    K.sum_i64(gids, v.values, valid, part)
+                    K.fold128(arrays[f"{i}.hi"], arrays[f"{i}.lo"], part)
+                else:
+                    K.sum128(gids, v.values, valid, arrays[f"{i}.hi"], arrays[f"{i}.lo"])
+            for func in ("min", "max"):
+                if not getattr(inp, func):
+                    continue
+                if v.kind == "other":
+                    self._update_other(f"{i}.{func}", func, inp.vtype.arrow, gids, v)
+                else:
+                    kernel = K.min_i64 if func == "min" else K.max_i64
+                    kernel(gids, v.values, valid, arrays[f"{i}.{func}"])
+
+    def _update_other(
+        self, key: str, func: str, t: pa.DataType, gids: np.ndarray, v: Values
+    ) -> None:
+        """min/max of a non-numeric input (strings, booleans, ...) with Arrow's hash kernels."""
+        n_groups = self.n_groups
+        take = gids >= 0
+        if v.valid is not None:
+            take &= v.valid
+        cur = self.others.get(key)
+        if cur is None:
+            cur = pa.array([], type=t)
+        groups = np.concatenate([np.arange(n_groups, dtype=np.int64), gids[take]])
+        vals = pa.concat_arrays(
+            [cur, pa.nulls(n_groups - len(cur), type=t), v.values.filter(pa.array(take))]
+        )
+        table = pa.table({"g": groups, "v": vals})
+        agg = table.group_by("g").aggregate([("v", func)]).sort_by("g")
+        self.others[key] = agg.column(f"v_{func}").combine_chunks()
 
     def result_columns(self) -> list[pa.Array]:
         """Key columns then aggregate columns, one row per group in first-seen order."""
@@ -502,8 +611,53 @@ class GroupAggregator:
             for c, coder in enumerate(self.coders):
                 nulls = ((nullword >> c) & 1).astype(bool)
                 cols.append(coder.decode(self.gkeys[:n, c], nulls))
-        cols.extend(a.output(n) for a in self.aggs)
+        rows = self.arrays["rows"][:n]
+        for a, i in zip(self.plan.aggs, self.which, strict=True):
+            if i < 0:
+                cols.append(pa.array(rows, type=pa.int64()))
+                continue
+            inp = self.inputs[i]
+            counts = rows - self.arrays[f"{i}.nulls"][:n]
+            cols.append(self._output(a, inp, counts, n))
         return cols
+
+    def _output(self, a: _Resolved, inp: _Input, counts: np.ndarray, n: int) -> pa.Array:
+        if a.func == "count":
+            return pa.array(counts, type=pa.int64())
+        has = counts > 0
+        valid = None if bool(has.all()) else has
+        mask = None if valid is None else ~valid
+        i, kind = inp.index, inp.vtype.kind
+        if a.func in ("sum", "avg"):
+            if kind == "float":
+                sums = self.arrays[f"{i}.fsum"][:n]
+                out = sums / np.maximum(counts, 1) if a.func == "avg" else sums
+                return pa.array(out, type=pa.float64(), mask=mask)
+            hi: np.ndarray = self.arrays[f"{i}.hi"][:n]
+            lo: np.ndarray = self.arrays[f"{i}.lo"][:n]
+            if a.func == "avg":
+                avg = decimal_avg(hi, lo, counts, inp.vtype.scale, inp.sum_output)
+                return pa.array(avg, pa.float64(), mask=mask)
+            if kind == "int":
+                if bool(((hi < -(1 << 31)) | (hi >= (1 << 31))).any()):
+                    raise SchemaError(f"aggregate {a.name!r}: integer sum overflows int64")
+                return pa.array((hi << 32) | lo, type=pa.int64(), mask=mask)
+            words = np.empty((n, 2), dtype=np.int64)
+            words[:, 0] = (hi << 32) | lo
+            words[:, 1] = hi >> 32
+            return pa.Array.from_buffers(a.out_type, n, [_mask_buffer(valid), pa.py_buffer(words)])
+        key = f"{i}.{a.func}"
+        if kind == "other":
+            cur = self.others.get(key)
+            if cur is None:
+                cur = pa.array([], type=a.out_type)
+            if len(cur) < n:
+                cur = pa.concat_arrays([cur, pa.nulls(n - len(cur), type=a.out_type)])
+            return cur.slice(0, n)
+        best = self.arrays[key][:n]
+        if kind == "float":
+            return pa.array(best, type=pa.float64(), mask=mask).cast(a.out_type)
+        return _from_int64(np.where(has, best, 0), valid, a.out_type)
 
     def snapshot(self) -> dict[str, Any]:
         n = self.n_groups
@@ -511,7 +665,8 @@ class GroupAggregator:
             "n_groups": n,
             "gkeys": self.gkeys[:n].copy(),
             "coders": [c.snapshot() for c in self.coders],
-            "aggs": [a.snapshot(n) for a in self.aggs],
+            "arrays": {k: a[:n].copy() for k, a in self.arrays.items()},
+            "others": dict(self.others),
         }
 
     def nbytes(self) -> int:
@@ -519,7 +674,8 @@ class GroupAggregator:
             self.gkeys.nbytes
             + self.slots.nbytes
             + sum(c.nbytes() for c in self.coders)
-            + sum(a.nbytes() for a in self.aggs)
+            + sum(a.nbytes for a in self.arrays.values())
+            + sum(a.nbytes for a in self.others.values())
         )
 
 
@@ -535,14 +691,17 @@ def _single_input(inputs: InputSchemas, name: str) -> tuple[int, pa.Schema]:
 
 @dataclass(frozen=True)
 class GroupBy(OperatorSpec):
-    """``SELECT keys..., aggregates... GROUP BY keys`` over all input, emitted at END (blocking).
+    """``SELECT keys..., aggregates... [WHERE where] GROUP BY keys``, emitted at END (blocking).
 
     See the module docstring for the semantics and result types. ``keys=[]`` is a global
-    aggregate (one output row).
+    aggregate (one output row). ``where``, a boolean ``pyarrow.compute`` expression, keeps only
+    the rows for which it is true (null counts as false) — a selection pushed into the
+    aggregate, so that the filtered rows are never copied.
     """
 
     keys: Sequence[str]
     aggregates: Sequence[Agg]
+    where: pc.Expression | None = None
     name: str = "group_by"
 
     def __post_init__(self) -> None:
@@ -555,17 +714,29 @@ class GroupBy(OperatorSpec):
         for a in self.aggregates:
             if not isinstance(a, Agg):
                 raise PlanError(f"{self.name}: {a!r} is not an Agg")
+        if self.where is not None and not isinstance(self.where, pc.Expression):
+            raise PlanError(f"{self.name}: where must be a pyarrow.compute.Expression")
 
     def plan(self, inputs: InputSchemas) -> AggPlan:
-        _, schema = _single_input(inputs, self.name)
+        sid, schema = _single_input(inputs, self.name)
+        if self.where is not None:
+            types = result_types(schema, [self.where], ["_w"], f"{self.name} where {self.where}")
+            if not pa.types.is_boolean(types.field("_w").type):
+                raise SchemaError(
+                    f"{self.name} (stream {sid}): where {self.where} is of type "
+                    f"{types.field('_w').type}, expected boolean"
+                )
         return plan_aggregates(schema, self.keys, self.aggregates, self.name)
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         return pa.schema(self.plan(inputs).output_fields())
 
     def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]]:
-        sid, _ = _single_input(inputs, self.name)
-        return {sid: self.plan(inputs).columns()}
+        sid, schema = _single_input(inputs, self.name)
+        cols = self.plan(inputs).columns()
+        if self.where is not None:
+            cols |= expression_columns(self.where, schema.names)
+        return {sid: cols}
 
     @property
     def blocking(self) -> bool:
@@ -573,6 +744,14 @@ class GroupBy(OperatorSpec):
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         return _GroupByLogic(self, self.plan(inputs), state)
+
+
+def skip_mask(batch: pa.RecordBatch, where: pc.Expression) -> np.ndarray:
+    """True for the rows of ``batch`` that ``where`` does not keep (false or null)."""
+    mask = evaluate(batch, [where], ["_w"]).column(0)
+    if mask.null_count:
+        mask = pc.fill_null(mask, False)
+    return ~np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 class _GroupByLogic(OperatorLogic):
@@ -589,8 +768,11 @@ class _GroupByLogic(OperatorLogic):
             self.done = bool(state.get("done", False))
 
     def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        if batch.num_rows == 0:
+            return []
         try:
-            self.agg.update(batch)
+            skip = None if self.spec.where is None else skip_mask(batch, self.spec.where)
+            self.agg.update(batch, skip)
         except SchemaError as exc:
             raise SchemaError(f"{self.spec.name} (stream {stream_id}): {exc}") from exc
         return []
@@ -599,9 +781,9 @@ class _GroupByLogic(OperatorLogic):
         if self.done:
             return []
         self.done = True
-        cols = self.agg.result_columns()
         if self.agg.n_groups == 0:
             return []
+        cols = self.agg.result_columns()
         return [pa.RecordBatch.from_arrays(cols, schema=self.schema)]
 
     def snapshot(self) -> Any:

@@ -53,6 +53,7 @@ __all__ = [
     "parse",
     "as_arith",
     "decimal_words",
+    "full_values",
 ]
 
 _I64_MAX = (1 << 63) - 1
@@ -151,7 +152,10 @@ class Arith:
         raise NotImplementedError
 
     def evaluate(self, batch: pa.RecordBatch, cache: dict[str, Values] | None = None) -> Values:
-        """Values over ``batch``; ``cache`` shares common subexpressions between aggregates."""
+        """Values over ``batch``; ``cache`` shares common subexpressions between aggregates.
+
+        The values of a constant expression may be a 0-d array (see :func:`full_values`).
+        """
         if cache is None:
             return self._eval(batch, {})
         key = str(self)
@@ -267,13 +271,13 @@ class Literal(Arith):
         return ValueType("decimal", pa.decimal128(p, s), p, s)
 
     def _eval(self, batch: pa.RecordBatch, cache: dict[str, Values]) -> Values:
-        n = batch.num_rows
+        # a 0-d array: NumPy broadcasts it, so a literal costs nothing per row
         if isinstance(self.value, int):
-            return Values("int", np.full(n, self.value, dtype=np.int64), None, 0, abs(self.value))
+            return Values("int", np.array(self.value, dtype=np.int64), None, 0, abs(self.value))
         if isinstance(self.value, float):
-            return Values("float", np.full(n, self.value, dtype=np.float64), None)
+            return Values("float", np.array(self.value, dtype=np.float64), None)
         u, _, s = self._decimal()
-        return Values("decimal", np.full(n, u, dtype=np.int64), None, s, abs(u))
+        return Values("decimal", np.array(u, dtype=np.int64), None, s, abs(u))
 
 
 _NUMERIC = ("int", "decimal", "float")
@@ -369,6 +373,14 @@ class BinaryOp(Arith):
         _check_bound(bound, self)
         out = av + bv if self.op == "+" else av - bv
         return Values(kind, out, valid, s, bound)
+
+
+def full_values(v: Values, n: int) -> np.ndarray:
+    """``v.values`` as a contiguous array of ``n`` rows (a constant is broadcast)."""
+    vals = np.asarray(v.values)
+    if vals.ndim == 0:
+        return np.full(n, vals, dtype=vals.dtype)
+    return np.ascontiguousarray(vals)
 
 
 def _to_float(v: Values) -> np.ndarray:
