@@ -7,7 +7,7 @@ prints one JSON line with the median seconds of ``--runs`` runs of each and thei
 * ``q1_select_groupby_orderby`` — Select → GroupBy → OrderBy, as ``tpch_queries.q1()`` builds;
 * ``q1_groupby_where_orderby`` — the selection pushed into the GroupBy (``where=``), so the
   filtered batch is never materialized;
-* ``q6_select_sum`` — Select → global sum.
+* ``q6_select_sum`` — Select → global sum; ``q6_sum_where`` — the selection pushed into it.
 
 splice's time covers pushing every batch of ``--batch-size`` rows (already in memory, reduced to
 the columns the plan uses, as the decomposer does) through the operators and collecting the
@@ -27,7 +27,6 @@ import pyarrow as pa
 
 from splice.core.operator import OperatorSpec
 from splice.io.tpch import load_table
-from splice.ops.aggregate import GroupBy
 from splice.workloads import tpch_queries as tq
 
 
@@ -80,16 +79,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     con.register("lineitem", lineitem)
     threads = con.sql("select current_setting('threads')").fetchall()[0]
 
-    g = tq.q1_group_by()
+    q1_sql = tq.Q1_SQL.format(delta=90)
+    q6_sql = tq.Q6_SQL.format(date="1994-01-01", discount=0.06, quantity=24)
     variants: list[tuple[str, list[OperatorSpec], str]] = [
-        ("q1_select_groupby_orderby", tq.q1(), tq.Q1_SQL.format(delta=90)),
-        (
-            "q1_groupby_where_orderby",
-            [GroupBy(g.keys, g.aggregates, where=tq.q1_predicate(), name="q1_group_by"),
-             tq.q1()[-1]],
-            tq.Q1_SQL.format(delta=90),
-        ),
-        ("q6_select_sum", tq.q6(), tq.Q6_SQL.format(date="1994-01-01", discount=0.06, quantity=24)),
+        ("q1_select_groupby_orderby", tq.q1(), q1_sql),
+        ("q1_groupby_where_orderby", tq.q1(pushdown=True), q1_sql),
+        ("q6_select_sum", tq.q6(), q6_sql),
+        ("q6_sum_where", tq.q6(pushdown=True), q6_sql),
     ]
     for name, specs, sql in variants:
         cols_map = specs[0].columns_used({2: lineitem.schema})

@@ -18,6 +18,7 @@ __all__ = [
     "assign_groups",
     "py_assign_groups",
     "decimal_low_words",
+    "max_abs",
     "py_decimal_low_words",
     "count_rows",
     "py_count_rows",
@@ -295,6 +296,25 @@ def decimal_low_words(words: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray,
         if a > bound:
             bound = a
     return out, int(bound), fits
+
+
+@njit(cache=True, nogil=True)
+def max_abs_kernel(vals: np.ndarray) -> np.int64:
+    bound = np.int64(0)
+    for i in range(vals.shape[0]):
+        v = vals[i]
+        a = v if v >= 0 else -v
+        if a > bound:
+            bound = a
+    return bound
+
+
+def max_abs(vals: np.ndarray) -> int:
+    """max |v| over an int64 array (may be a strided view) as a Python int; ``2**63`` for INT64_MIN."""
+    if len(vals) == 0:
+        return 0
+    b = int(max_abs_kernel(vals))
+    return b if b >= 0 else 1 << 63
 
 
 def py_decimal_low_words(words: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, int, bool]:

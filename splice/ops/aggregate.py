@@ -759,6 +759,7 @@ class _GroupByLogic(OperatorLogic):
         self.spec = spec
         self.plan = plan
         self.schema = pa.schema(plan.output_fields())
+        self.columns = sorted(plan.columns())
         self.done = False
         try:
             self.agg = GroupAggregator(plan, None if state is None else state["groups"])
@@ -771,7 +772,17 @@ class _GroupByLogic(OperatorLogic):
         if batch.num_rows == 0:
             return []
         try:
-            skip = None if self.spec.where is None else skip_mask(batch, self.spec.where)
+            skip = None
+            if self.spec.where is not None:
+                skip = skip_mask(batch, self.spec.where)
+                kept = batch.num_rows - int(np.count_nonzero(skip))
+                if kept == 0:
+                    return []
+                if 2 * kept < batch.num_rows and self.columns:
+                    # few rows pass: copying just them (and just the columns read) is cheaper
+                    # than computing every aggregate input over the whole batch
+                    batch = batch.select(self.columns).filter(pa.array(~skip))
+                    skip = None
             self.agg.update(batch, skip)
         except SchemaError as exc:
             raise SchemaError(f"{self.spec.name} (stream {stream_id}): {exc}") from exc

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.core.errors import SchemaError
-from splice.ops._agg_kernels import decimal_low_words
+from splice.ops._agg_kernels import decimal_low_words, max_abs
 
 __all__ = [
     "Arith",
@@ -216,6 +216,10 @@ class Column(Arith):
         arr = _as_array(batch.column(self.name))
         vt = leaf_type(arr.type)
         valid = _validity(arr)
+        if vt.kind == "decimal" and valid is None and vt.precision <= 18:
+            # every value fits 64 bits by its type: use the low words in place, no copy
+            low = decimal_words(arr)[:, 0]
+            return Values("decimal", low, None, vt.scale, max_abs(low))
         if vt.kind == "decimal":
             low, bound, fits = decimal_low_words(
                 decimal_words(arr), valid if valid is not None else _NO_ROWS
@@ -376,11 +380,11 @@ class BinaryOp(Arith):
 
 
 def full_values(v: Values, n: int) -> np.ndarray:
-    """``v.values`` as a contiguous array of ``n`` rows (a constant is broadcast)."""
+    """``v.values`` as an array of ``n`` rows (a constant is broadcast; may be a strided view)."""
     vals = np.asarray(v.values)
     if vals.ndim == 0:
         return np.full(n, vals, dtype=vals.dtype)
-    return np.ascontiguousarray(vals)
+    return vals
 
 
 def _to_float(v: Values) -> np.ndarray:

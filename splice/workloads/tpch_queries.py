@@ -80,13 +80,17 @@ def q1_group_by() -> GroupBy:
     )
 
 
-def q1(delta: int = 90) -> list[OperatorSpec]:
-    """TPC-H Q1 (``DELTA`` days, 90 by default) as Select → GroupBy → OrderBy."""
-    return [
-        Select(q1_predicate(delta)),
-        q1_group_by(),
-        OrderBy(["l_returnflag", "l_linestatus"], name="q1_order_by"),
-    ]
+def q1(delta: int = 90, pushdown: bool = False) -> list[OperatorSpec]:
+    """TPC-H Q1 (``DELTA`` days, 90 by default) as Select → GroupBy → OrderBy.
+
+    With ``pushdown`` the selection becomes the GroupBy's ``where`` (GroupBy → OrderBy): the
+    same answer without materializing the filtered batch, which is most of Select's cost.
+    """
+    order = OrderBy(["l_returnflag", "l_linestatus"], name="q1_order_by")
+    g = q1_group_by()
+    if pushdown:
+        return [GroupBy(g.keys, g.aggregates, where=q1_predicate(delta), name=g.name), order]
+    return [Select(q1_predicate(delta)), g, order]
 
 
 def q6_predicate(
@@ -108,12 +112,18 @@ def q6_predicate(
     )
 
 
-def q6(date: str = "1994-01-01", discount: str = "0.06", quantity: int = 24) -> list[OperatorSpec]:
-    """TPC-H Q6 as Select → global GroupBy(sum(l_extendedprice * l_discount))."""
-    return [
-        Select(q6_predicate(date, discount, quantity)),
-        GroupBy(keys=[], aggregates=[Agg("revenue", "sum", "l_extendedprice * l_discount")], name="q6_sum"),
-    ]
+def q6(
+    date: str = "1994-01-01", discount: str = "0.06", quantity: int = 24, pushdown: bool = False
+) -> list[OperatorSpec]:
+    """TPC-H Q6 as Select → global GroupBy(sum(l_extendedprice * l_discount)).
+
+    With ``pushdown`` the selection is the GroupBy's ``where`` (one operator).
+    """
+    pred = q6_predicate(date, discount, quantity)
+    revenue = [Agg("revenue", "sum", "l_extendedprice * l_discount")]
+    if pushdown:
+        return [GroupBy(keys=[], aggregates=revenue, where=pred, name="q6_sum")]
+    return [Select(pred), GroupBy(keys=[], aggregates=revenue, name="q6_sum")]
 
 
 def shipmode_revenue(days: int = 365, slide: int | None = None) -> list[OperatorSpec]:

@@ -46,8 +46,8 @@ def test_q1_equals_duckdb(lineitem: pa.Table, size: int) -> None:
 
 
 def test_q1_with_the_selection_pushed_into_the_group_by(lineitem: pa.Table) -> None:
-    g = tq.q1_group_by()
-    fused = [GroupBy(g.keys, g.aggregates, where=tq.q1_predicate(60)), tq.q1()[-1]]
+    fused = tq.q1(60, pushdown=True)
+    assert len(fused) == 2 and isinstance(fused[0], GroupBy) and fused[0].where is not None
     assert _chain(fused, lineitem, 10_000).equals(_duckdb(lineitem, tq.Q1_SQL.format(delta=60)))
 
 
@@ -56,9 +56,10 @@ def test_q1_with_the_selection_pushed_into_the_group_by(lineitem: pa.Table) -> N
 )
 def test_q6_equals_duckdb(lineitem: pa.Table, date: str, discount: str, quantity: int) -> None:
     want = _duckdb(lineitem, tq.Q6_SQL.format(date=date, discount=discount, quantity=quantity))
-    got = _chain(tq.q6(date, discount, quantity), lineitem, 7_000)
-    assert got.schema == want.schema
-    assert got.equals(want), f"{got.to_pylist()} != {want.to_pylist()}"
+    for pushdown in (False, True):
+        got = _chain(tq.q6(date, discount, quantity, pushdown), lineitem, 7_000)
+        assert got.schema == want.schema
+        assert got.equals(want), f"{got.to_pylist()} != {want.to_pylist()}"
 
 
 def test_shipmode_revenue_windows_equal_duckdb(lineitem: pa.Table) -> None:
