@@ -33,12 +33,14 @@ def measure(app: str, w: TxnWorkload, scheduler: str, threads: int, complexity: 
 
 def measure_round_robin(app: str, w: TxnWorkload, configs: list[tuple[str, int]],
                         complexity: float = 0.0, repeat: int = 2) -> list[dict[str, Any]]:
-    """Best of ``repeat`` runs per (scheduler, threads), interleaved so that every configuration
-    sees the same load from other processes; asserts all agree with the first (serial) one."""
+    """Best of ``repeat`` runs per (scheduler, threads), interleaved (and rotated each round) so
+    that every configuration sees the same load from other processes; asserts all agree."""
     best: dict[tuple[str, int], dict[str, Any]] = {}
     ref = None
-    for _ in range(repeat):
-        for s, t in configs:
+    # untimed first run: the heap grows to this workload's size here, not in a timed run
+    run_workload(make_app(app, w), w, configs[0][0], configs[0][1], complexity)
+    for r in range(repeat):
+        for s, t in configs[r % len(configs):] + configs[:r % len(configs)]:
             m = run_workload(make_app(app, w), w, s, t, complexity)
             key = (m["state_checksum"], m["committed"])
             ref = ref or key

@@ -27,7 +27,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=2)
     a = p.parse_args()
     fixed = [s.name for s in ALL_STRATEGIES]
-    scheds = ["auto", "sstore", "tstream", "serial"] + fixed
+    scheds = ["serial", "sstore", "tstream", "auto"] + fixed
     prepare("sl", a.threads, scheds)
     secs: dict[tuple[str, str], float] = defaultdict(float)
     events: dict[str, int] = defaultdict(int)
