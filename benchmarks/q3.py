@@ -130,7 +130,8 @@ def plot(rows: list[dict[str, Any]], path: Path, fast_seconds: float) -> None:
     for attr in ATTRS:
         b.plot(hts, [r["overflow_inserts"][attr] for r in rows], "o-", label=attr)
     b.set_xscale("log", base=2)
-    b.set_yscale("symlog")
+    b.set_yscale("symlog", linthresh=1)
+    b.set_ylim(bottom=0)
     b.set_xlabel("hash table size")
     b.set_ylabel("tuples stored in the overflow buffer")
     b.set_title("overflow use per indexed attribute (cf. Fig. 17)")

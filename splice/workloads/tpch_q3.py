@@ -83,10 +83,15 @@ def q3_arrival(sizes: tuple[int, int, int], order: str = "interleaved") -> tuple
     return side, row
 
 
+def _one_chunk(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(col, pa.ChunkedArray):
+        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col
+
+
 def _decimal_words(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
     """(n, 2) int64 (low, high) words of a decimal128 column (a view, no copy), and its scale."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
+    col = _one_chunk(col)
     if not pa.types.is_decimal(col.type) or col.type.byte_width != 16:
         raise SchemaError(f"Q3: expected a decimal128 column, got {col.type}")
     if col.null_count:
@@ -105,8 +110,7 @@ def _check_columns(tables: dict[str, pa.Table]) -> None:
 
 
 def _np(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
+    col = _one_chunk(col)
     if pa.types.is_date32(col.type):
         col = col.view(pa.int32())
     return col.to_numpy(zero_copy_only=False)
