@@ -362,9 +362,12 @@ class TxnEngine:
         """Nested configuration: each transaction group with its own scheduler, when the groups
         touch disjoint cells (then their order does not matter); otherwise one scheduler."""
         groups = np.unique(batch.txn_group)
-        cell_groups = batch.txn_group[batch.op_txn]
-        pairs = np.unique(np.stack([batch.op_cell, cell_groups.astype(np.int64)]), axis=1)
-        if pairs.shape[1] and np.unique(pairs[0]).shape[0] != pairs.shape[1]:
+        cells = np.concatenate([batch.op_cell, batch.src_cell])
+        owner = np.concatenate([batch.op_txn, np.repeat(batch.op_txn, batch.src_ptr[1:]
+                                                        - batch.src_ptr[:-1])])
+        o = np.argsort(cells, kind="stable")
+        c, g = cells[o], batch.txn_group[owner[o]]
+        if bool(np.any((c[1:] == c[:-1]) & (g[1:] != g[:-1]))):
             self.nested_fallbacks += 1
             return self._run(batch, refused, self.scheduler)
         n = batch.num_txns
