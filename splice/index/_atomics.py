@@ -7,9 +7,11 @@ parallel join: the PIM-Tree partition locks and the node pool's bump allocator.
 
 from __future__ import annotations
 
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from splice.index._jit import kernel
 
 __all__ = ["atomic_cas", "atomic_add", "atomic_load", "atomic_store", "spin_lock", "spin_unlock"]
 
@@ -59,20 +61,20 @@ def atomic_store(typingctx, ary, idx, value):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def atomic_load(ary, idx):
     """Read ``ary[idx]`` atomically (adds zero)."""
     return atomic_add(ary, idx, 0)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def spin_lock(locks, i):
     """Acquire spin lock ``locks[i]`` (0 free, 1 held)."""
     while atomic_cas(locks, i, 0, 1) != 0:
         pass
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def spin_unlock(locks, i):
     """Release spin lock ``locks[i]``."""
     atomic_store(locks, i, 0)

@@ -22,9 +22,9 @@ nodes are free before an insert; the kernels never allocate.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from splice.index._atomics import atomic_add
+from splice.index._jit import kernel
 
 __all__ = [
     "NODE_WIDTH",
@@ -63,13 +63,13 @@ def new_pool(capacity: int, trees: int, dtype: np.dtype) -> tuple:
     return keys, poss, child, cnt, nxt, prv, pmeta, tmeta
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def nodes_free(pmeta: np.ndarray) -> int:
     """Nodes that can still be allocated."""
     return pmeta[P_CAP] - pmeta[P_BUMP] + pmeta[P_NFREE]
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _alloc(pmeta, nxt, prv, cnt, atomic):
     f = pmeta[P_FREE]
     if atomic:
@@ -88,19 +88,19 @@ def _alloc(pmeta, nxt, prv, cnt, atomic):
     return n
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _free(pmeta, nxt, n):
     nxt[n] = pmeta[P_FREE]
     pmeta[P_FREE] = n
     pmeta[P_NFREE] += 1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _less(k1, p1, k2, p2):
     return k1 < k2 or (k1 == k2 and p1 < p2)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _route(keys, poss, cnt, n, k, p):
     # child slot of inner node n for entry (k, p): last slot whose separator <= (k, p)
     lo = 1
@@ -114,9 +114,9 @@ def _route(keys, poss, cnt, n, k, p):
     return lo - 1
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def bpt_insert(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path, atomic=False):
-    """Insert entry ``(k, p)`` into tree ``t``; ``path`` is scratch of >= 2*64 int64.
+    """Insert entry ``(k, p)`` into tree ``t``; ``path`` is scratch of >= 128 int64.
 
     ``atomic``: other threads insert into other trees of the pool at the same time (the caller
     holds tree ``t``'s lock); nodes then come from an atomic bump pointer.
@@ -210,7 +210,7 @@ def bpt_insert(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path, at
     tmeta[t, T_HEIGHT] = height + 1
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def bpt_delete(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path):
     """Delete entry ``(k, p)`` from tree ``t``; return 1 when it was there, else 0."""
     root = tmeta[t, T_ROOT]
@@ -280,7 +280,7 @@ def bpt_delete(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path):
     return 1
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def bpt_search(keys, poss, child, cnt, nxt, tmeta, t, lo, hi, plo, phi, out, n_out):
     """Append to ``out`` the positions in ``[plo, phi]`` of tree ``t`` entries with key in
     ``[lo, hi]``, in key order; return the new count, or ``-1`` when ``out`` is full."""
@@ -325,7 +325,7 @@ def bpt_search(keys, poss, child, cnt, nxt, tmeta, t, lo, hi, plo, phi, out, n_o
     return n_out
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def bpt_first_leaf(child, tmeta, t):
     """The leftmost leaf of tree ``t`` (``-1`` when empty): the start of its sorted leaf chain."""
     n = tmeta[t, T_ROOT]
@@ -336,25 +336,27 @@ def bpt_first_leaf(child, tmeta, t):
     return n
 
 
-@njit(cache=True, nogil=True)
-def bpt_free_tree(child, cnt, nxt, pmeta, tmeta, t):
-    """Return every node of tree ``t`` to the pool's free list; the tree becomes empty."""
+@kernel()
+def bpt_free_tree(child, cnt, nxt, pmeta, tmeta, t, path):
+    """Return every node of tree ``t`` to the pool's free list; the tree becomes empty.
+
+    ``path`` is scratch of >= 1024 int64 (a depth-first stack in its upper part).
+    """
     root = tmeta[t, T_ROOT]
     if root >= 0:
-        stack = np.empty(64 * (tmeta[t, T_HEIGHT] + 1) * 64, np.int64)
-        top = 0
-        stack[0] = root
+        base = 128
+        half = (path.shape[0] - base) // 2
+        path[base] = root
+        path[base + half] = tmeta[t, T_HEIGHT]
         top = 1
-        levels = np.empty(stack.shape[0], np.int64)
-        levels[0] = tmeta[t, T_HEIGHT]
         while top > 0:
             top -= 1
-            n = stack[top]
-            h = levels[top]
+            n = path[base + top]
+            h = path[base + half + top]
             if h > 1:
                 for j in range(cnt[n]):
-                    stack[top] = child[n, j]
-                    levels[top] = h - 1
+                    path[base + top] = child[n, j]
+                    path[base + half + top] = h - 1
                     top += 1
             _free(pmeta, nxt, n)
     tmeta[t, T_ROOT] = -1
@@ -362,7 +364,7 @@ def bpt_free_tree(child, cnt, nxt, pmeta, tmeta, t):
     tmeta[t, T_SIZE] = 0
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def bpt_reset(pmeta, tmeta):
     """Empty every tree of the pool and the pool itself (O(trees))."""
     pmeta[P_FREE] = -1
@@ -374,7 +376,7 @@ def bpt_reset(pmeta, tmeta):
         tmeta[t, T_SIZE] = 0
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def bpt_insert_many(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, ks, ps, start, path):
     """Insert ``(ks[i], ps[i])`` from ``start``; return where it stopped for lack of nodes."""
     for i in range(start, ks.shape[0]):
@@ -384,7 +386,7 @@ def bpt_insert_many(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, ks, ps, s
     return ks.shape[0]
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def bpt_delete_many(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, ks, ps, path):
     """Delete each ``(ks[i], ps[i])``; return how many were found."""
     found = 0

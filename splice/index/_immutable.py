@@ -10,7 +10,7 @@ each level's offset and entry count; the top level has one node (the root, depth
 
 from __future__ import annotations
 
-from numba import njit
+from splice.index._jit import kernel
 
 __all__ = [
     "LEAF_SIZE",
@@ -56,7 +56,7 @@ def ibt_levels(n: int) -> int:
     return levels
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def ibt_build(ks, n, inner, loff, lcnt):
     """Build the inner levels over the sorted ``ks[:n]``; return the number of inner levels."""
     if n == 0:
@@ -81,7 +81,7 @@ def ibt_build(ks, n, inner, loff, lcnt):
         lvl += 1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _child(inner, base, m, lo):
     # last entry c of the node (entries base..base+m-1) with entry < lo; 0 when none
     a = 1
@@ -95,7 +95,7 @@ def _child(inner, base, m, lo):
     return a - 1
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo):
     """Index of the first entry with key >= ``lo`` (``n`` when none)."""
     if n == 0:
@@ -111,7 +111,7 @@ def ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo):
     return i
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def ibt_search(ks, ps, n, inner, loff, lcnt, nlev, lo, hi, plo, phi, out, n_out):
     """Append the positions in ``[plo, phi]`` of entries with key in ``[lo, hi]``; return the new
     count, or ``-1`` when ``out`` is full."""
@@ -130,7 +130,7 @@ def ibt_search(ks, ps, n, inner, loff, lcnt, nlev, lo, hi, plo, phi, out, n_out)
     return n_out
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def ibt_route(inner, loff, lcnt, nlev, depth, k):
     """Node index at ``depth`` (root = 0) whose subtree holds key ``k`` on a descent."""
     node = 0

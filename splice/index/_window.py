@@ -14,6 +14,7 @@ branch per tuple, not a separate compilation). A state is a tuple of arrays:
  15   ``meta``: the scalars below
  16   ``path``: scratch for tree descents
  17   ``cfirst``: first position of the link in each chain slot
+18-19 ``mk``, ``mp``: the IM/PIM-Tree merge buffer (as large as ``T_S``)
 ====  =====================================================================================
 
 Positions are the stream's arrival numbers 0, 1, 2, ...; the window after ``NEXT`` arrivals is
@@ -22,9 +23,6 @@ filtered out of searches by position and dropped at link disposal or merge.
 """
 
 from __future__ import annotations
-
-import numpy as np
-from numba import njit
 
 from splice.index._bptree import (
     bpt_delete,
@@ -36,6 +34,7 @@ from splice.index._bptree import (
     nodes_free,
 )
 from splice.index._immutable import FANOUT, ibt_build, ibt_route, ibt_search
+from splice.index._jit import kernel
 
 __all__ = [
     "NLWJ",
@@ -64,7 +63,7 @@ __all__ = [
     "idx_insert_many",
     "idx_search_many",
     "im_merge",
-    "merge_collect",
+    "merge_into",
     "merge_install",
     "join_run",
     "sort_small",
@@ -89,31 +88,33 @@ M_POOLMIN = 13  # free nodes required before an insert
 META_LEN = 16
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def sort_small(a, lo, hi):
-    """Sort ``a[lo:hi]`` in place (insertion sort when short)."""
+    """Sort ``a[lo:hi]`` in place (shell sort; insertion sort when short)."""
     m = hi - lo
     if m < 2:
         return
-    if m > 24:
-        a[lo:hi].sort()
-        return
-    for i in range(lo + 1, hi):
-        v = a[i]
-        j = i - 1
-        while j >= lo and a[j] > v:
-            a[j + 1] = a[j]
-            j -= 1
-        a[j + 1] = v
+    gap = 1
+    while gap < m // 3:
+        gap = 3 * gap + 1  # Knuth's gaps: a shell sort, insertion sort when short
+    while gap >= 1:
+        for i in range(lo + gap, hi):
+            v = a[i]
+            j = i - gap
+            while j >= lo and a[j] > v:
+                a[j + gap] = a[j]
+                j -= gap
+            a[j + gap] = v
+        gap //= 3
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _pim_boundary(st, q):
     meta = st[15]
     return st[10][0, st[11][0, meta[M_PLEVEL]] + q * FANOUT]
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _pim_route(st, k):
     meta = st[15]
     if meta[M_NPART] <= 1:
@@ -123,19 +124,23 @@ def _pim_route(st, k):
     return ibt_route(st[10][0], st[11][0], st[12][0], nlev, nlev - 1 - meta[M_PLEVEL], k)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def idx_search(st, lo, hi, plo, phi, out, n_out):
     """Append positions in ``[plo, phi]`` whose key is in ``[lo, hi]``; ``-1`` when ``out`` is full.
 
     Order: window order for NLWJ, key order per component otherwise (callers sort by position).
     """
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
     kind = meta[M_KIND]
     if kind == NLWJ:
         r = ring.shape[0]
         cap = out.shape[0]
+        slot = plo % r
         for pos in range(plo, phi + 1):
-            v = ring[pos % r]
+            v = ring[slot]
+            slot += 1
+            if slot == r:
+                slot = 0
             if v >= lo and v <= hi:
                 if n_out >= cap:
                     return -1
@@ -182,71 +187,65 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
     return n_out
 
 
-@njit(cache=True, nogil=True)
-def merge_collect(st, lo):
-    """The entries of ``T_S`` and ``T_I`` at positions >= ``lo``, merged in ``(key, pos)`` order."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+@kernel()
+def merge_into(st, out_k, out_p, lo):
+    """Write the entries of ``st``'s ``T_S`` and ``T_I`` at positions >= ``lo`` into
+    ``out_k``/``out_p`` in ``(key, pos)`` order (one pass over ``T_S`` and the leaf chains of
+    the ``T_I`` partitions, in partition order); return their count."""
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
     parts = max(meta[M_NPART], 1)
-    nti = 0
-    for q in range(parts):
-        nti += tm[q, 2]
-    tk = np.empty(nti, sk.dtype)
-    tp = np.empty(nti, np.int64)
-    m = 0
-    for q in range(parts):
-        n = bpt_first_leaf(pc, tm, q)
-        while n >= 0:
-            for j in range(pn[n]):
-                if pp[n, j] >= lo:
-                    tk[m] = pk[n, j]
-                    tp[m] = pp[n, j]
-                    m += 1
-            n = nx[n]
     ns = sm[0, 0]
-    ok = np.empty(ns + m, sk.dtype)
-    op = np.empty(ns + m, np.int64)
+    s_k = sk[0]
+    s_p = sp[0]
+    cap = out_k.shape[0]
     i = 0
-    j = 0
     o = 0
-    s_k = sk[0]
-    s_p = sp[0]
-    while i < ns or j < m:
-        if i < ns and s_p[i] < lo:
-            i += 1
-            continue
-        take_s = False
-        if j >= m:
-            take_s = True
-        elif i < ns:
-            a = s_k[i]
-            b = tk[j]
-            take_s = a < b or (a == b and s_p[i] < tp[j])
-        if take_s:
-            ok[o] = s_k[i]
-            op[o] = s_p[i]
-            i += 1
-        else:
-            ok[o] = tk[j]
-            op[o] = tp[j]
+    q = 0
+    n = bpt_first_leaf(pc, tm, 0)
+    j = 0
+    while True:
+        # next live T_I entry (partition q, leaf n, slot j)
+        while True:
+            while n >= 0 and j >= pn[n]:
+                n = nx[n]
+                j = 0
+            if n < 0:
+                q += 1
+                if q >= parts:
+                    break
+                n = bpt_first_leaf(pc, tm, q)
+                j = 0
+                continue
+            if pp[n, j] >= lo:
+                break
             j += 1
+        while i < ns and s_p[i] < lo:
+            i += 1
+        has_t = n >= 0
+        if i >= ns and not has_t:
+            return o
+        if has_t and (i >= ns or pk[n, j] < s_k[i] or (pk[n, j] == s_k[i] and pp[n, j] < s_p[i])):
+            kk = pk[n, j]
+            kp = pp[n, j]
+            j += 1
+        else:
+            kk = s_k[i]
+            kp = s_p[i]
+            i += 1
+        if o >= cap:
+            return -1
+        out_k[o] = kk
+        out_p[o] = kp
         o += 1
-    return ok[:o], op[:o]
 
 
-@njit(cache=True, nogil=True)
-def merge_install(st, ok, op):
-    """Make the sorted ``(ok, op)`` the new ``T_S`` of ``st``, empty ``T_I`` and re-derive the
-    PIM-Tree partitions from the new ``T_S``."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
-    o = ok.shape[0]
-    s_k = sk[0]
-    s_p = sp[0]
-    if o > s_k.shape[0]:
-        raise ValueError("T_S capacity exceeded at merge")
-    s_k[:o] = ok
-    s_p[:o] = op
+@kernel()
+def merge_install(st, o):
+    """``T_S`` of ``st`` now holds ``o`` sorted entries: build its inner levels, empty ``T_I``
+    and re-derive the PIM-Tree partitions from the new ``T_S``."""
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
     sm[0, 0] = o
-    nlev = ibt_build(s_k, o, si[0], sl[0], sc[0])
+    nlev = ibt_build(sk[0], o, si[0], sl[0], sc[0])
     sm[0, 1] = nlev
     bpt_reset(pm, tm)
     parts = 1
@@ -260,17 +259,28 @@ def merge_install(st, ok, op):
     meta[M_MERGES] += 1
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def im_merge(st, lo):
-    """Merge ``T_I`` into ``T_S``, dropping entries before position ``lo``; re-derive partitions."""
-    ok, op = merge_collect(st, lo)
-    merge_install(st, ok, op)
+    """Merge ``T_I`` into ``T_S``, dropping entries before position ``lo``; re-derive partitions.
+    Returns ``False`` when ``T_S`` is too small (callers size it so that this cannot happen)."""
+    mk = st[18]
+    mp = st[19]
+    o = merge_into(st, mk, mp, lo)
+    if o < 0 or o > st[8].shape[1]:
+        return False
+    sk = st[8]
+    sp = st[9]
+    for i in range(o):
+        sk[0, i] = mk[i]
+        sp[0, i] = mp[i]
+    merge_install(st, o)
+    return True
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _chain_archive(st, s):
     # IB-chain: convert the B+-Tree of slot s into the slot's immutable B+-Tree
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
     n = bpt_first_leaf(pc, tm, s)
     o = 0
     while n >= 0:
@@ -281,13 +291,13 @@ def _chain_archive(st, s):
         n = nx[n]
     sm[s, 0] = o
     sm[s, 1] = ibt_build(sk[s], o, si[s], sl[s], sc[s])
-    bpt_free_tree(pc, pn, nx, pm, tm, s)
+    bpt_free_tree(pc, pn, nx, pm, tm, s, path)
 
 
-@njit(cache=True, nogil=True)
+@kernel(inline="always")
 def idx_insert(st, k):
     """Append key ``k`` to the window (position ``NEXT``), expiring the oldest entry when full."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
     kind = meta[M_KIND]
     w = meta[M_W]
     p = meta[M_NEXT]
@@ -319,7 +329,7 @@ def idx_insert(st, k):
             if cfirst[(h + 1) % slots] > lo:
                 break
             if kind == BCHAIN:
-                bpt_free_tree(pc, pn, nx, pm, tm, h)
+                bpt_free_tree(pc, pn, nx, pm, tm, h, path)
             sm[h, 0] = 0
             sm[h, 1] = 0
             meta[M_CHEAD] = (h + 1) % slots
@@ -329,10 +339,11 @@ def idx_insert(st, k):
     bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, q, k, p, path)
     meta[M_TISIZE] += 1
     if meta[M_TISIZE] >= meta[M_THRESH]:
-        im_merge(st, p + 1 - w)
+        if not im_merge(st, p + 1 - w):
+            raise ValueError("IM/PIM-Tree: T_S capacity exceeded at merge")
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def idx_insert_many(st, keys, start):
     """Insert ``keys[start:]``; return how many were inserted before the pool ran low."""
     pm = st[6]
@@ -344,7 +355,7 @@ def idx_insert_many(st, keys, start):
     return keys.shape[0]
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def idx_search_many(st, los, his, plo, phi, out_i, out_p, start, n_out):
     """Search each ``[los[i], his[i]]``; matches as (query index, position), positions ascending
     per query. Returns ``(next query, count, full)`` — ``full`` when ``out`` ran out of room."""
@@ -362,7 +373,7 @@ def idx_search_many(st, los, his, plo, phi, out_i, out_p, start, n_out):
     return los.shape[0], n_out, False
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def join_run(keys, start, lo_off, hi_off, other, own, self_join, out_i, out_p, n_out):
     """IBWJ over ``keys[start:]``, tuples of the stream that ``own`` indexes, in arrival order.
 

@@ -47,7 +47,7 @@ class BPlusTree:
         if self.dtype not in (np.dtype(np.int64), np.dtype(np.float64)):
             raise PlanError(f"B+-Tree keys are int64 or float64, got {self.dtype}")
         self._pool = new_pool(capacity, 1, self.dtype)
-        self._path = np.zeros(128, np.int64)
+        self._path = np.zeros(1024, np.int64)
 
     def _grow(self) -> None:
         old = self._pool

@@ -149,8 +149,10 @@ class WindowIndex:
             np.zeros((slots, 2), np.int64),
             np.zeros(w + int(ring_slack), dt),
             meta,
-            np.zeros(2 * 64, np.int64),
+            np.zeros(1024, np.int64),
             np.zeros(slots, np.int64),
+            np.zeros(cap if code in (IMTREE, PIMTREE) else 1, dt),
+            np.zeros(cap if code in (IMTREE, PIMTREE) else 1, np.int64),
         ]
         self.state: tuple = tuple(self._pool + self._rest)
 

@@ -6,12 +6,10 @@ the loop walks a mixed sequence, picking each tuple's own and opposite window by
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
-
 from splice.index._atomics import atomic_load, atomic_store, spin_lock, spin_unlock
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
+from splice.index._jit import kernel
 from splice.index._window import (
     M_KIND,
     M_NEXT,
@@ -40,7 +38,7 @@ __all__ = [
 LOW_LEFT_POOL, LOW_RIGHT_POOL, OUT_FULL = 1, 3, 2
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out):
     """IBWJ over ``(sides[g], keys[g])`` from ``g = start``, in arrival order.
 
@@ -88,7 +86,7 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
 # --------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _par_search(st, locks, lo, hi, plo, phi, out, n_out):
     # T_S is immutable while tasks run: no lock. T_I partitions: one lock each, held per tree.
     sk, sp, si, sl, sc, sm = st[8], st[9], st[10], st[11], st[12], st[13]
@@ -112,7 +110,7 @@ def _par_search(st, locks, lo, hi, plo, phi, out, n_out):
     return n_out
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _par_insert(st, locks, k, p, path):
     q = _pim_route(st, k)
     spin_lock(locks, q)
@@ -120,21 +118,19 @@ def _par_insert(st, locks, k, p, path):
     spin_unlock(locks, q)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st_l, st_r,
-             locks_l, locks_r, ring_l, ring_r, flags_l, flags_r, edge, allow, path, cap):
+             locks_l, locks_r, ring_l, ring_r, flags_l, flags_r, edge, allow, path, out_g, out_p,
+             n_out, ins):
     """Result generation and index update for the tuples ``g0 .. g1-1`` of one task.
 
     A tuple of side ``s`` probes the opposite window ``o`` between ``t_e`` and ``t_l``: the index
     for positions before the edge tuple (read once, a possibly stale but safe value), a linear
     scan of the window from the edge to ``t_l``. Then, when ``allow[s]`` (no merge phase 1 on
-    its window), it enters its own index and is flagged indexed. Returns ``(g, partner, inserted
-    per side, status)``; status 1: a node pool ran low (the join cannot continue).
+    its window), it enters its own index and is flagged indexed (``ins[s]`` counts them).
+    Returns ``(next g, count, status)``; status 2: ``out`` is full (grow it and resume at
+    ``next g``), 1: a node pool ran low (the join cannot continue).
     """
-    out_g = np.empty(cap, np.int64)
-    out_p = np.empty(cap, np.int64)
-    n_out = 0
-    ins = np.zeros(2, np.int64)
     for g in range(g0, g1):
         s = sides[g]
         o = s if self_join else 1 - s
@@ -149,46 +145,42 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
         if tl >= te:
             e = atomic_load(edge, o)
             m0 = n_out
-            while True:
-                r = n_out
-                if e > te:
-                    r = _par_search(other, olocks, klo, khi, te, min(tl, e - 1), out_p, n_out)
-                if r >= 0:
-                    sort_small(out_p, m0, r)
-                    rr = oring.shape[0]
-                    for p in range(max(e, te), tl + 1):
-                        v = oring[p % rr]
-                        if v >= klo and v <= khi:
-                            if r >= out_p.shape[0]:
-                                r = -1
-                                break
-                            out_p[r] = p
-                            r += 1
-                if r >= 0:
-                    n_out = r
-                    break
-                cap = 2 * out_p.shape[0]
-                ng = np.empty(cap, np.int64)
-                npp = np.empty(cap, np.int64)
-                ng[:m0] = out_g[:m0]
-                npp[:m0] = out_p[:m0]
-                out_g = ng
-                out_p = npp
+            r = n_out
+            if e > te:
+                r = _par_search(other, olocks, klo, khi, te, min(tl, e - 1), out_p, n_out)
+            if r < 0:
+                return g, m0, OUT_FULL
+            sort_small(out_p, m0, r)
+            rr = oring.shape[0]
+            start = max(e, te)
+            slot = start % rr
+            cap = out_p.shape[0]
+            for p in range(start, tl + 1):
+                v = oring[slot]
+                slot += 1
+                if slot == rr:
+                    slot = 0
+                if v >= klo and v <= khi:
+                    if r >= cap:
+                        return g, m0, OUT_FULL
+                    out_p[r] = p
+                    r += 1
+            n_out = r
             for j in range(m0, n_out):
                 out_g[j] = g
         if allow[s]:
             own = st_l if s == 0 else st_r
             if nodes_free(own[6]) < own[15][M_POOLMIN]:
-                return out_g[:n_out], out_p[:n_out], ins, 1
+                return g, n_out, 1
             olk = locks_l if s == 0 else locks_r
             _par_insert(own, olk, x, pos[g], path)
             fl = flags_l if s == 0 else flags_r
             atomic_store(fl, pos[g] % fl.shape[0], 1)
             ins[s] += 1
-    return out_g[:n_out], out_p[:n_out], ins, 0
+    return g1, n_out, 0
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def par_insert_range(st, locks, ring, flags, p0, p1, path):
     """Merge phase 2: insert positions ``p0 .. p1`` not yet indexed (the pending updates)."""
     r = ring.shape[0]
@@ -203,7 +195,7 @@ def par_insert_range(st, locks, ring, flags, p0, p1, path):
     return n
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def advance_edge(flags, edge, s, limit):
     """Move stream ``s``'s edge tuple past the indexed positions (below ``limit``)."""
     e = edge[s]
@@ -219,7 +211,7 @@ def advance_edge(flags, edge, s, limit):
 # --------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def rr_run(start, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, part, parts,
            st_l, st_r, out_g, out_p, n_out):
     """One thread of the round-robin join: every tuple probes partition ``part`` of the

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from splice.core.errors import InternalError
-from splice.index._window import M_NEXT, M_THRESH, im_merge, merge_collect, merge_install
+from splice.index._window import M_NEXT, M_THRESH, im_merge, merge_install, merge_into
 from splice.index.window import IndexKind, WindowIndex
 from splice.joins._band_kernels import (
     LOW_LEFT_POOL,
@@ -226,7 +226,7 @@ class TaskQueueJoin:
                 np.concatenate([o[1] for o in run.output]))
 
     def _worker(self, run: _Run) -> None:
-        path = np.zeros(128, np.int64)
+        path = np.zeros(1024, np.int64)
         try:
             self._loop(run, path)
         except BaseException as exc:  # surfaced by the thread that started the run
@@ -256,17 +256,28 @@ class TaskQueueJoin:
             g0 = t * run.task_size
             g1 = min(run.n, g0 + run.task_size)
             # 2. + 3. result generation and index update (GIL released)
-            g, p, ins, status = par_task(
-                g0, g1, self._sides, self._keys, self._pos, self._t_e, self._t_l,
-                self.offs_lo, self.offs_hi, self.self_join, st_l, st_r, locks_l, locks_r,
-                self.rings[0], self.rings[-1], self.flags[0], self.flags[-1], self.edge, allow,
-                path, max(64, 4 * (g1 - g0)),
-            )
-            if status:
-                raise InternalError("parallel band join: a T_I node pool ran out")
+            cap = max(64, 4 * (g1 - g0))
+            out_g = np.empty(cap, np.int64)
+            out_p = np.empty(cap, np.int64)
+            ins = np.zeros(2, np.int64)
+            g, m = g0, 0
+            while True:
+                g, m, status = par_task(
+                    g, g1, self._sides, self._keys, self._pos, self._t_e, self._t_l,
+                    self.offs_lo, self.offs_hi, self.self_join, st_l, st_r, locks_l, locks_r,
+                    self.rings[0], self.rings[-1], self.flags[0], self.flags[-1], self.edge,
+                    allow, path, out_g, out_p, m, ins,
+                )
+                if status == 0:
+                    break
+                if status != OUT_FULL:
+                    raise InternalError("parallel band join: a T_I node pool ran out")
+                cap *= 2
+                out_g = np.concatenate([out_g[:m], np.empty(cap - m, np.int64)])
+                out_p = np.concatenate([out_p[:m], np.empty(cap - m, np.int64)])
             claim = -1
             with run.cond:
-                run.results[t] = (g, p)
+                run.results[t] = (out_g[:m], out_p[:m])
                 run.status[t] = COMPLETED
                 run.active -= 1
                 for s in range(n_streams):
@@ -319,7 +330,8 @@ class TaskQueueJoin:
                 run.blocked -= 1
                 run.cond.notify_all()
         if self.blocking:
-            im_merge(ix.state, lo)
+            if not im_merge(ix.state, lo):
+                raise InternalError("parallel band join: T_S capacity exceeded at merge")
             with self.edge_lock:  # every assigned tuple was indexed before the merge
                 advance_edge(self.flags[s], self.edge, s, self.limits[s])
             with run.cond:
@@ -330,8 +342,10 @@ class TaskQueueJoin:
                 run.cond.notify_all()
             return
         spare = self.spare[s] or self._make(s)
-        ok, op = merge_collect(ix.state, lo)
-        merge_install(spare.state, ok, op)
+        o = merge_into(ix.state, spare.state[8][0], spare.state[9][0], lo)
+        if o < 0:
+            raise InternalError("parallel band join: T_S capacity exceeded at merge")
+        merge_install(spare.state, o)
         with run.cond:  # phase 2
             run.blocked += 1
             while run.active:
