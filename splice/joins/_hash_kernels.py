@@ -649,15 +649,17 @@ def q3_fast_sequence(  # type: ignore[no-untyped-def]
     c_ring, c_keys, c_nxt, c_head, c_tail, shift_c,
     o_ring, o_keys, o_nxt, o_head, o_tail, shift_o,
     l_ring, l_keys, l_nxt, l_head, l_tail, shift_l,
-    agg_rev, agg_hit, ring_pos,
+    agg_rev, agg_hit, ring_pos, lifo,
 ):
     """:func:`q3_hbsj_sequence` with fast-index stages, written out in one loop body.
 
     The same semantics and results; every chain walk, expiry and insert is inline (helper calls
     that take many arrays cost reference counting per call). Q3's keys are never null, so the
     validity arrays are not kept. ``ring_pos`` holds each stage's next ring position (tuple
-    ``r`` sits at ``r mod cap``; carried across calls instead of dividing per tuple). Returns
-    the number of join results.
+    ``r`` sits at ``r mod cap``; carried across calls instead of dividing per tuple). With
+    ``lifo`` (unbounded windows: nothing expires, and the aggregate does not depend on match
+    order) chains are prepended and the tail arrays are not used. Returns the number of join
+    results.
     """
     cap_c = c_ring.shape[0]
     cap_o = o_ring.shape[0]
@@ -698,14 +700,18 @@ def q3_fast_sequence(  # type: ignore[no-untyped-def]
                     c_tail[0, b] = -1
             c_ring[pos] = r
             c_keys[0, pos] = k
-            c_nxt[0, pos] = -1
             b = fx_bucket(k, shift_c)
-            t = c_tail[0, b]
-            if t == -1:
+            if lifo:
+                c_nxt[0, pos] = c_head[0, b]
                 c_head[0, b] = pos
             else:
-                c_nxt[0, t] = pos
-            c_tail[0, b] = pos
+                c_nxt[0, pos] = -1
+                t = c_tail[0, b]
+                if t == -1:
+                    c_head[0, b] = pos
+                else:
+                    c_nxt[0, t] = pos
+                c_tail[0, b] = pos
         elif side == 1:
             ck = o_ckey[r]
             ok = o_okey[r]
@@ -740,14 +746,18 @@ def q3_fast_sequence(  # type: ignore[no-untyped-def]
             o_keys[0, pos] = ck
             o_keys[1, pos] = ok
             for a in range(2):
-                o_nxt[a, pos] = -1
                 b = fx_bucket(o_keys[a, pos], shift_o)
-                t = o_tail[a, b]
-                if t == -1:
+                if lifo:
+                    o_nxt[a, pos] = o_head[a, b]
                     o_head[a, b] = pos
                 else:
-                    o_nxt[a, t] = pos
-                o_tail[a, b] = pos
+                    o_nxt[a, pos] = -1
+                    t = o_tail[a, b]
+                    if t == -1:
+                        o_head[a, b] = pos
+                    else:
+                        o_nxt[a, t] = pos
+                    o_tail[a, b] = pos
         else:
             k = l_okey[r]
             rv = l_rev[r]
@@ -776,14 +786,18 @@ def q3_fast_sequence(  # type: ignore[no-untyped-def]
                     l_tail[0, b] = -1
             l_ring[pos] = r
             l_keys[0, pos] = k
-            l_nxt[0, pos] = -1
             b = fx_bucket(k, shift_l)
-            t = l_tail[0, b]
-            if t == -1:
+            if lifo:
+                l_nxt[0, pos] = l_head[0, b]
                 l_head[0, b] = pos
             else:
-                l_nxt[0, t] = pos
-            l_tail[0, b] = pos
+                l_nxt[0, pos] = -1
+                t = l_tail[0, b]
+                if t == -1:
+                    l_head[0, b] = pos
+                else:
+                    l_nxt[0, t] = pos
+                l_tail[0, b] = pos
     ring_pos[0] = pos_c
     ring_pos[1] = pos_o
     ring_pos[2] = pos_l

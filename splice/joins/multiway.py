@@ -306,9 +306,10 @@ def q3_stream_join(
             # memory a probe touches: unbounded stages hold whole streams)
             nb = table_size or max(16, 2 * w if window is not None else w)
             nb = 1 << (nb - 1).bit_length()
+            tail = np.full((n_attrs, nb if window is not None else 1), -1, np.int32)
             stages.append((np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
                            np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32),
-                           np.full((n_attrs, nb), -1, np.int32), 64 - (nb.bit_length() - 1)))
+                           tail, 64 - (nb.bit_length() - 1)))
         mode = 0
     else:
         hb = [HBSJIndex(1, wins[0], table_size), HBSJIndex(2, wins[1], table_size),
@@ -326,7 +327,7 @@ def q3_stream_join(
         if mode == 0:
             results += q3_fast_sequence(  # type: ignore[call-arg]
                 sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
-                *stages[0], *stages[1], *stages[2], agg_rev, agg_hit, ring_pos,
+                *stages[0], *stages[1], *stages[2], agg_rev, agg_hit, ring_pos, window is None,
             )
             continue
         results += q3_hbsj_sequence(  # type: ignore[call-arg]
