@@ -2,7 +2,8 @@
 
 ``python -m benchmarks.q1_vs_duckdb --sf 1`` loads lineitem once (tpchgen-cli cache), then for
 each variant asserts that splice's answer equals DuckDB's (same types, same row order) and
-prints one JSON line with the median seconds of ``--runs`` runs of each and their ratio:
+prints one JSON line with the median seconds of ``--runs`` runs of each (interleaved, so both
+see the same background load; the 1-minute load average is reported too) and their ratio:
 
 * ``q1_select_groupby_orderby`` — Select → GroupBy → OrderBy, as ``tpch_queries.q1()`` builds;
 * ``q1_groupby_where_orderby`` — the selection pushed into the GroupBy (``where=``), so the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -58,13 +60,16 @@ def run_chain(specs: Sequence[OperatorSpec], batches: list[pa.RecordBatch], sche
     return pa.Table.from_batches(result, schema=s)
 
 
-def median_time(fn: Callable[[], object], runs: int) -> float:
-    times = []
+def median_times(fns: Sequence[Callable[[], object]], runs: int) -> list[float]:
+    """Median seconds of each of ``fns``, run round-robin so that all see the same background
+    load (the machine is shared)."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -112,8 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         got, want = splice_run(), duck_run()
         if not got.equals(want):
             raise SystemExit(f"{name}: splice's answer differs from DuckDB's\n{got}\n{want}")
-        splice_s = median_time(splice_run, args.runs)
-        duckdb_s = median_time(duck_run, args.runs)
+        splice_s, duckdb_s = median_times([splice_run, duck_run], args.runs)
         print(json.dumps({
             "bench": name,
             "sf": args.sf,
@@ -124,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "duckdb_s": round(duckdb_s, 4),
             "ratio": round(splice_s / duckdb_s, 3),
             "duckdb_threads": threads[0] if threads else None,
+            "load_avg_1m": round(os.getloadavg()[0], 2),
         }), flush=True)
 
 
