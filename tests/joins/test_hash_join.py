@@ -341,3 +341,22 @@ def test_cli_time_window_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "k", "--out", out]) == 2
     err = capsys.readouterr().err
     assert ">= 1" in err and "'zz' is missing" in err and "--window N" in err
+
+
+def test_time_window_operator_contract() -> None:
+    """Snapshot/restore at every record, empty batches, reordered columns, with watermarks."""
+    rng = np.random.default_rng(11)
+    recs: list = []
+    seen = [0, 0]
+    for i in range(40):
+        side = int(rng.integers(0, 2))
+        t = int(seen[side] + rng.integers(0, 4))
+        seen[side] = t
+        b = pa.record_batch({"k": pa.array([int(rng.integers(0, 3))], pa.int64()), "id": [i], "t": [t]},
+                            schema=TSCHEMA)
+        recs.append(Data(L if side == 0 else R, b))
+        if i % 5 == 4:
+            recs.append(Watermark(L if side == 0 else R, t - 2))
+    spec = HashWindowJoin(L, R, "k", TimeWindow(3, "t"))
+    got = check_operator(spec, {L: TSCHEMA, R: TSCHEMA}, recs)
+    assert got.num_rows > 0
