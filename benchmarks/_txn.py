@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from splice.txn.command import _warm, run_workload
+from splice.txn.command import run_workload, warm_kernels
 from splice.txn.memory import keep_freed_memory
 from splice.workloads.txn_apps import TxnWorkload, make_app
 
@@ -16,7 +16,7 @@ def prepare(app: str, threads: int, schedulers: list[str]) -> None:
     """Allocator tuning and kernel loading, outside every timed region."""
     keep_freed_memory()
     for s in schedulers:
-        _warm(app, TxnWorkload(keys=64), "auto" if s == "nested" else s, threads, 0.0)
+        warm_kernels(app, TxnWorkload(keys=64), "auto" if s == "nested" else s, threads, 0.0)
 
 
 def measure(app: str, w: TxnWorkload, scheduler: str, threads: int, complexity: float = 0.0,

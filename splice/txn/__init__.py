@@ -1,6 +1,17 @@
 """Transactions over streams: shared state, the TPG, adaptive schedulers and baselines."""
 
-from splice.txn.engine import BASELINES, BatchResult, TxnEngine
+from splice.txn.api import (
+    Access,
+    EventOutcome,
+    add,
+    read,
+    run_events,
+    sum_write,
+    window_read,
+    write,
+)
+from splice.txn.engine import BASELINES, BatchResult, NonDeterministic, TxnEngine
+from splice.txn.operator import TransactionalOperator
 from splice.txn.ops import (
     ABT,
     ADD,
@@ -25,6 +36,16 @@ from splice.txn.state import StateStore, StateTable
 
 __all__ = [
     "ABT",
+    "Access",
+    "EventOutcome",
+    "NonDeterministic",
+    "TransactionalOperator",
+    "add",
+    "read",
+    "run_events",
+    "sum_write",
+    "window_read",
+    "write",
     "ADD",
     "ALL_STRATEGIES",
     "BASELINES",

@@ -23,7 +23,7 @@ from splice.txn.engine import TIME_KEYS, TxnEngine
 from splice.txn.memory import keep_freed_memory
 from splice.workloads.txn_apps import TxnApp, TxnWorkload, make_app, run_app
 
-__all__ = ["run_txn", "run_workload", "latency_percentiles"]
+__all__ = ["run_txn", "run_workload", "latency_percentiles", "warm_kernels"]
 
 
 def latency_percentiles(lat: list[tuple[float, int]]) -> dict[str, float]:
@@ -40,7 +40,7 @@ def latency_percentiles(lat: list[tuple[float, int]]) -> dict[str, float]:
     return out
 
 
-def _warm(app_name: str, w: TxnWorkload, scheduler: str, threads: int, complexity: float) -> None:
+def warm_kernels(app_name: str, w: TxnWorkload, scheduler: str, threads: int, complexity: float) -> None:
     """Load every compiled kernel before timing (counted as load time)."""
     small = TxnWorkload(events=256, keys=w.keys, punctuation=128, abort_ratio=0.2, seed=w.seed)
     app = make_app(app_name, small)
@@ -96,7 +96,7 @@ def run_txn(args: argparse.Namespace) -> int:
     keep_freed_memory()
     t0 = time.perf_counter()
     app = make_app(args.app, w)
-    _warm(args.app, w, "auto" if args.scheduler == "nested" else args.scheduler, args.threads,
+    warm_kernels(args.app, w, "auto" if args.scheduler == "nested" else args.scheduler, args.threads,
           args.complexity)
     load_seconds = time.perf_counter() - t0
     m = run_workload(app, w, args.scheduler, args.threads, args.complexity)
