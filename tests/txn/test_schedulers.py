@@ -41,7 +41,7 @@ def _check(scheduler: str, threads: int, seed: int, keys: int, skew: float, abor
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**31), keys=st.integers(1, 8), skew=st.sampled_from([0.0, 1.0, 2.0]),
        abort_bias=st.sampled_from([0.0, 0.3, 0.8]), n_txn=st.integers(0, 40))
 def test_equals_serial_reference(scheduler: str, threads: int, seed: int, keys: int, skew: float,
