@@ -4,6 +4,11 @@ Every kernel is ``@njit(cache=True, nogil=True)`` and written so that its ``py_f
 Python twin) computes the same thing on NumPy arrays; the tests run both. Integer arithmetic is
 done in ``int64`` and masked, which wraps identically in numba and is exact in Python.
 
+Kernels that do not allocate are compiled without numba's reference counting (``_nrt=False``):
+with it, every call of a helper taking many arrays increments and decrements each of them
+atomically, which cost more than the hash probes themselves. Scratch buffers come from the
+caller.
+
 Two index layouts, both over one stream's sliding window, with ``K`` indexed attributes sharing
 one ordered window (the Q3 orders stage indexes ``o_custkey`` and ``o_orderkey`` together):
 
@@ -22,6 +27,8 @@ overflow peak size, overflow comparisons, probes.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -46,6 +53,10 @@ __all__ = [
     "N_STATS",
 ]
 
+#: ``njit(cache=True, nogil=True)`` without reference counting, for kernels that never allocate.
+_NO_NRT: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}
+_no_nrt: Any = njit(**_NO_NRT)
+
 M32 = 0xFFFFFFFF
 SEED1 = 0
 SEED2 = 0x9747B28C
@@ -62,12 +73,12 @@ LOC_OVF = 4
 LOC_NONE = 5
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def _rotl32(x: int, r: int) -> int:
     return ((x << r) | (x >> (32 - r))) & M32
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def _mix_block(h: int, k: int) -> int:
     k = (k * 0xCC9E2D51) & M32
     k = _rotl32(k, 15)
@@ -77,7 +88,7 @@ def _mix_block(h: int, k: int) -> int:
     return (h * 5 + 0xE6546B64) & M32
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def murmur3_32(key: int, seed: int) -> int:
     """MurmurHash3_x86_32 of the 8 little-endian bytes of int64 ``key`` (= ``mmh3.hash``, unsigned)."""
     h = seed & M32
@@ -120,14 +131,14 @@ def ring_positions(seqs: np.ndarray, window: int | None, cap: int, pu: int, part
 # --------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def fx_bucket(key: int, shift: int) -> int:
     """Bucket of ``key`` among ``2 ** (64 - shift)`` buckets: Fibonacci hashing, the top bits of
     ``key * FX_MULT`` modulo 2**64 (consecutive keys spread evenly)."""
     return ((key * FX_MULT) >> shift) & ((1 << (64 - shift)) - 1)
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def _fx_expire(pos, ring_seq, keys, valid, nxt, head, tail, shift):  # type: ignore[no-untyped-def]
     for a in range(keys.shape[0]):
         if valid[a, pos]:
@@ -140,7 +151,7 @@ def _fx_expire(pos, ring_seq, keys, valid, nxt, head, tail, shift):  # type: ign
     ring_seq[pos] = -1
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, shift):  # type: ignore[no-untyped-def]
     ring_seq[pos] = seq
     for a in range(keys.shape[0]):
@@ -159,7 +170,7 @@ def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, 
             tail[a, b] = pos
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def fx_update(ring_seq, keys, valid, nxt, head, tail, shift, expire_pos, insert_pos, seqs, new_keys, new_valid):  # type: ignore[no-untyped-def]
     """For each new tuple j: expire the ring position ``expire_pos[j]`` (when >= 0), then store
     tuple j (``seqs[j]``, keys ``new_keys[:, j]``) at ``insert_pos[j]`` (when >= 0)."""
@@ -193,7 +204,7 @@ def drain(kernel, n_items: int, bound: int, *args):  # type: ignore[no-untyped-d
     return np.concatenate(parts_i), np.concatenate(parts_s)
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def fx_probe(ring_seq, keys, nxt, head, shift, attr, pkeys, pvalid, start, out_i, out_s):  # type: ignore[no-untyped-def]
     """(probe index, stored seq) with equal key on attribute ``attr``, per probe oldest first,
     from probe ``start`` on while the buffers have room (resumable: see :func:`drain`)."""
@@ -215,12 +226,12 @@ def fx_probe(ring_seq, keys, nxt, head, shift, attr, pkeys, pvalid, start, out_i
     return n, pkeys.shape[0]
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def fx_join_sequence(  # type: ignore[no-untyped-def]
     sides, seqs, pkeys, pvalid, expire_pos, insert_pos,
     l_ring, l_keys, l_valid, l_nxt, l_head, l_tail,
     r_ring, r_keys, r_valid, r_nxt, r_head, r_tail,
-    shift, start, out_i, out_s,
+    shift, kbuf, vbuf, start, out_i, out_s,
 ):
     """Two-way count-window join over a mixed arrival sequence.
 
@@ -232,8 +243,6 @@ def fx_join_sequence(  # type: ignore[no-untyped-def]
     order, oldest match first; resumable from ``start`` (see :func:`drain`).
     """
     bound = max(l_ring.shape[0], r_ring.shape[0])
-    kbuf = np.empty((1, 1), np.int64)
-    vbuf = np.empty((1, 1), np.bool_)
     n = 0
     for i in range(start, sides.shape[0]):
         if n + bound > out_i.shape[0]:
@@ -281,7 +290,7 @@ def fx_join_sequence(  # type: ignore[no-untyped-def]
 # --------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def _hb_addr(h: int, ht: int) -> int:
     """Slot of 32-bit hash ``h`` in a table of ``ht`` slots (a mask when ``ht`` is a power of 2)."""
     if ht & (ht - 1) == 0:
@@ -289,7 +298,7 @@ def _hb_addr(h: int, ht: int) -> int:
     return h % ht
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def _hb_expire(pos, wseq, wloc, widx, tseq, oinfo):  # type: ignore[no-untyped-def]
     cap = wseq.shape[0]
     for a in range(wloc.shape[0]):
@@ -306,7 +315,7 @@ def _hb_expire(pos, wseq, wloc, widx, tseq, oinfo):  # type: ignore[no-untyped-d
     wseq[pos] = -1
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def _hb_insert(pos, seq, kcol, vcol, j, wseq, wloc, widx, tkey, tseq, okey, oseq, oinfo, stats):  # type: ignore[no-untyped-def]
     cap = wseq.shape[0]
     ht = tkey.shape[2]
@@ -341,7 +350,7 @@ def _hb_insert(pos, seq, kcol, vcol, j, wseq, wloc, widx, tkey, tseq, okey, oseq
                 stats[a, ST_OVF_PEAK] = oinfo[a, 1]
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def hb_update(wseq, wloc, widx, tkey, tseq, okey, oseq, oinfo, stats, expire_pos, insert_pos, seqs, new_keys, new_valid):  # type: ignore[no-untyped-def]
     """HB-SJ expire-oldest-before-insert for each new tuple (see :func:`fx_update`)."""
     for j in range(seqs.shape[0]):
@@ -354,8 +363,8 @@ def hb_update(wseq, wloc, widx, tkey, tseq, okey, oseq, oinfo, stats, expire_pos
                        oseq, oinfo, stats)
 
 
-@njit(cache=True, nogil=True)
-def _hb_probe_one(k, a, tkey, tseq, okey, oseq, oinfo, stats, buf):  # type: ignore[no-untyped-def]
+@_no_nrt
+def _hb_probe_one(k, a, tkey, tseq, okey, oseq, oinfo, stats, buf, tmp):  # type: ignore[no-untyped-def]
     """Matches of ``k`` on attribute ``a`` into ``buf`` oldest first; returns their number."""
     ht = tkey.shape[2]
     cap = okey.shape[1]
@@ -391,7 +400,8 @@ def _hb_probe_one(k, a, tkey, tseq, okey, oseq, oinfo, stats, buf):  # type: ign
             n += 1
     if ntab and n > ntab:
         # merge the (sorted) table matches with the (sorted) overflow matches
-        tmp = buf[:n].copy()
+        for z in range(n):
+            tmp[z] = buf[z]
         i1 = 0
         i2 = ntab
         o = 0
@@ -406,19 +416,18 @@ def _hb_probe_one(k, a, tkey, tseq, okey, oseq, oinfo, stats, buf):  # type: ign
     return n
 
 
-@njit(cache=True, nogil=True)
-def hb_probe(tkey, tseq, okey, oseq, oinfo, stats, attr, pkeys, pvalid, start, out_i, out_s):  # type: ignore[no-untyped-def]
+@_no_nrt
+def hb_probe(tkey, tseq, okey, oseq, oinfo, stats, attr, pkeys, pvalid, buf, tmp, start, out_i, out_s):  # type: ignore[no-untyped-def]
     """(probe index, stored seq) with equal key on attribute ``attr``, per probe oldest first;
-    resumable from ``start`` (see :func:`drain`)."""
+    resumable from ``start`` (see :func:`drain`). ``buf``/``tmp``: scratch of ``cap + 4``."""
     bound = okey.shape[1] + 4
-    buf = np.empty(bound, np.int64)
     n = 0
     for i in range(start, pkeys.shape[0]):
         if n + bound > out_i.shape[0]:
             return n, i
         if not pvalid[i]:
             continue
-        c = _hb_probe_one(pkeys[i], attr, tkey, tseq, okey, oseq, oinfo, stats, buf)
+        c = _hb_probe_one(pkeys[i], attr, tkey, tseq, okey, oseq, oinfo, stats, buf, tmp)
         for q in range(c):
             out_i[n] = i
             out_s[n] = buf[q]
@@ -426,18 +435,15 @@ def hb_probe(tkey, tseq, okey, oseq, oinfo, stats, attr, pkeys, pvalid, start, o
     return n, pkeys.shape[0]
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def hb_join_sequence(  # type: ignore[no-untyped-def]
     sides, seqs, pkeys, pvalid, expire_pos, insert_pos,
     l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats,
     r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats,
-    start, out_i, out_s,
+    buf, tmp, kbuf, vbuf, start, out_i, out_s,
 ):
     """HB-SJ two-way count-window join over a mixed arrival sequence (see :func:`fx_join_sequence`)."""
     bound = max(l_wseq.shape[0], r_wseq.shape[0]) + 4
-    buf = np.empty(bound, np.int64)
-    kbuf = np.empty((1, 1), np.int64)
-    vbuf = np.empty((1, 1), np.bool_)
     n = 0
     for i in range(start, sides.shape[0]):
         if n + bound > out_i.shape[0]:
@@ -447,9 +453,9 @@ def hb_join_sequence(  # type: ignore[no-untyped-def]
         ok = pvalid[i]
         if ok:
             if left:
-                c = _hb_probe_one(k, 0, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats, buf)
+                c = _hb_probe_one(k, 0, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats, buf, tmp)
             else:
-                c = _hb_probe_one(k, 0, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats, buf)
+                c = _hb_probe_one(k, 0, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats, buf, tmp)
             for q in range(c):
                 out_i[n] = i
                 out_s[n] = buf[q]
@@ -479,14 +485,14 @@ def hb_join_sequence(  # type: ignore[no-untyped-def]
 # --------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
     sides, rows, window_c, window_o, window_l,
     c_key, o_okey, o_ckey, l_okey, l_rev,
     c_wseq, c_wloc, c_widx, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats,
     o_wseq, o_wloc, o_widx, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats,
     l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats,
-    agg_rev, agg_hit,
+    agg_rev, agg_hit, buf_c, buf_o, buf_l, tmp, kc, ko, v1, v2,
 ):
     """Q3's three-way count-window join over HB-SJ stages and its revenue aggregation.
 
@@ -497,24 +503,18 @@ def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
     o_custkey, then lineitem; an order probes customer, then lineitem; a lineitem probes orders
     on o_orderkey, then customer. Every result (c, o, l) adds ``l_rev[l]`` to ``agg_rev[o]``.
     Then the stage of the tuple's own stream expires its oldest tuple and stores the new one.
-    Returns the number of join results.
+    Scratch: ``buf_*`` and ``tmp`` of each stage's window + 4, ``kc``/``ko`` int64 (1, 1)/(2, 1),
+    ``v1``/``v2`` all-True bool of those shapes. Returns the number of join results.
     """
-    buf_c = np.empty(c_wseq.shape[0] + 4, np.int64)
-    buf_o = np.empty(o_wseq.shape[0] + 4, np.int64)
-    buf_l = np.empty(l_wseq.shape[0] + 4, np.int64)
-    kc = np.empty((1, 1), np.int64)
-    ko = np.empty((2, 1), np.int64)
-    v1 = np.ones((1, 1), np.bool_)
-    v2 = np.ones((2, 1), np.bool_)
     results = 0
     for i in range(sides.shape[0]):
         side = sides[i]
         r = rows[i]
         if side == 0:
-            no = _hb_probe_one(c_key[r], 0, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o)
+            no = _hb_probe_one(c_key[r], 0, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o, tmp)
             for q in range(no):
                 o = buf_o[q]
-                nl = _hb_probe_one(o_okey[o], 0, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats, buf_l)
+                nl = _hb_probe_one(o_okey[o], 0, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats, buf_l, tmp)
                 if nl:
                     tot = 0
                     for z in range(nl):
@@ -529,9 +529,9 @@ def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
             _hb_insert(p, r, kc, v1, 0, c_wseq, c_wloc, c_widx, c_tkey, c_tseq, c_okey, c_oseq,
                        c_oinfo, c_stats)
         elif side == 1:
-            nc = _hb_probe_one(o_ckey[r], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c)
+            nc = _hb_probe_one(o_ckey[r], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c, tmp)
             if nc:
-                nl = _hb_probe_one(o_okey[r], 0, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats, buf_l)
+                nl = _hb_probe_one(o_okey[r], 0, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats, buf_l, tmp)
                 if nl:
                     tot = 0
                     for z in range(nl):
@@ -547,10 +547,10 @@ def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
             _hb_insert(p, r, ko, v2, 0, o_wseq, o_wloc, o_widx, o_tkey, o_tseq, o_okey2, o_oseq,
                        o_oinfo, o_stats)
         else:
-            no = _hb_probe_one(l_okey[r], 1, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o)
+            no = _hb_probe_one(l_okey[r], 1, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o, tmp)
             for q in range(no):
                 o = buf_o[q]
-                nc = _hb_probe_one(o_ckey[o], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c)
+                nc = _hb_probe_one(o_ckey[o], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c, tmp)
                 if nc:
                     agg_rev[o] += nc * l_rev[r]
                     agg_hit[o] = True
@@ -642,7 +642,7 @@ def merge_filtered3(m0, m1, m2):  # type: ignore[no-untyped-def]
     return side, row
 
 
-@njit(cache=True, nogil=True)
+@_no_nrt
 def q3_fast_sequence(  # type: ignore[no-untyped-def]
     sides, rows, window_c, window_o, window_l,
     c_key, o_okey, o_ckey, l_okey, l_rev,

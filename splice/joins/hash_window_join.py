@@ -547,14 +547,16 @@ def join_sequence(
         sl = slice(lo, hi)
         exp, ins = ring_positions(seqs[sl], window, li.cap, pu, parallel)
         n = hi - lo
+        kbuf, vbuf = np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_)
         if impl == "hbsj":
             assert isinstance(li, HBSJIndex) and isinstance(ri, HBSJIndex)
+            buf, tmp = np.empty(li.cap + 4, np.int64), np.empty(li.cap + 4, np.int64)
             i, s = drain(hb_join_sequence, n, li.cap + 4, sides[sl], seqs[sl], keys[sl], valid[sl],
-                         exp, ins, *li.arrays(), *ri.arrays())
+                         exp, ins, *li.arrays(), *ri.arrays(), buf, tmp, kbuf, vbuf)
         else:
             assert isinstance(li, FastIndex) and isinstance(ri, FastIndex)
             i, s = drain(fx_join_sequence, n, li.cap, sides[sl], seqs[sl], keys[sl], valid[sl],
-                         exp, ins, *li.arrays(), *ri.arrays(), li.shift)
+                         exp, ins, *li.arrays(), *ri.arrays(), li.shift, kbuf, vbuf)
         return i + lo, s
 
     out_i, out_s = [], []

@@ -102,8 +102,9 @@ class HBSJIndex:
     def probe(self, attr: int, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probe index, stored seq) of every match on attribute ``attr``, oldest match first."""
         keys = np.ascontiguousarray(keys, np.int64)
+        buf, tmp = np.empty(self.cap + 4, np.int64), np.empty(self.cap + 4, np.int64)
         return drain(hb_probe, len(keys), self.cap + 4, self.tkey, self.tseq, self.okey, self.oseq,
-                     self.oinfo, self.st, attr, keys, np.ascontiguousarray(valid, np.bool_))
+                     self.oinfo, self.st, attr, keys, np.ascontiguousarray(valid, np.bool_), buf, tmp)
 
     def live_seqs(self) -> np.ndarray:
         s = self.wseq[self.wseq >= 0]

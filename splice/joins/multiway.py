@@ -318,6 +318,12 @@ def q3_stream_join(
     agg_rev = np.zeros(no, np.int64)
     agg_hit = np.zeros(no, np.bool_)
     ring_pos = np.zeros(3, np.int64)
+    scratch: tuple[np.ndarray, ...] = ()
+    if mode == 1:
+        bufs = [np.empty(h.cap + 4, np.int64) for h in hb]
+        scratch = (*bufs, np.empty(max(h.cap for h in hb) + 4, np.int64),
+                   np.empty((1, 1), np.int64), np.empty((2, 1), np.int64),
+                   np.ones((1, 1), np.bool_), np.ones((2, 1), np.bool_))
     results = 0
     sides = np.ascontiguousarray(sides, np.int8)
     rows = np.ascontiguousarray(rows, np.int64)
@@ -332,7 +338,7 @@ def q3_stream_join(
             continue
         results += q3_hbsj_sequence(  # type: ignore[call-arg]
             sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
-            *hb[0].arrays(), *hb[1].arrays(), *hb[2].arrays(), agg_rev, agg_hit,
+            *hb[0].arrays(), *hb[1].arrays(), *hb[2].arrays(), agg_rev, agg_hit, *scratch,
         )
     stats: dict[str, Any] = {"join_results": int(results)}
     if impl == "hbsj":

@@ -169,8 +169,10 @@ def test_kernels_equal_python_twins(keys, w) -> None:
     hb_update.py_func(*d.arrays(), exp, ins, seqs, k2, v2)
     for x, y in zip(c.arrays(), d.arrays(), strict=True):
         assert np.array_equal(x, y)
-    r3 = drain(hb_probe, len(pk), w + 4, c.tkey, c.tseq, c.okey, c.oseq, c.oinfo, c.st, 0, pk, pv)
-    r4 = drain(hb_probe.py_func, len(pk), w + 4, d.tkey, d.tseq, d.okey, d.oseq, d.oinfo, d.st, 0, pk, pv)
+    scratch = np.empty(w + 4, np.int64), np.empty(w + 4, np.int64)
+    r3 = drain(hb_probe, len(pk), w + 4, c.tkey, c.tseq, c.okey, c.oseq, c.oinfo, c.st, 0, pk, pv, *scratch)
+    r4 = drain(hb_probe.py_func, len(pk), w + 4, d.tkey, d.tseq, d.okey, d.oseq, d.oinfo, d.st, 0, pk, pv,
+               *scratch)
     assert all(np.array_equal(x, y) for x, y in zip(r1, r3, strict=True))
     assert all(np.array_equal(x, y) for x, y in zip(r3, r4, strict=True))
     sides = np.array([i % 2 for i in range(n)], np.int8)
@@ -178,8 +180,10 @@ def test_kernels_equal_python_twins(keys, w) -> None:
     pk2, pv2 = k2[0], v2[0]
     lx, rx, ly, ry = FastIndex(1, w), FastIndex(1, w), FastIndex(1, w), FastIndex(1, w)
     ex, ix = ring_positions(sq, w, w, 0, 1)
-    o1 = drain(fx_join_sequence, n, w, sides, sq, pk2, pv2, ex, ix, *lx.arrays(), *rx.arrays(), lx.shift)
-    o2 = drain(fx_join_sequence.py_func, n, w, sides, sq, pk2, pv2, ex, ix, *ly.arrays(), *ry.arrays(), ly.shift)
+    kv = np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_)
+    o1 = drain(fx_join_sequence, n, w, sides, sq, pk2, pv2, ex, ix, *lx.arrays(), *rx.arrays(), lx.shift, *kv)
+    o2 = drain(fx_join_sequence.py_func, n, w, sides, sq, pk2, pv2, ex, ix, *ly.arrays(), *ry.arrays(),
+               ly.shift, *kv)
     assert all(np.array_equal(x, y) for x, y in zip(o1, o2, strict=True))
 
 
