@@ -103,6 +103,9 @@ def _time_join(left: pa.Table, right: pa.Table, on: str, args: argparse.Namespac
 def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:
     """The ``splice join --kind hash`` entry point (see module docstring)."""
     on = _key_column(args.on)
+    how = getattr(args, "how", "inner")
+    if how != "inner":
+        raise PlanError(f"--kind hash computes inner joins only, got --how {how}")
     if args.window_time is not None:
         if args.time is None:
             raise PlanError("--window-time needs --time COL (the event-time column of both inputs)")

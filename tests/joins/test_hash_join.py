@@ -343,8 +343,10 @@ def test_cli_time_window_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "zz", "--window", "3",
                  "--out", out]) == 2
     assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "k", "--out", out]) == 2
+    assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "k", "--window", "3",
+                 "--how", "left", "--out", out]) == 2
     err = capsys.readouterr().err
-    assert ">= 1" in err and "'zz' is missing" in err and "--window N" in err
+    assert ">= 1" in err and "'zz' is missing" in err and "--window N" in err and "inner joins only" in err
 
 
 def test_time_window_operator_contract() -> None:
