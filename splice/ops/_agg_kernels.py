@@ -19,6 +19,7 @@ __all__ = [
     "py_assign_groups",
     "decimal_low_words",
     "max_abs",
+    "py_max_abs",
     "py_decimal_low_words",
     "count_rows",
     "py_count_rows",
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 _LOW32 = np.int64(0xFFFFFFFF)
+_I64_MIN = np.iinfo(np.int64).min
 _MUL = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 as int64 (Fibonacci hashing)
 
 
@@ -287,7 +289,7 @@ def decimal_low_words(words: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray,
             out[i] = 0
             continue
         lo = words[i, 0]
-        if words[i, 1] != (lo >> 63) or lo == np.iinfo(np.int64).min:
+        if words[i, 1] != (lo >> 63) or lo == _I64_MIN:
             fits = False
             out[i] = 0
             continue
@@ -303,6 +305,8 @@ def max_abs_kernel(vals: np.ndarray) -> np.int64:
     bound = np.int64(0)
     for i in range(vals.shape[0]):
         v = vals[i]
+        if v == _I64_MIN:
+            return np.int64(-1)  # |INT64_MIN| does not fit: the caller reads -1 as 2**63
         a = v if v >= 0 else -v
         if a > bound:
             bound = a
@@ -315,6 +319,11 @@ def max_abs(vals: np.ndarray) -> int:
         return 0
     b = int(max_abs_kernel(vals))
     return b if b >= 0 else 1 << 63
+
+
+def py_max_abs(vals: np.ndarray) -> int:
+    """Twin of :func:`max_abs`."""
+    return max((abs(int(v)) for v in vals), default=0)
 
 
 def py_decimal_low_words(words: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, int, bool]:

@@ -232,10 +232,7 @@ class Column(Arith):
             return Values("decimal", low, valid, vt.scale, bound)
         if vt.kind in ("int", "temporal"):
             vals = _int64_values(arr)
-            bound = int(np.abs(vals).max()) if len(vals) else 0
-            if bound < 0:  # abs(int64 min) wraps
-                bound = 1 << 63
-            return Values(vt.kind, vals, valid, 0, bound)
+            return Values(vt.kind, vals, valid, 0, max_abs(vals))
         if vt.kind == "float":
             vals = arr.cast(pa.float64()).to_numpy(zero_copy_only=False)
             if valid is not None:

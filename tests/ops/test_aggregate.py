@@ -395,3 +395,11 @@ def test_decimal_low_words_matches_twin() -> None:
     sliced = arr.slice(0, 3)
     a = K.decimal_low_words(decimal_words(sliced), np.asarray(sliced.is_valid()))
     assert a[1:] == (2**63 - 1, True)
+
+
+@settings(max_examples=30)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50))
+def test_max_abs_matches_twin_on_strided_views(values: list[int]) -> None:
+    words = np.zeros((len(values), 2), dtype=np.int64)
+    words[:, 0] = values
+    assert K.max_abs(words[:, 0]) == K.py_max_abs(words[:, 0])
