@@ -179,41 +179,38 @@ def index_probe(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Pairs ``(i, entry)``: equal codes and ``p_times[i]+lo <= e_time <= p_times[i]+hi``.
 
-    Ordered by ``i``, then by entry (insertion) order. Two passes: count, then fill.
+    Ordered by ``i``, then by entry (insertion) order. One pass over the chains; the output
+    buffers double when full.
     """
     mask = len(t_code) - 1
     n = len(p_codes)
-    heads = np.empty(n, dtype=np.int64)
-    count = 0
+    cap = max(16, n)
+    pi = np.empty(cap, dtype=np.int64)
+    pe = np.empty(cap, dtype=np.int64)
+    k = 0
     for i in range(n):
         c = p_codes[i]
         s = _slot(c, mask)
         while t_head[s] != -1 and t_code[s] != c:
             s = (s + 1) & mask
         e = t_head[s]
-        heads[i] = e
         t0 = p_times[i] + lo
         t1 = p_times[i] + hi
         while e != -1:
             t = e_time[e]
             if t >= t0 and t <= t1:
-                count += 1
-            e = e_next[e]
-    pi = np.empty(count, dtype=np.int64)
-    pe = np.empty(count, dtype=np.int64)
-    k = 0
-    for i in range(n):
-        e = heads[i]
-        t0 = p_times[i] + lo
-        t1 = p_times[i] + hi
-        while e != -1:
-            t = e_time[e]
-            if t >= t0 and t <= t1:
+                if k == cap:
+                    cap *= 2
+                    npi = np.empty(cap, dtype=np.int64)
+                    npe = np.empty(cap, dtype=np.int64)
+                    npi[:k] = pi[:k]
+                    npe[:k] = pe[:k]
+                    pi, pe = npi, npe
                 pi[k] = i
                 pe[k] = e
                 k += 1
             e = e_next[e]
-    return pi, pe
+    return pi[:k].copy(), pe[:k].copy()
 
 
 def index_probe_py(

@@ -19,9 +19,10 @@ time in ``[t + lo_S, t + hi_S]`` where ``(lo_L, hi_L) = (lower, upper)`` and
 
 1. drops its *late* rows (time ``<=`` its side's watermark at the row's arrival) to the late side
    output, counted per stream (:meth:`drain_late`, ``late_rows``);
-2. probes the opposite side's retained rows: below ``index_threshold`` retained rows the whole
-   side goes through the :class:`~splice.joins.matcher.Matcher` (the full probe); above it the
-   side's :class:`~splice.joins._key_index.KeyIndex` yields only the rows of the probed keys;
+2. probes the opposite side's retained rows: at ``index_threshold`` (1,024) retained rows or fewer
+   the whole side goes through the :class:`~splice.joins.matcher.Matcher` (the full probe); above
+   it the side's :class:`~splice.joins._key_index.KeyIndex` yields only the rows of the probed
+   keys;
 3. gathers the matched opposite rows once, in arrival (batch/row) order, so duplicate probe keys
    never duplicate inputs; codes that are not exact are checked for real key equality;
 4. is retained (LEFT_BUFFER / RIGHT_BUFFER: a list of Arrow batches with their times, key codes
@@ -32,8 +33,9 @@ opposite watermark ``W_O`` reaches ``t + hi_S``; it then *retires* (null-padded 
 outer and it never matched). Each side keeps one retirement threshold ``W_O - hi_S``, so retained
 rows are exactly those with ``t > W_O - hi_S``. Cached minimum times per batch let cleanup skip
 batches entirely in the future; a batch whose rows all retired is freed. The key index is built
-when a side holds more than ``index_threshold`` rows, merged on arrival, filtered on retirement,
-dropped when the side falls back to the threshold or fewer, and rebuilt on restore (never
+when a side holding more than ``index_threshold`` rows is probed (not on arrival: rows that
+retire before any probe never pay for it), appended to on arrival, compacted on retirement,
+dropped when the side falls back to the threshold or fewer, and rebuilt after restore (never
 checkpointed).
 
 Watermarks. Each side's watermark is the larger of the watermarks the path delivers
@@ -233,6 +235,18 @@ class IntervalJoin(OperatorSpec):
         return None
 
 
+def _locators(row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Unique sorted row ids and, unless they already were, each pair's position among them."""
+    if len(row_ids) < 2 or bool((row_ids[1:] > row_ids[:-1]).all()):
+        return row_ids, None
+    uniq, inv = np.unique(row_ids, return_inverse=True)
+    return uniq, inv
+
+
+def _take(batch: pa.RecordBatch, positions: np.ndarray | None) -> pa.RecordBatch:
+    return batch if positions is None else batch.take(pa.array(positions))
+
+
 class _Buffered:
     """One retained batch of one side: payload, times, key codes, matched flags, cached bounds."""
 
@@ -296,8 +310,6 @@ class _Side:
             before = self.index.nbytes
             self.index.insert(codes, times, np.arange(start, start + len(times), dtype=np.int64))
             self.nbytes += self.index.nbytes - before
-        elif self.n_alive > threshold:
-            self.build_index()
 
     def build_index(self) -> None:
         codes, times, ids = self.alive_arrays()
@@ -344,6 +356,14 @@ class _Side:
 
     def gather(self, row_ids: np.ndarray, mark: bool) -> pa.RecordBatch:
         """Rows ``row_ids`` (sorted, unique) as one batch; with ``mark``, flag them matched."""
+        if len(self.batches) == 1:
+            b = self.batches[0]
+            rows = row_ids - b.start
+            if mark and b.matched is not None:
+                b.matched[rows] = True
+            if len(rows) == len(b.times):
+                return b.batch
+            return b.batch.take(pa.array(rows))
         parts = []
         for b, rows in self.groups(row_ids):
             if mark and b.matched is not None:
@@ -546,6 +566,8 @@ class IntervalJoinLogic(OperatorLogic):
             if len(rows) == 0:
                 return None
             pc_, pt = codes[rows], t[rows]
+        if o.index is None and o.n_alive > self.index_threshold:
+            o.build_index()  # promoted when first probed above the threshold
         if o.index is not None:
             pi, rid = o.index.probe(pc_, pt, s.lo, s.hi)
         else:
@@ -556,21 +578,23 @@ class IntervalJoinLogic(OperatorLogic):
             return None
         if rows is not None:
             pi = rows[pi]
-        uniq, inv = np.unique(rid, return_inverse=True)  # sorted by batch/row: gathered once
+        uniq, inv = _locators(rid)  # sorted by batch/row: each opposite row gathered once
         if not self.exact:
             other = o.gather(uniq, mark=False)
             ok = keys_equal([batch.column(c).take(pa.array(pi)) for c in s.keys],
-                            [other.column(c).take(pa.array(inv)) for c in o.keys])
+                            [_take(other, inv).column(c) for c in o.keys])
             if not ok.all():
                 pi, rid = pi[ok], rid[ok]
                 if len(pi) == 0:
                     return None
-                uniq, inv = np.unique(rid, return_inverse=True)
+                uniq, inv = _locators(rid)
         other = o.gather(uniq, mark=o.outer)
         if matched is not None:
             matched[pi] = True
-        mine = batch.take(pa.array(pi))
-        theirs = other.take(pa.array(inv))
+        n = batch.num_rows
+        identity = len(pi) == n and bool((pi[1:] != pi[:-1]).all())  # pi == arange(n)
+        mine = batch if identity else batch.take(pa.array(pi))
+        theirs = _take(other, inv)
         if s is self.L:
             arrays = mine.columns + theirs.columns
         else:
@@ -679,6 +703,4 @@ class IntervalJoinLogic(OperatorLogic):
                 if s.outer:
                     m = np.zeros(len(t), bool) if matched is None else np.array(matched, bool)
                 s.add(batch, t, codes, m, MAX_TIME)  # no index per batch: built once below
-            if s.n_alive > self.index_threshold:
-                s.build_index()
         self._late = list(state["late"])

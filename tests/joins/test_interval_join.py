@@ -23,7 +23,7 @@ from splice.joins._interval_kernels import (
     index_probe_py,
 )
 from splice.joins._key_index import KeyCodec, KeyIndex
-from splice.joins.interval_join import IntervalJoin, IntervalJoinLogic
+from splice.joins.interval_join import IntervalJoin, IntervalJoinLogic, _Side
 from splice.joins.matcher import Matcher
 from splice.testing import OperatorHarness, check_operator, rows_of, run_operator
 from tests.reference.time_joins import IntervalJoinRef
@@ -281,7 +281,7 @@ def test_contract_suite_every_join_type():
 # -- both sides of the 1,024-row threshold, against DuckDB ------------------------------------
 
 @pytest.mark.parametrize("how", ["inner", "left", "full"])
-def test_large_state_indexed_equals_sql_and_unindexed(how):
+def test_large_state_indexed_equals_sql_and_unindexed(how, monkeypatch):
     rng = np.random.default_rng(3)
     n = 6000
     ls, rs = _schemas()
@@ -289,28 +289,33 @@ def test_large_state_indexed_equals_sql_and_unindexed(how):
                    "v": np.arange(n)}, schema=ls)
     rt = pa.table({"k": rng.integers(0, 300, n), "ts": np.sort(rng.integers(0, 3000, n)),
                    "w": [f"r{i}" for i in range(n)]}, schema=rs)
-    spec = IntervalJoin(left=L, right=R, on="k", time="ts", lower=-40, upper=60, how=how)
+    spec = IntervalJoin(left=L, right=R, on="k", time="ts", lower=-400, upper=600, how=how)
     records = []
     for i, start in enumerate(range(0, n, 1500)):  # state crosses 1,024 rows and back
         pair = [Data(L, lt.slice(start, 1500).to_batches()[0]),
                 Data(R, rt.slice(start, 1500).to_batches()[0])]
         records.extend(pair if i % 2 == 0 else pair[::-1])
     records.append(End())
+    built: list[int] = []
+    promote = _Side.build_index
+
+    def spy(side: _Side) -> None:
+        built.append(side.sid)
+        promote(side)
+
+    monkeypatch.setattr(_Side, "build_index", spy)
     h = OperatorHarness(spec, {L: ls, R: rs})
-    crossed = set()
     for r in records:
         h.step(r)
-        assert isinstance(h.logic, IntervalJoinLogic)
-        crossed |= {(sid, h.logic.indexed(sid)) for sid in (L, R)}
-    assert (L, True) in crossed and (R, True) in crossed
+    assert L in built and R in built  # both sides were probed through the key index
     got = h.result()
-    plain, _ = run_operator(IntervalJoin(left=L, right=R, on="k", time="ts", lower=-40, upper=60,
+    plain, _ = run_operator(IntervalJoin(left=L, right=R, on="k", time="ts", lower=-400, upper=600,
                                          how=how, index_threshold=10**9), {L: ls, R: rs}, records)
     assert Counter(rows_of(got)) == Counter(rows_of(plain))
     sql_how = {"inner": "INNER", "left": "LEFT", "full": "FULL"}[how]
     want = duckdb.sql(
         f"SELECT l.k, l.ts, l.v, r.k AS k_right, r.ts AS ts_right, r.w FROM lt l {sql_how} JOIN rt r "
-        "ON l.k = r.k AND r.ts BETWEEN l.ts - 40 AND l.ts + 60").arrow()
+        "ON l.k = r.k AND r.ts BETWEEN l.ts - 400 AND l.ts + 600").arrow()
     if hasattr(want, "read_all"):
         want = want.read_all()
     assert Counter(rows_of(got)) == Counter(rows_of(want))

@@ -1,0 +1,122 @@
+"""Selective interval-join probes: the seed's fixtures, full probe (before) against key index (after).
+
+Run: ``python -m benchmarks.interval_probe [--samples N]`` (one JSON object per line).
+
+Fixture (seeded, as in seeds/003): the left side holds ``keys`` retained rows with unique int64
+keys, all at time 1000, and a nullable string payload of an 8-digit row prefix plus a ``suffix``
+of 8 or 264 bytes (every 7th null); one right batch of ``arrivals`` rows at time 1000 touches
+``arrivals`` distinct retained keys; bounds are [-100, +100]; INNER. The timed operation is that
+one ``on_batch`` push (future-only: nothing retires). Building and preloading the operator,
+checking its result (exactly one match per arrival) and dropping it are outside the timing.
+
+Variants, measured round-robin in the same run:
+
+* ``before``  — the full probe for every state size (``index_threshold`` = infinity): the whole
+  retained side goes through the numba hash join each push (the seed's original path);
+* ``after``   — the hybrid: full probe at <= 1,024 retained rows, key index above;
+* ``acero`` / ``datafusion`` — the full probe delegated to pyarrow's Acero hash join or to
+  DataFusion's HashJoinExec (one long-lived SessionContext), the engines the matcher can use.
+
+Each line: mean and 95% confidence interval of the push in µs; a ``ratio`` line per fixture gives
+before/after (ratio of means).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from splice.joins.interval_join import IntervalJoin
+
+L, R = 2, 3
+VARIANTS: dict[str, dict[str, Any]] = {
+    "before": {"index_threshold": 10**12},
+    "after": {},
+    "acero": {"index_threshold": 10**12, "matcher": "acero"},
+    "datafusion": {"index_threshold": 10**12, "matcher": "datafusion"},
+}
+
+
+def _payload(n: int, suffix: int, start: int) -> pa.Array:
+    body = "x" * suffix
+    vals = [None if i % 7 == 0 else f"{start + i:08d}{body}" for i in range(n)]
+    return pa.array(vals, pa.string())
+
+
+def fixture(keys: int, arrivals: int, suffix: int, seed: int = 0
+            ) -> tuple[pa.Schema, pa.RecordBatch, pa.RecordBatch]:
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("k", pa.int64()), ("ts", pa.int64()), ("p", pa.string())])
+    left = pa.record_batch({"k": np.arange(keys, dtype=np.int64),
+                            "ts": np.full(keys, 1000, np.int64),
+                            "p": _payload(keys, suffix, 0)}, schema=schema)
+    touched = rng.choice(keys, arrivals, replace=False).astype(np.int64)
+    right = pa.record_batch({"k": touched, "ts": np.full(arrivals, 1000, np.int64),
+                             "p": _payload(arrivals, suffix, keys)}, schema=schema)
+    return schema, left, right
+
+
+def _ci(xs: list[float]) -> tuple[float, float, float]:
+    m = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / max(1, len(xs) - 1))
+    h = 1.96 * sd / math.sqrt(len(xs))
+    return m, m - h, m + h
+
+
+def measure(keys: int, arrivals: int, suffix: int, samples: int, variants: list[str]
+            ) -> dict[str, list[float]]:
+    schema, left, right = fixture(keys, arrivals, suffix)
+    inputs = {L: schema, R: schema}
+    specs = {v: IntervalJoin(left=L, right=R, on="k", time="ts", lower=-100, upper=100,
+                             **VARIANTS[v]) for v in variants}
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for i in range(samples + 2):  # two warm-up rounds (numba, DataFusion session)
+        for v in variants:
+            logic = specs[v].build(inputs)
+            logic.on_batch(L, left)
+            t0 = time.perf_counter()
+            out = logic.on_batch(R, right)
+            dt = time.perf_counter() - t0
+            n = sum(b.num_rows for b in out)
+            assert n == arrivals, f"{v}: {n} rows, expected {arrivals}"
+            if i >= 2:
+                times[v].append(dt * 1e6)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=30)
+    ap.add_argument("--variants", default="before,after,acero,datafusion")
+    args = ap.parse_args(argv)
+    variants = args.variants.split(",")
+    for keys in (1024, 16384):
+        for arrivals in (16, 256):
+            for suffix in (264, 8):
+                times = measure(keys, arrivals, suffix, args.samples, variants)
+                stats = {}
+                for v in variants:
+                    m, lo, hi = _ci(times[v])
+                    stats[v] = m
+                    print(json.dumps({"bench": "interval_probe", "keys": keys,
+                                      "arrivals": arrivals, "suffix_bytes": suffix,
+                                      "variant": v, "mean_us": round(m, 1),
+                                      "ci95_us": [round(lo, 1), round(hi, 1)],
+                                      "samples": len(times[v])}), flush=True)
+                if "before" in stats and "after" in stats:
+                    print(json.dumps({"bench": "interval_probe", "keys": keys,
+                                      "arrivals": arrivals, "suffix_bytes": suffix,
+                                      "ratio_before_over_after":
+                                          round(stats["before"] / stats["after"], 2)}),
+                          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
