@@ -7,13 +7,14 @@ parallel join: the PIM-Tree partition locks and the node pool's bump allocator.
 
 from __future__ import annotations
 
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from splice.index._jit import kernel
 
-__all__ = ["atomic_cas", "atomic_add", "atomic_load", "atomic_store", "spin_lock", "spin_unlock"]
+__all__ = ["sched_yield", "atomic_cas", "atomic_add", "atomic_load", "atomic_store", "spin_lock", "spin_unlock"]
 
 
 def _slot(context, builder, aryty, ary, idx):
@@ -67,11 +68,29 @@ def atomic_load(ary, idx):
     return atomic_add(ary, idx, 0)
 
 
+@intrinsic
+def sched_yield(typingctx):  # type: ignore[no-untyped-def]
+    """Give the core to another runnable thread (``sched_yield(2)``)."""
+    sig = types.int32()
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "sched_yield")
+        return builder.call(fn, [])
+
+    return sig, codegen
+
+
 @kernel(inline="always")
 def spin_lock(locks, i):
-    """Acquire spin lock ``locks[i]`` (0 free, 1 held)."""
+    """Acquire spin lock ``locks[i]`` (0 free, 1 held); after a short spin, yield the core so a
+    preempted holder can run (threads may outnumber free cores)."""
+    spins = 0
     while atomic_cas(locks, i, 0, 1) != 0:
-        pass
+        spins += 1
+        if spins >= 64:
+            sched_yield()
+            spins = 0
 
 
 @kernel(inline="always")

@@ -6,7 +6,7 @@ the loop walks a mixed sequence, picking each tuple's own and opposite window by
 
 from __future__ import annotations
 
-from splice.index._atomics import atomic_load, atomic_store, spin_lock, spin_unlock
+from splice.index._atomics import atomic_cas, atomic_load, atomic_store, spin_lock, spin_unlock
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
 from splice.index._jit import kernel
@@ -29,6 +29,7 @@ __all__ = [
     "par_task",
     "par_insert_range",
     "advance_edge",
+    "try_advance_edge",
     "rr_run",
     "LOW_LEFT_POOL",
     "LOW_RIGHT_POOL",
@@ -120,14 +121,15 @@ def _par_insert(st, locks, k, p, path):
 
 @kernel()
 def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st_l, st_r,
-             locks_l, locks_r, ring_l, ring_r, flags_l, flags_r, edge, allow, path, out_g, out_p,
-             n_out, ins):
+             locks_l, locks_r, ring_l, ring_r, flags_l, flags_r, edge, elock, limits, allow, path,
+             out_g, out_p, n_out, ins):
     """Result generation and index update for the tuples ``g0 .. g1-1`` of one task.
 
     A tuple of side ``s`` probes the opposite window ``o`` between ``t_e`` and ``t_l``: the index
     for positions before the edge tuple (read once, a possibly stale but safe value), a linear
     scan of the window from the edge to ``t_l``. Then, when ``allow[s]`` (no merge phase 1 on
-    its window), it enters its own index and is flagged indexed (``ins[s]`` counts them).
+    its window), it enters its own index and is flagged indexed (``ins[s]`` counts them), and
+    the thread tries the edge mutex ``elock`` (test-and-set) to move the edge past it.
     Returns ``(next g, count, status)``; status 2: ``out`` is full (grow it and resume at
     ``next g``), 1: a node pool ran low (the join cannot continue).
     """
@@ -177,6 +179,7 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
             fl = flags_l if s == 0 else flags_r
             atomic_store(fl, pos[g] % fl.shape[0], 1)
             ins[s] += 1
+            try_advance_edge(fl, edge, s, limits[s], elock)
     return g1, n_out, 0
 
 
@@ -193,6 +196,17 @@ def par_insert_range(st, locks, ring, flags, p0, p1, path):
             atomic_store(flags, p % r, 1)
             n += 1
     return n
+
+
+@kernel()
+def try_advance_edge(flags, edge, s, limit, elock):
+    """Test-and-set the edge mutex; when won, move stream ``s``'s edge and release it.
+    Returns whether the edge was updated."""
+    if atomic_cas(elock, 0, 0, 1) != 0:
+        return False
+    advance_edge(flags, edge, s, limit)
+    atomic_store(elock, 0, 0)
+    return True
 
 
 @kernel()

@@ -56,6 +56,7 @@ from splice.joins._band_kernels import (
     par_insert_range,
     par_task,
     rr_run,
+    try_advance_edge,
 )
 from splice.joins.band_join import probe_offsets
 
@@ -148,7 +149,8 @@ class TaskQueueJoin:
         self.rings = [np.zeros(_pow2(windows[s] + slack), self.dtype) for s in range(n_streams)]
         self.flags = [np.zeros(len(r), np.int64) for r in self.rings]
         self.edge = np.zeros(2, np.int64)
-        self.edge_lock = threading.Lock()
+        self.elock = np.zeros(1, np.int64)  # the edge mutex (test-and-set in the kernels)
+        self.limit_arr = np.zeros(2, np.int64)
         self.counts = [0, 0]
         self.ti_count = [0, 0]
         self.merging = [False, False]
@@ -199,6 +201,7 @@ class TaskQueueJoin:
             self.rings[s][slots] = keys[mine]
             self.flags[s][slots] = 0
             self.limits[s] = self.counts[s] + int(mine.sum())
+            self.limit_arr[s] = self.limits[s]
         # cumulative arrivals per stream before each task start, for merge bounds
         self._before = [np.concatenate([[0], np.cumsum(sides == s)]) for s in range(2)]
         tasks = -(-n // self.task_size)
@@ -266,7 +269,7 @@ class TaskQueueJoin:
                     g, g1, self._sides, self._keys, self._pos, self._t_e, self._t_l,
                     self.offs_lo, self.offs_hi, self.self_join, st_l, st_r, locks_l, locks_r,
                     self.rings[0], self.rings[-1], self.flags[0], self.flags[-1], self.edge,
-                    allow, path, out_g, out_p, m, ins,
+                    self.elock, self.limit_arr, allow, path, out_g, out_p, m, ins,
                 )
                 if status == 0:
                     break
@@ -286,13 +289,9 @@ class TaskQueueJoin:
                         self.merging[s] = True
                         claim = s
                 run.cond.notify_all()
-            # 3b. edge tuple update, test-and-set
-            if self.edge_lock.acquire(blocking=False):
-                try:
-                    for s in range(n_streams):
-                        advance_edge(self.flags[s], self.edge, s, self.limits[s])
-                finally:
-                    self.edge_lock.release()
+            # 3b. edge tuple update, test-and-set (also tried after each insert in the kernel)
+            for s in range(n_streams):
+                try_advance_edge(self.flags[s], self.edge, s, self.limits[s], self.elock)
             if claim >= 0:
                 self._merge(run, claim, path)
             # 4. result propagation, test-and-set
@@ -332,8 +331,9 @@ class TaskQueueJoin:
         if self.blocking:
             if not im_merge(ix.state, lo):
                 raise InternalError("parallel band join: T_S capacity exceeded at merge")
-            with self.edge_lock:  # every assigned tuple was indexed before the merge
-                advance_edge(self.flags[s], self.edge, s, self.limits[s])
+            # every assigned tuple was indexed before the merge
+            while not try_advance_edge(self.flags[s], self.edge, s, self.limits[s], self.elock):
+                pass
             with run.cond:
                 self.ti_count[s] = 0
                 self.merging[s] = False

@@ -1,0 +1,128 @@
+"""Shared helpers of the band-join benchmarks: seeded workloads, timed runs, JSON lines, plots."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from splice.joins.band_join import BandJoin
+
+__all__ = ["workload", "measure", "emit", "plot", "machine_parallelism", "OUT"]
+
+OUT = Path(__file__).parent / "out"
+
+
+def workload(n: int, w: int, match_rate: float = 2.0, dist: str = "uniform", seed: int = 0,
+             skew: float = 0.5) -> tuple[np.ndarray, np.ndarray, float]:
+    """``n`` tuples of two streams (sides drawn with probability ``skew`` for the left) with
+    keys in [0, 1) of distribution ``dist``; ``eps`` such that a probe finds ``match_rate``
+    partners on average in a window of ``w`` (uniform keys: ``2 * eps * w = match_rate``)."""
+    rng = np.random.default_rng(seed)
+    sides = (rng.random(n) >= skew).astype(np.int8)
+    if dist == "uniform":
+        keys = rng.random(n)
+    elif dist == "gaussian":
+        keys = rng.normal(0.5, 0.125, n)
+    elif dist.startswith("gamma"):
+        k, theta = (3.0, 3.0) if dist == "gamma33" else (1.0, 5.0)
+        keys = rng.gamma(k, theta, n)
+    else:
+        raise ValueError(dist)
+    eps = match_rate / (2.0 * w)
+    if dist != "uniform":  # keep the average match rate: scale eps by the mean key density
+        hist, edges = np.histogram(keys, bins=256)
+        density = (hist / n / np.diff(edges))
+        mean_density = float((density * hist / n).sum())
+        eps = match_rate / (2.0 * w * mean_density)
+    return sides, keys, eps
+
+
+def _core(spec: BandJoin) -> Any:
+    return spec.make_core(np.dtype(np.float64))
+
+
+def measure(spec: BandJoin, sides: np.ndarray, keys: np.ndarray, warm: int,
+            check: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+    """Warm the windows with the first ``warm`` tuples (untimed), then time the rest.
+
+    Returns throughput in input tuples per wall second and per CPU second of this process,
+    the output rows, and the result arrays (asserted equal to ``check`` when given).
+    """
+    core = _core(spec)
+    core.run(sides[:warm], keys[:warm])
+    t0, c0 = time.perf_counter(), time.process_time()
+    g, p = core.run(sides[warm:], keys[warm:])
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if check is not None:
+        assert np.array_equal(g, check[0]) and np.array_equal(p, check[1]), \
+            f"{spec.index}/{spec.threads}: result differs from the baseline"
+    n = len(keys) - warm
+    return {"tuples": n, "seconds": round(wall, 4), "cpu_seconds": round(cpu, 4),
+            "rows_per_s": round(n / wall), "cpu_rows_per_s": round(n / max(cpu, 1e-9)),
+            "output_rows": int(len(g)), "match_rate": round(len(g) / n, 3),
+            "state_bytes": int(core.nbytes()), "_result": (g, p)}
+
+
+def emit(record: dict[str, Any]) -> None:
+    print(json.dumps({k: v for k, v in record.items() if not k.startswith("_")}), flush=True)
+
+
+def machine_parallelism(threads: int = 2, seconds: float = 0.3) -> float:
+    """Speedup of ``threads`` threads of GIL-free busy work over one thread, measured now: the
+    ceiling for any parallel run on this machine at this moment (other processes share it)."""
+    from numba import njit
+
+    @njit(nogil=True)
+    def spin(n: int) -> float:
+        s = 0.0
+        for i in range(n):
+            s += (i % 7) * 0.5
+        return s
+
+    spin(10)
+    n = 10_000_000
+    t = time.perf_counter()
+    spin(n)
+    one = time.perf_counter() - t
+    reps = max(1, int(seconds / max(one, 1e-6)))
+    t = time.perf_counter()
+    for _ in range(reps):
+        spin(n)
+    one = (time.perf_counter() - t) / reps
+    ths = [threading.Thread(target=lambda: [spin(n) for _ in range(reps)]) for _ in range(threads)]
+    t = time.perf_counter()
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    many = (time.perf_counter() - t) / reps
+    return round(threads * one / many, 3)
+
+
+def plot(path: Path, series: dict[str, tuple[list[float], list[float]]], xlabel: str,
+         ylabel: str, title: str, logx: bool = True) -> None:
+    """One line per series into a PNG (matplotlib, headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, (xs, ys) in series.items():
+        ax.plot(xs, ys, marker="o", label=name)
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,94 @@
+"""Band-join throughput vs window size per index structure (the seed's Figures 8a, 10a, 13c).
+
+``python -m benchmarks.band_windows [--min-log 10] [--max-log 20] [--tuples N] [--threads 2]``
+
+For each ``w = 2^k``: a seeded two-stream workload with uniform keys and match rate 2, windows
+warmed with ``2w`` tuples (untimed), then ``--tuples`` tuples timed through the single-threaded
+IBWJ on every structure, the B+-Tree as the same-run baseline (NLWJ up to ``2^--nlwj-max-log``),
+and the parallel PIM-Tree join on 1 and ``--threads`` threads (nonblocking merge, merge ratio 1
+as the seed uses for the parallel join). Every result is asserted equal to the B+-Tree's before
+its time counts. One JSON line per run, then a summary line with the goals of the seed:
+IM-Tree >= 1.5x and PIM-Tree >= 1.6x the B+-Tree, IB-chain >= 1.5x B-chain (averaged over
+window sizes), the PIM-Tree's rate at 2^20, and the parallel speedup for w >= 2^16 next to the
+machine's own 2-thread ceiling measured in the same run. ``--plot`` writes
+``benchmarks/out/band_windows.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from benchmarks._band import OUT, emit, machine_parallelism, measure, plot, workload
+from splice.joins.band_join import BandJoin
+
+SERIAL = ["bptree", "imtree", "pimtree", "bchain", "ibchain", "nlwj"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--min-log", type=int, default=10)
+    ap.add_argument("--max-log", type=int, default=20)
+    ap.add_argument("--tuples", type=int, default=300_000, help="timed tuples per run")
+    ap.add_argument("--nlwj-max-log", type=int, default=12)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--task-size", type=int, default=512)
+    ap.add_argument("--merge-ratio", type=float, default=0.125, help="single-thread IM/PIM-Tree")
+    ap.add_argument("--plot", action="store_true")
+    args = ap.parse_args(argv)
+    ceiling = machine_parallelism(args.threads)
+    emit({"bench": "band_windows", "machine_parallelism": ceiling, "threads": args.threads})
+    rates: dict[str, dict[int, float]] = {}
+    for lw in range(args.min_log, args.max_log + 1):
+        w = 1 << lw
+        n = 2 * w + args.tuples
+        sides, keys, eps = workload(n, w, 2.0, seed=lw)
+        base = None
+        for index in SERIAL:
+            if index == "nlwj" and lw > args.nlwj_max_log:
+                continue
+            spec = BandJoin(left=0, right=1, on="x", eps=eps, window=w, index=index,
+                            merge_ratio=args.merge_ratio)
+            m = measure(spec, sides, keys, 2 * w, base)
+            base = base or m["_result"]
+            rates.setdefault(index, {})[lw] = m["cpu_rows_per_s"]
+            emit({"bench": "band_windows", "index": index, "threads": 1, "log_w": lw, **m})
+        if args.threads > 1:
+            for threads in (1, args.threads):
+                spec = BandJoin(left=0, right=1, on="x", eps=eps, window=w, index="pimtree",
+                                merge_ratio=1.0, threads=threads, task_size=args.task_size,
+                                parallel="task_queue")
+                m = measure(spec, sides, keys, 2 * w, base)
+                rates.setdefault(f"parallel_pimtree_{threads}", {})[lw] = m["rows_per_s"]
+                emit({"bench": "band_windows", "index": "pimtree", "parallel": "task_queue",
+                      "threads": threads, "log_w": lw, **m})
+
+    def avg_ratio(a: str, b: str, logs: list[int]) -> float | None:
+        xs = [rates[a][k] / rates[b][k] for k in logs if k in rates.get(a, {}) and k in rates.get(b, {})]
+        return round(float(np.mean(xs)), 3) if xs else None
+
+    logs = list(range(args.min_log, args.max_log + 1))
+    big = [k for k in logs if k >= 16]
+    par = f"parallel_pimtree_{args.threads}"
+    summary = {
+        "bench": "band_windows", "summary": True,
+        "imtree_over_bptree": avg_ratio("imtree", "bptree", logs),
+        "pimtree_over_bptree": avg_ratio("pimtree", "bptree", logs),
+        "ibchain_over_bchain": avg_ratio("ibchain", "bchain", logs),
+        "pimtree_rate_at_2_20": rates.get("pimtree", {}).get(20),
+        "parallel_speedup_w_ge_2_16": avg_ratio(par, "parallel_pimtree_1", big),
+        "machine_parallelism": ceiling,
+        "throughput": "cpu_rows_per_s for single-thread, rows_per_s (wall) for parallel",
+    }
+    print(json.dumps(summary), flush=True)
+    if args.plot:
+        series = {k: ([1 << lw for lw in v], list(v.values())) for k, v in rates.items()}
+        plot(OUT / "band_windows.png", series, "window size w (tuples)", "tuples / s",
+             "IBWJ throughput vs window size (match rate 2)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
