@@ -23,10 +23,11 @@ from typing import Any
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError
+from splice.core.operator import OperatorSpec
 from splice.core.records import Install, Instruction, Record, Uninstall
 from splice.core.stream import Stream, StreamCatalog
 from splice.runtime.decomposer import ROW_ID
-from splice.runtime.plan import Query
+from splice.runtime.plan import BindInputs, Node, Query
 from splice.runtime.switch import ONWARD, TAP
 from splice.runtime.synchronizer import RoundRobin
 from splice.runtime.topology import Topology
@@ -50,6 +51,13 @@ class Deployment:
     onward: list[tuple[int, int]] = field(default_factory=list)  # (gswitch, stream)
     taps: list[tuple[int, int]] = field(default_factory=list)
     stateless: bool = True
+
+
+def _bound(node: Node, input_ids: list[int]) -> OperatorSpec:
+    """The node's spec, with input stream ids filled in when it names its inputs by id."""
+    if isinstance(node.spec, BindInputs):
+        return node.spec.bind(input_ids)
+    return node.spec
 
 
 def _view_schema(schema: pa.Schema, columns: list[str] | None) -> pa.Schema:
@@ -157,8 +165,9 @@ class QueryAssigner:
                 inputs = [self._resolve(query, node.name, n, produced) for n in node.inputs]
                 # a consumer of replicated output is routed from the first replica's brick on
                 routes = [(s, first_brick.get(n, p)) for n, (s, p) in zip(node.inputs, inputs, strict=True)]
-                views, narrowed, out_schema = self._typecheck(query, node, inputs, dep, view)
-                if not node.spec.stateless:
+                spec = _bound(node, [st.id for st, _ in inputs])
+                views, narrowed, out_schema = self._typecheck(query, node, spec, inputs, dep, view)
+                if not spec.stateless:
                     dep.stateless = False
                 out_stream = self._define(dep, query.stream_name(node.name), out_schema)
                 after = max(p for _, p in inputs)
@@ -177,14 +186,14 @@ class QueryAssigner:
                     bricks = []
                     for i, sub in enumerate(subs):
                         key = f"{node.name}#{i}"
-                        logic = node.spec.build({sub.id: narrowed[src.id]}, state.get(key))
+                        logic = spec.build({sub.id: narrowed[src.id]}, state.get(key))
                         bricks.append(self._place(dep, query, key, logic, [(sub, rb)], out_stream,
                                                   {sub.id: None}, rb, installs))
                     produced[node.name] = (out_stream, max(bricks))
                     first_brick[node.name] = min(bricks)
                     continue
                 try:
-                    logic = node.spec.build(narrowed, state.get(node.name))
+                    logic = spec.build(narrowed, state.get(node.name))
                 except SchemaError as exc:
                     raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
                 b = self._place(dep, query, node.name, logic, routes, out_stream, views, after, installs)
@@ -222,11 +231,11 @@ class QueryAssigner:
         column is needed when any node of the plan reads a column of that name. Computed over
         the full source schemas, a safe over-approximation.
         """
-        schemas: dict[str, pa.Schema] = {}
+        schemas: dict[str, tuple[int, pa.Schema]] = {}  # node outputs, under provisional ids
         needed: dict[int, set[str] | None] = {}
         sources: list[Stream] = []
-        for node in query.nodes:
-            inputs: list[pa.Schema] = []
+        for i, node in enumerate(query.nodes):
+            inputs: list[tuple[int, pa.Schema]] = []
             for name in node.inputs:
                 if name in schemas:
                     inputs.append(schemas[name])
@@ -235,13 +244,14 @@ class QueryAssigner:
                     if src.id not in needed:
                         needed[src.id] = set()
                         sources.append(src)
-                    inputs.append(src.schema)
+                    inputs.append((src.id, src.schema))
                 else:
                     self._resolve(query, node.name, name, {})  # raises naming the stream
-            full = dict(enumerate(inputs))
+            full = dict(inputs)
             try:
-                used = node.spec.columns_used(full)
-                schemas[node.name] = node.spec.output_schema(full)
+                spec = _bound(node, [sid for sid, _ in inputs])
+                used = spec.columns_used(full)
+                schemas[node.name] = (-1 - i, spec.output_schema(full))
             except SchemaError as exc:
                 raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
             names: set[str] | None = None
@@ -254,13 +264,13 @@ class QueryAssigner:
                     needed[src.id] = needed[src.id] | (names & set(src.schema.names))  # type: ignore[operator]
         return needed
 
-    def _typecheck(self, query, node, inputs, dep, view):
+    def _typecheck(self, query, node, spec, inputs, dep, view):
         try:
             views: dict[int, list[str] | None] = {
                 s.id: None if p != -1 else view(query, s, dep.source_columns[s.id]) for s, p in inputs
             }
             narrowed = {s.id: _view_schema(s.schema, views[s.id]) for s, _ in inputs}
-            return views, narrowed, node.spec.output_schema(narrowed)
+            return views, narrowed, spec.output_schema(narrowed)
         except SchemaError as exc:
             raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
 

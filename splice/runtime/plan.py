@@ -8,13 +8,46 @@ case of one source and a pipeline of operators.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from splice.core.errors import PlanError
 from splice.core.operator import OperatorSpec
 
-__all__ = ["Node", "Query"]
+__all__ = ["Node", "Query", "BindInputs"]
+
+
+@dataclass(frozen=True)
+class BindInputs:
+    """A spec whose input stream ids are known only at deployment.
+
+    Multi-input operators (joins) name their inputs by stream id, and the streams that a plan's
+    own nodes produce get their ids when the plan is deployed. ``BindInputs(HashWindowJoin,
+    {"on": "k", "window": CountWindow(64)})`` builds ``HashWindowJoin(left=<id of the node's
+    first input>, right=<id of its second>, on=..., window=...)`` then; ``fields`` names the
+    parameters that receive the ids, in input order. Picklable when ``factory`` is a class.
+    """
+
+    factory: Callable[..., OperatorSpec]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    fields: tuple[str, ...] = ("left", "right")
+
+    def bind(self, input_ids: Sequence[int]) -> OperatorSpec:
+        if len(input_ids) != len(self.fields):
+            raise PlanError(
+                f"{getattr(self.factory, '__name__', self.factory)} takes {len(self.fields)} inputs "
+                f"({', '.join(self.fields)}), the node gives {len(input_ids)}"
+            )
+        return self.factory(**dict(self.params), **dict(zip(self.fields, input_ids, strict=True)))
+
+    @property
+    def name(self) -> str:
+        return str(self.params.get("name", getattr(self.factory, "__name__", "operator"))).lower()
+
+    @property
+    def stateless(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True)
@@ -26,7 +59,7 @@ class Node:
     """
 
     name: str
-    spec: OperatorSpec
+    spec: OperatorSpec | BindInputs
     inputs: tuple[str, ...]
     replicas: int = 1
 
@@ -72,7 +105,7 @@ class Query:
         cls,
         name: str,
         source: str | Sequence[str],
-        *specs: OperatorSpec,
+        *specs: OperatorSpec | BindInputs,
         compose: Mapping[str, Sequence[str]] | None = None,
         replicas: int = 1,
     ) -> Query:
