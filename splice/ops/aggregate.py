@@ -568,7 +568,9 @@ class GroupAggregator:
             if inp.sum:
                 if v.kind == "float":
                     K.sum_f64(gids, v.values, valid, arrays[f"{i}.fsum"])
-                elif v.bound * n < _I64_LIMIT:
+                elif v.bound * n < _I64_LIMIT and self.n_groups <= 4 * n:
+                    # per-batch int64 partials, folded once per group (zeroing them costs
+                    # O(groups), so with many more groups than rows add limbs per row instead)
                     part = np.zeros(self.n_groups, dtype=np.int64)
                     K.sum_i64(gids, v.values, valid, part)
                     K.fold128(arrays[f"{i}.hi"], arrays[f"{i}.lo"], part)
