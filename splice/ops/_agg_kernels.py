@@ -48,6 +48,7 @@ __all__ = [
 
 _LOW32 = np.int64(0xFFFFFFFF)
 _I64_MIN = np.iinfo(np.int64).min
+_CARRY_AT = np.int64(1) << 62
 _MUL = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 as int64 (Fibonacci hashing)
 
 
@@ -361,7 +362,9 @@ def py_count_rows(gids: np.ndarray, valid: np.ndarray, counts: np.ndarray) -> No
 def sum128(gids: np.ndarray, vals: np.ndarray, valid: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> None:
     """Exact per-group sums of int64 ``vals`` straight into the limbs ``(hi, lo)``.
 
-    For batches whose partial sums might overflow int64 (see :func:`sum_i64`).
+    For batches whose partial sums might overflow int64 (see :func:`sum_i64`), or with many more
+    groups than rows. ``lo`` is carried into ``hi`` only when it grows past 2**62, so the limbs
+    are not normalized afterwards: call :func:`normalize128` before reading them as words.
     """
     has_valid = valid.shape[0] > 0
     for i in range(gids.shape[0]):
@@ -369,9 +372,12 @@ def sum128(gids: np.ndarray, vals: np.ndarray, valid: np.ndarray, hi: np.ndarray
         if g < 0 or (has_valid and not valid[i]):
             continue
         v = vals[i]
-        lo[g] += v & _LOW32
+        low = lo[g] + (v & _LOW32)
+        if low >= _CARRY_AT:  # carry lazily, long before lo could overflow
+            hi[g] += low >> 32
+            low &= _LOW32
+        lo[g] = low
         hi[g] += v >> 32
-    normalize128(hi, lo)
 
 
 @njit(cache=True, nogil=True)

@@ -604,8 +604,14 @@ class GroupAggregator:
         agg = table.group_by("g").aggregate([("v", func)]).sort_by("g")
         self.others[key] = agg.column(f"v_{func}").combine_chunks()
 
+    def _normalize(self) -> None:
+        for inp in self.inputs:
+            if inp.sum and inp.vtype.kind != "float":
+                K.normalize128(self.arrays[f"{inp.index}.hi"], self.arrays[f"{inp.index}.lo"])
+
     def result_columns(self) -> list[pa.Array]:
         """Key columns then aggregate columns, one row per group in first-seen order."""
+        self._normalize()
         n = self.n_groups
         cols: list[pa.Array] = []
         if self.coders:
@@ -662,6 +668,7 @@ class GroupAggregator:
         return _from_int64(np.where(has, best, 0), valid, a.out_type)
 
     def snapshot(self) -> dict[str, Any]:
+        self._normalize()
         n = self.n_groups
         return {
             "n_groups": n,

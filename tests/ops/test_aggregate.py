@@ -128,11 +128,20 @@ def test_decimal_sums_are_exact_beyond_64_bits_and_typed_like_duckdb() -> None:
     dec = pa.decimal128(18, 0)
     table = pa.table({"v": pa.array([big] * 100 + [-big, None], dec)})
     spec = GroupBy([], [Agg("s", "sum", "v"), Agg("a", "avg", "v"), Agg("m", "max", "v")])
-    out, _ = run_operator(spec, {2: table.schema}, [*_data(table, 7), End()])
-    assert out.schema.field("s").type == pa.decimal128(38, 0)
-    assert out.column("s").to_pylist() == [big * 99]
-    assert out.column("a").to_pylist() == [float(big * 99) / 101]
-    assert out.column("m").type == dec and out.column("m").to_pylist() == [big]
+    for size in (7, 49):  # int64 partials per batch, then limbs per row
+        out, _ = run_operator(spec, {2: table.schema}, [*_data(table, size), End()])
+        assert out.schema.field("s").type == pa.decimal128(38, 0)
+        assert out.column("s").to_pylist() == [big * 99]
+        assert out.column("a").to_pylist() == [float(big * 99) / 101]
+        assert out.column("m").type == dec and out.column("m").to_pylist() == [big]
+    keyed = GroupBy(["k"], [Agg("s", "sum", "v")])
+    ktable = table.append_column("k", pa.array([i % 3 for i in range(len(table))]))
+    out, _ = run_operator(keyed, {2: ktable.schema}, [*_data(ktable, 100), End()])
+    want: dict[int, Decimal] = {}
+    for r in ktable.to_pylist():
+        if r["v"] is not None:
+            want[r["k"]] = want.get(r["k"], Decimal(0)) + r["v"]
+    assert dict(zip(out.column("k").to_pylist(), out.column("s").to_pylist(), strict=True)) == want
 
 
 def test_decimal_product_types_and_values() -> None:
