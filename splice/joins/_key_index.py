@@ -177,9 +177,7 @@ class KeyIndex:
 
     def _rebuild(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray) -> None:
         n = len(codes)
-        cap = 64
-        while cap < 2 * n:
-            cap *= 2
+        cap = max(64, n + n // 4)  # room for arrivals before the next rebuild
         self.e_code = np.empty(cap, dtype=np.int64)
         self.e_time = np.empty(cap, dtype=np.int64)
         self.e_rowid = np.empty(cap, dtype=np.int64)
@@ -188,11 +186,14 @@ class KeyIndex:
         self.e_time[:n] = times
         self.e_rowid[:n] = row_ids
         self.n = n
-        self.t_code = np.empty(2 * cap, dtype=np.int64)
-        self.t_head = np.full(2 * cap, -1, dtype=np.int64)
-        self.t_tail = np.empty(2 * cap, dtype=np.int64)
+        slots = 64
+        while slots < 2 * cap:  # load factor <= 1/2
+            slots *= 2
+        self.t_code = np.empty(slots, dtype=np.int64)
+        self.t_head = np.full(slots, -1, dtype=np.int64)
+        self.t_tail = np.empty(slots, dtype=np.int64)
         index_insert(self.t_code, self.t_head, self.t_tail, self.e_code, self.e_next, 0, n)
-        self.nbytes = 4 * 8 * cap + 3 * 8 * 2 * cap
+        self.nbytes = 4 * 8 * cap + 3 * 8 * slots
 
     def __len__(self) -> int:
         return self.n

@@ -33,9 +33,9 @@ opposite watermark ``W_O`` reaches ``t + hi_S``; it then *retires* (null-padded 
 outer and it never matched). Each side keeps one retirement threshold ``W_O - hi_S``, so retained
 rows are exactly those with ``t > W_O - hi_S``. Cached minimum times per batch let cleanup skip
 batches entirely in the future; a batch whose rows all retired is freed. The key index is built
-when a side holding more than ``index_threshold`` rows is probed (not on arrival: rows that
-retire before any probe never pay for it), appended to on arrival, compacted on retirement,
-dropped when the side falls back to the threshold or fewer, and rebuilt after restore (never
+when arrivals take a side above ``index_threshold`` rows (rows that retire on arrival are never
+stored, so they never count), appended to on arrival, compacted on retirement, dropped when the
+side falls back to the threshold or fewer, and rebuilt after restore, at the first probe (never
 checkpointed).
 
 Watermarks. Each side's watermark is the larger of the watermarks the path delivers
@@ -310,6 +310,8 @@ class _Side:
             before = self.index.nbytes
             self.index.insert(codes, times, np.arange(start, start + len(times), dtype=np.int64))
             self.nbytes += self.index.nbytes - before
+        elif self.n_alive > threshold:
+            self.build_index()  # arrival promotes a side above the threshold
 
     def build_index(self) -> None:
         codes, times, ids = self.alive_arrays()
@@ -380,6 +382,7 @@ class _Side:
             return []
         old = self.threshold
         self.threshold = threshold
+        alive_before = self.n_alive
         out: list[pa.RecordBatch] = []
         keep: list[_Buffered] = []
         dropped = False
@@ -409,7 +412,7 @@ class _Side:
         if dropped:
             self.batches = keep
             self._restart()
-        if self.index is not None:
+        if self.index is not None and self.n_alive != alive_before:  # nothing retired: skip
             if self.n_alive <= index_threshold:
                 self.drop_index()
             else:
@@ -567,7 +570,7 @@ class IntervalJoinLogic(OperatorLogic):
                 return None
             pc_, pt = codes[rows], t[rows]
         if o.index is None and o.n_alive > self.index_threshold:
-            o.build_index()  # promoted when first probed above the threshold
+            o.build_index()  # restored state: the derived index is rebuilt at its first probe
         if o.index is not None:
             pi, rid = o.index.probe(pc_, pt, s.lo, s.hi)
         else:
