@@ -125,6 +125,10 @@ class MultiwayJoin(OperatorSpec):
             check_key_types(inputs[a].field(ca).type, inputs[b].field(cb).type, ca, cb,
                             f"stream {a}", f"stream {b}")
 
+    def columns_used(self, inputs: InputSchemas) -> dict[int, set[str]]:
+        """The join columns of each stream; other columns pass through to the output."""
+        return {s: set(self.attrs[s]) for s in self.streams if s in inputs}
+
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         self._check(inputs)
         taken: set[str] = set()

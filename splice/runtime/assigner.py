@@ -60,6 +60,16 @@ def _bound(node: Node, input_ids: list[int]) -> OperatorSpec:
     return node.spec
 
 
+def _unsuffixed(names: set[str]) -> set[str]:
+    """``names`` plus each with its ``_right`` suffixes removed (joins rename taken names so)."""
+    out = set(names)
+    for n in names:
+        while n.endswith("_right"):
+            n = n[: -len("_right")]
+            out.add(n)
+    return out
+
+
 def _view_schema(schema: pa.Schema, columns: list[str] | None) -> pa.Schema:
     if columns is None:
         return schema
@@ -225,14 +235,16 @@ class QueryAssigner:
         )
 
     def _needed_columns(self, query: Query) -> dict[int, set[str] | None]:
-        """Columns of each source stream the whole plan may read (``None``: all of them).
+        """Columns of each source stream the plan needs.
 
-        Operators pass source columns through (a selection keeps every column), so a source
-        column is needed when any node of the plan reads a column of that name. Computed over
-        the full source schemas, a safe over-approximation.
+        A source column travels when some node reads a column of that name, or when it would
+        reach the result passed through (a selection keeps every column) and is not one the
+        composer re-attaches. Dropping any other column changes no operator's input it reads
+        and no result column. Computed over the full source schemas by name, a safe
+        over-approximation.
         """
         schemas: dict[str, tuple[int, pa.Schema]] = {}  # node outputs, under provisional ids
-        needed: dict[int, set[str] | None] = {}
+        needed: dict[int, set[str]] = {}
         sources: list[Stream] = []
         for i, node in enumerate(query.nodes):
             inputs: list[tuple[int, pa.Schema]] = []
@@ -254,15 +266,19 @@ class QueryAssigner:
                 schemas[node.name] = (-1 - i, spec.output_schema(full))
             except SchemaError as exc:
                 raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
-            names: set[str] | None = None
-            if used is not None:
-                names = set().union(*used.values()) if used else set()
+            # a node reading all of its inputs reads every column name they hold
+            read = set().union(*used.values()) if used else set()
+            if used is None:
+                read = set().union(*(set(sch.names) for _, sch in inputs))
+            names = _unsuffixed(read)
             for src in sources:
-                if names is None:
-                    needed[src.id] = None
-                elif needed[src.id] is not None:
-                    needed[src.id] = needed[src.id] | (names & set(src.schema.names))  # type: ignore[operator]
-        return needed
+                needed[src.id] = needed[src.id] | (names & set(src.schema.names))
+        # columns passed through to the result travel too, except those the composer adds
+        result = _unsuffixed(set(schemas[query.output_node.name][1].names))
+        for src in sources:
+            composed = set(query.compose.get(src.name, ()))
+            needed[src.id] |= (result & set(src.schema.names)) - composed
+        return {k: v for k, v in needed.items()}
 
     def _typecheck(self, query, node, spec, inputs, dep, view):
         try:

@@ -9,10 +9,10 @@
 >>> eng.push("s", pa.record_batch({"k": [1, 2, 3], "v": [0.5, 2.0, 3.0]}))
 >>> eng.end()
 >>> eng.results("big").to_pydict()
-{'v': [2.0, 3.0]}
+{'k': [2, 3], 'v': [2.0, 3.0]}
 
-Only the columns a query reads travel to it (``v`` above); ask the composer for others with
-``Query.chain(..., compose={"s": ["k"]})``.
+Only the columns a query reads or returns travel the path. ``compose={"s": ["k"]}`` keeps ``k``
+off the path and lets the composer re-attach it to each result row by row id instead.
 """
 
 from __future__ import annotations
@@ -176,11 +176,14 @@ class Engine:
             self._check_compose(query)
             dep, program = self.assigner.deploy(query, self._view, state)
             assert dep.output is not None
-            if query.compose and ROW_ID not in dep.output.schema.names:
+            clash = [c for cols in query.compose.values() for c in cols if c in dep.output.schema.names]
+            if clash or (query.compose and ROW_ID not in dep.output.schema.names):
                 self.assigner.undeploy(query.name)
                 for s in dep.streams:
                     self.catalog.drop(s.name)
                 raise PlanError(
+                    f"query {query.name!r}: composed column(s) {', '.join(map(repr, clash))} are "
+                    "already in its result" if clash else
                     f"query {query.name!r} composes columns but its result has no row ids "
                     "(aggregates and projections without __row_id lose them)"
                 )

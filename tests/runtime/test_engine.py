@@ -92,9 +92,10 @@ def test_only_used_columns_travel_and_the_composer_reattaches_others():
     eng.deploy(Query.chain("v_only", "s", Select(pc.field("v") > 1.0), compose={"s": ["c"]}))
     eng.push("s", batch(0, 5))
     unit = eng.topology.bricks[0].units[0]
-    assert unit.loaded is not None and unit.loaded.columns[2] == ["v", "__row_id"]
+    assert unit.loaded is not None and unit.loaded.columns[2] == ["k", "v", "__row_id"]
+    assert eng.decomposer.travel[2] == ["k", "v"]  # "c" waits in the parse table
     eng.end()
-    assert eng.results("v_only").to_pydict() == {"v": [1.5, 2.0], "c": ["c3", "c4"]}
+    assert eng.results("v_only").to_pydict() == {"k": [3, 4], "v": [1.5, 2.0], "c": ["c3", "c4"]}
     assert eng.decomposer.nbytes == 0  # a stateless composing query releases parse entries
 
 
@@ -190,7 +191,7 @@ def test_nulls_in_a_predicate_count_as_false():
                          "c": ["a", "b"]}, schema=SCHEMA)
     eng.push("s", b)
     eng.end()
-    assert eng.results("q").to_pydict() == {"v": [3.0], "k": [2]}
+    assert eng.results("q").to_pydict() == {"v": [3.0], "c": ["b"], "k": [2]}
 
 
 def test_engine_generates_bounded_out_of_orderness_watermarks():
