@@ -42,6 +42,7 @@ __all__ = [
     "fx_update",
     "fx_probe",
     "fx_join_sequence",
+    "fx_time_join_sequence",
     "ring_positions",
     "hb_update",
     "hb_probe",
@@ -830,3 +831,58 @@ def q3_lineitem_pass(shipdate, day, orderkey, ep_words, dc_words, one):  # type:
             rev[j] = e * (one - d)
             j += 1
     return ok, keys, rev, fits
+
+
+@_no_nrt
+def fx_time_join_sequence(  # type: ignore[no-untyped-def]
+    sides, seqs, pkeys, pvalid, times, length, time_sorted,
+    head, nxt, kstore, vstore, tstore, shift, start, out_i, out_s,
+):
+    """Two-way time-window join over a mixed arrival sequence, nothing late (the command path).
+
+    Tuple i of side ``sides[i]`` (sequence number ``seqs[i]`` on that side, event time
+    ``times[i]``) matches every earlier tuple of the other side with an equal key and
+    ``|dt| <= length``; then it is stored. Chains per side and bucket (``head[side, b]``,
+    ``nxt[side, seq]``) are prepended, so a walk goes newest first; with ``time_sorted``
+    arrival the walk stops at the first tuple older than ``times[i] - length``. Matches are
+    written oldest first; resumable from ``start`` (see :func:`drain`).
+    """
+    bound = nxt.shape[1]
+    n = 0
+    for i in range(start, sides.shape[0]):
+        if n + bound > out_i.shape[0]:
+            return n, i
+        me = sides[i]
+        other = 1 - me
+        k = pkeys[i]
+        t = times[i]
+        if pvalid[i]:
+            first = n
+            p = head[other, fx_bucket(k, shift)]
+            while p != -1:
+                ts = tstore[other, p]
+                if time_sorted and ts < t - length:
+                    break
+                if kstore[other, p] == k and vstore[other, p] and abs(t - ts) <= length:
+                    out_i[n] = i
+                    out_s[n] = p
+                    n += 1
+                p = nxt[other, p]
+            # newest first -> oldest first
+            lo = first
+            hi = n - 1
+            while lo < hi:
+                tmp = out_s[lo]
+                out_s[lo] = out_s[hi]
+                out_s[hi] = tmp
+                lo += 1
+                hi -= 1
+        s = seqs[i]
+        kstore[me, s] = k
+        vstore[me, s] = pvalid[i]
+        tstore[me, s] = t
+        if pvalid[i]:
+            b = fx_bucket(k, shift)
+            nxt[me, s] = head[me, b]
+            head[me, b] = s
+    return n, sides.shape[0]

@@ -52,6 +52,7 @@ from splice.joins._hash_kernels import (
     drain,
     fx_join_sequence,
     fx_probe,
+    fx_time_join_sequence,
     fx_update,
     hb_join_sequence,
     ring_positions,
@@ -69,6 +70,7 @@ __all__ = [
     "check_key_types",
     "make_index",
     "join_sequence",
+    "time_join_sequence",
 ]
 
 Impl = Literal["fast", "hbsj"]
@@ -588,3 +590,40 @@ def join_sequence(
         "null_keys": int(len(valid) - valid.sum()),
     }
     return ai, lseq, rseq, stats
+
+
+def time_join_sequence(
+    sides: np.ndarray,
+    keys: np.ndarray,
+    valid: np.ndarray,
+    times: np.ndarray,
+    length: int,
+    time_sorted: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Time-window join over a whole mixed arrival sequence in which nothing is late.
+
+    Pairs tuples of the two sides with equal keys and event times at most ``length`` apart,
+    each pair emitted when its later tuple arrives (ordered by that arrival, then by the
+    matched tuple's). ``time_sorted`` says the arrival follows event time (then probes stop at
+    the window's edge). Returns ``(arrival index, left seq, right seq)``.
+    """
+    if length < 0:
+        raise PlanError(f"time window length must be >= 0, got {length}")
+    sides = np.ascontiguousarray(sides, np.int8)
+    n = len(sides)
+    is_right = sides.astype(np.int64)
+    nright = np.cumsum(is_right) - is_right
+    seqs = np.where(sides == 0, np.arange(n) - nright, nright).astype(np.int64)
+    cap = max(1, int(max(n - is_right.sum(), is_right.sum())))
+    nb = max(16, _next_pow2(cap))
+    head = np.full((2, nb), -1, np.int64)
+    nxt = np.full((2, cap), -1, np.int64)
+    kstore = np.zeros((2, cap), np.int64)
+    vstore = np.zeros((2, cap), np.bool_)
+    tstore = np.zeros((2, cap), np.int64)
+    shift = 64 - (nb.bit_length() - 1)
+    ai, ms = drain(fx_time_join_sequence, n, cap, sides, seqs, np.ascontiguousarray(keys, np.int64),
+                   np.ascontiguousarray(valid, np.bool_), np.ascontiguousarray(times, np.int64),
+                   int(length), bool(time_sorted), head, nxt, kstore, vstore, tstore, shift)
+    from_left = sides[ai] == 0
+    return ai, np.where(from_left, seqs[ai], ms), np.where(from_left, ms, seqs[ai])

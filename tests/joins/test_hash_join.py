@@ -26,7 +26,12 @@ from splice.joins._hash_kernels import (
     murmur3_32,
     ring_positions,
 )
-from splice.joins.hash_window_join import FastIndex, HashWindowJoin, join_sequence
+from splice.joins.hash_window_join import (
+    FastIndex,
+    HashWindowJoin,
+    join_sequence,
+    time_join_sequence,
+)
 from splice.joins.hbsj import HBSJIndex
 from splice.joins.window import CountWindow, RowStore, TimeWindow, parse_count_window
 from splice.testing import OperatorHarness, check_operator, rows_of
@@ -366,3 +371,21 @@ def test_time_window_operator_contract() -> None:
     spec = HashWindowJoin(L, R, "k", TimeWindow(3, "t"))
     got = check_operator(spec, {L: TSCHEMA, R: TSCHEMA}, recs)
     assert got.num_rows > 0
+
+
+@settings(max_examples=30)
+@given(rows=st.lists(st.tuples(st.integers(0, 1), st.one_of(st.none(), st.integers(0, 4)),
+                               st.integers(0, 40)), max_size=100),
+       length=st.integers(0, 10), by_time=st.booleans())
+def test_time_sequence_equals_nested_loop(rows, length, by_time) -> None:
+    """The command's one-call time join: nothing late, arrival sorted by time or not."""
+    if by_time:
+        rows = sorted(rows, key=lambda r: r[2])
+    sides = np.array([r[0] for r in rows], np.int8)
+    keys = np.array([r[1] or 0 for r in rows], np.int64)
+    valid = np.array([r[1] is not None for r in rows], np.bool_)
+    times = np.array([r[2] for r in rows], np.int64)
+    _, ls, rs = time_join_sequence(sides, keys, valid, times, length, by_time)
+    want, late = time_window_join([("row", s, k, t) for s, k, t in rows], length)
+    assert not late
+    assert list(zip(ls.tolist(), rs.tolist(), strict=True)) == want
