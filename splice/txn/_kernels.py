@@ -428,33 +428,6 @@ def run_ops(
 
 
 @njit(cache=True, nogil=True)
-def affected_closure(
-    proc: np.ndarray, txn_ptr: np.ndarray, pred: np.ndarray, txn: np.ndarray,
-    txn_failed: np.ndarray,
-) -> np.ndarray:
-    """Ops whose value may differ from the speculative pass (l-abort rollback set).
-
-    In timestamp order: a transaction is affected when it failed a condition or any of its ops'
-    TD predecessors (in an earlier transaction) is affected; all its ops are then affected.
-    """
-    n = pred.shape[0]
-    aff = np.zeros(n, np.bool_)
-    ntx = txn_ptr.shape[0] - 1
-    for t in range(ntx):
-        a = txn_failed[t]
-        if not a:
-            for w in range(txn_ptr[t], txn_ptr[t + 1]):
-                p = pred[proc[w]]
-                if p >= 0 and txn[p] != t and aff[p]:
-                    a = True
-                    break
-        if a:
-            for w in range(txn_ptr[t], txn_ptr[t + 1]):
-                aff[proc[w]] = True
-    return aff
-
-
-@njit(cache=True, nogil=True)
 def run_serial(
     txn_ptr: np.ndarray, cell: np.ndarray, kind: np.ndarray, operand: np.ndarray,
     cond: np.ndarray, cond_arg: np.ndarray, src_ptr: np.ndarray, src_cell: np.ndarray,
@@ -902,3 +875,29 @@ def chain_blocks(chain_len: np.ndarray, nthreads: int) -> np.ndarray:
         owner[c] = t if t < nthreads else nthreads - 1
         acc += chain_len[c]
     return owner
+
+
+@njit(cache=True, nogil=True)
+def data_closure(proc: np.ndarray, pred: np.ndarray, txn: np.ndarray, src_ptr: np.ndarray,
+                 src_op: np.ndarray, changed: np.ndarray) -> np.ndarray:
+    """Ops whose value depends on a transaction in ``changed`` through data edges only.
+
+    In timestamp order: an op is affected when its transaction changed, or its TD predecessor or
+    a PD source is affected. With commit decisions fixed (lazy abort with an exclusion set),
+    these are exactly the ops a change of exclusions can alter.
+    """
+    n = proc.shape[0]
+    aff = np.zeros(n, np.bool_)
+    for w in range(n):
+        i = proc[w]
+        a = changed[txn[i]]
+        p = pred[i]
+        if not a and p >= 0 and aff[p]:
+            a = True
+        if not a:
+            for j in range(src_ptr[i], src_ptr[i + 1]):
+                if aff[src_op[j]]:
+                    a = True
+                    break
+        aff[i] = a
+    return aff

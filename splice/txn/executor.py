@@ -177,19 +177,34 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
     t2 = time.perf_counter()
     abort_time = 0.0
     redo_ops = 0
+    rounds = 0
     if not eager:
-        txn_failed = _txn_failed(tpg, run.failed)
-        if txn_failed.any():
-            aff = K.affected_closure(tpg.proc, tpg.txn_ptr, tpg.pred, tpg.txn, txn_failed)
-            redo_ops = int(aff.sum())
+        # lazy abort: exclude the transactions that failed and redo only what that changes
+        # (data-edge closure); repeat until exclusions and failures agree. After a pass under
+        # exclusion set X, the first transaction whose outcome disagrees with X is decided
+        # correctly, as is everything before it, so each round settles at least one more.
+        while True:
+            fails = _txn_failed(tpg, run.failed)
+            bad = np.flatnonzero(fails != run.excluded)
+            if bad.shape[0] == 0:
+                break
+            first = int(bad[0])
+            new = run.excluded.copy()
+            new[first:] = fails[first:]
+            aff = K.data_closure(tpg.proc, tpg.pred, tpg.txn, tpg.src_ptr, tpg.src_op,
+                                 new != run.excluded)
+            redo_ops += int(aff.sum())
             run.state[aff] = 0
             run.failed[aff] = False
-            redo = work_order(tpg, Strategy("ns", "f", "e"), team.threads)
-            s2, b2 = run.go(team, tpg, redo, True, True, busy)
+            run.excluded = new
+            s2, b2 = run.go(team, tpg, wo, False, True, busy)
             sync += s2
             barrier += b2
-            abort_time = time.perf_counter() - t2
-    committed = ~_txn_failed(tpg, run.failed)
+            rounds += 1
+        abort_time = time.perf_counter() - t2
+        committed = ~run.excluded
+    else:
+        committed = ~_txn_failed(tpg, run.failed)
     ex = _finish(tpg, run, committed, batch, refused, history)
     exec_time = t2 - t1
     ex.times = {
@@ -201,7 +216,7 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
     }
     ex.memory_bytes = tpg.nbytes() + wo.work.nbytes + 5 * tpg.pred.shape[0] * 8
     ex.info = {"stages": wo.stages, "units": wo.units, "largest_unit": wo.largest_unit,
-               "redo_ops": redo_ops}
+               "redo_ops": redo_ops, "redo_rounds": rounds}
     return ex
 
 

@@ -13,9 +13,10 @@ A :class:`Strategy` is the seed's triple::
     abort        e  eager: a write first decides its transaction (evaluating the conditional
                     ops' inputs, LD edges), so an abort takes effect at once and nothing is undone
                  l  lazy: writes run speculatively as if every transaction commits; failed
-                    conditions are collected and handled together after the pass: the affected
-                    ops (the forward closure of failed transactions) roll back to BLK and are
-                    redone eagerly
+                    conditions are collected and handled together after the pass: the failed
+                    transactions are excluded, the ops whose values that changes (their
+                    data-edge closure: TD successors, PD readers) roll back to BLK and are redone,
+                    until exclusions and failures agree (usually one round)
 
 Every combination executes any batch correctly (deadlock-free: each thread's work list respects a
 global topological order). The decision model :func:`choose_strategy` picks one per batch from
@@ -177,9 +178,9 @@ def choose_strategy(
     The rules follow the seed's decision tree, with thresholds set from this engine's own
     measurements (``benchmarks/txn_dynamic.py``, ``docs/bench_txn.md``):
 
-    * abort: ``l`` (speculate, then redo the affected closure) while the measured abort ratio of
-      recent batches stays below 2 %; ``e`` when aborts are frequent, since every abort's closure
-      would be redone.
+    * abort: ``l`` (speculate, then redo what the failed transactions' exclusion changes) while
+      the measured abort ratio of recent batches stays below 2 %; ``e`` when aborts are frequent
+      (each redo round costs a pass over the affected chains).
     * explore: ``ns`` by default: barriers cost most where threads are descheduled or chains are
       long (skew: many levels); on the shared 2-core machine of ``docs/bench_txn.md`` ``ns`` won
       every configuration measured. ``s`` only for heavy operations (>= 5 us of UDF work) on very
