@@ -9,7 +9,7 @@ Bad input aborts only the event it belongs to, with a recorded reason, and the b
 
 =========================================  ===================
 the function raises                        ``REASON_UDF``
-undeclared table                           ``REASON_TABLE``
+undeclared table or column                 ``REASON_TABLE``
 key not a non-negative integer             ``REASON_KEY``
 non-numeric or non-finite amount           ``REASON_OPERAND``
 two writes to one cell in one transaction  ``REASON_DUPLICATE``

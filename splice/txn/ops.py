@@ -87,7 +87,7 @@ REASON_DUPLICATE = 7
 REASONS = {
     REASON_NONE: "",
     REASON_CONDITION: "condition failed",
-    REASON_TABLE: "undeclared table",
+    REASON_TABLE: "undeclared table or column",
     REASON_KEY: "key of the wrong type or out of range",
     REASON_OPERAND: "non-numeric operand",
     REASON_UDF: "user function raised",

@@ -39,7 +39,7 @@ def test_each_kind_of_bad_input_aborts_only_its_event(scheduler: str) -> None:
     ]
     out = run_events(eng, events, _transfer)
     reasons = [o.reason.split(":")[0] for o in out]
-    assert reasons == ["", "undeclared table", "key of the wrong type or out of range",
+    assert reasons == ["", "undeclared table or column", "key of the wrong type or out of range",
                        "key of the wrong type or out of range",
                        "key of the wrong type or out of range", "non-numeric operand",
                        "user function raised", "condition failed", ""]
@@ -146,3 +146,15 @@ def test_no_committed_write_lost_or_applied_twice(threads: int) -> None:
         totals[sched] = (eng.store.checksum(), total)
         eng.close()
     assert len(set(totals.values())) == 1
+
+
+def test_undeclared_column_and_source_abort() -> None:
+    eng = TxnEngine([StateTable("seg", keys=2, columns=("speed", "count"))], scheduler="ns,f,l")
+    out = run_events(eng, [{"c": "speed"}, {"c": "colour"}, {"c": "count"}],
+                     lambda e: [add("seg", 0, 1.0, column=e["c"]),
+                                sum_write("seg", 1, [("seg", 0)] if e["c"] != "count"
+                                          else [("ghost", 0)])])
+    assert [o.committed for o in out] == [True, False, False]
+    assert out[1].reason.startswith("undeclared table or column")
+    assert eng.store.value("seg", 0, "speed") == 1.0
+    eng.close()
