@@ -278,6 +278,8 @@ class _Side:
         self.schema = schema
         self.keys = list(keys)
         self.time = time
+        self.time_index = schema.get_field_index(time)
+        self.time_int64 = schema.field(time).type == pa.int64()
         self.lo, self.hi = lo, hi
         self.outer = outer
         self.codec = codec
@@ -496,24 +498,27 @@ class IntervalJoinLogic(OperatorLogic):
         n = batch.num_rows
         if n == 0:
             return []
-        t = time_values(batch, s.time, s.stream)
+        col = batch.column(s.time_index)
+        if s.time_int64 and not col.null_count:
+            t = col.to_numpy()
+        else:
+            t = time_values(batch, s.time, s.stream)
         codes, valid = s.codec.encode([batch.column(c) for c in s.keys])
 
         # 1. late rows: time <= this side's watermark at the row's arrival
         own_before = self._eff(s, o)
         late: np.ndarray | None = None
+        late_mask: np.ndarray | None = None
         if self.delay is not None:
-            seen = np.maximum.accumulate(t)
-            prev = np.empty(n, dtype=np.int64)
-            prev[0] = s.max_seen
-            if n > 1:
-                np.maximum(seen[:-1], s.max_seen, out=prev[1:])
-            gen = np.where(prev == _MIN, _MIN, prev - (self.delay + 1))
-            late_mask = t <= np.maximum(gen, own_before)
-            s.max_seen = max(s.max_seen, int(seen[-1]))
+            # no row is late when the earliest is after the watermark the batch ends with
+            top = max(s.max_seen, int(t.max()))
+            if int(t.min()) > max(own_before, top - self.delay - 1):
+                s.max_seen = top
+            else:
+                late_mask = self._late_rows(s, t, own_before)
         else:
             late_mask = t <= own_before
-        if late_mask.any():
+        if late_mask is not None and late_mask.any():
             late = late_mask
             self._late.append(batch.filter(pa.array(late)))
             s.late_rows += int(np.count_nonzero(late))
@@ -558,6 +563,20 @@ class IntervalJoinLogic(OperatorLogic):
         out.extend(self._pad(self.L, padded["left"]))
         out.extend(self._pad(self.R, padded["right"]))
         return out
+
+    def _late_rows(self, s: _Side, t: np.ndarray, own_before: int) -> np.ndarray:
+        """``t[i] <= watermark at row i's arrival`` (generated from the rows before it)."""
+        assert self.delay is not None
+        n = len(t)
+        seen = np.maximum.accumulate(t)
+        prev = np.empty(n, dtype=np.int64)
+        prev[0] = s.max_seen
+        if n > 1:
+            np.maximum(seen[:-1], s.max_seen, out=prev[1:])
+        gen = np.where(prev == _MIN, _MIN, prev - (self.delay + 1))
+        s.max_seen = max(s.max_seen, int(seen[-1]))
+        mask: np.ndarray = t <= np.maximum(gen, own_before)
+        return mask
 
     def _probe(self, s: _Side, o: _Side, batch: pa.RecordBatch, t: np.ndarray, codes: np.ndarray,
                live: np.ndarray | None, matched: np.ndarray | None) -> pa.RecordBatch | None:
