@@ -30,6 +30,7 @@ of groups, not rows; ``snapshot()`` copies it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -275,22 +276,29 @@ class _KeyCoder:
                     self.ids[_hashable(v)] = len(self.ids)
 
     def _intern(self, arr: pa.Array) -> np.ndarray:
-        """Dense ids of the (non-null) values of ``arr``, interning new ones."""
+        """Dense ids of the (non-null) values of ``arr``, interning new ones.
+
+        Python work is one dict lookup per distinct value of the batch (comprehensions, no
+        per-row statements); rows map through the batch dictionary with NumPy.
+        """
         if not pa.types.is_dictionary(arr.type):
             arr = pc.dictionary_encode(arr)
         dictionary = arr.dictionary
         values = dictionary.to_pylist()
-        mapping = np.zeros(max(len(values), 1), dtype=np.int64)
-        new: list[int] = []
-        for j, v in enumerate(values):
-            key = _hashable(v)
-            code = self.ids.get(key)
-            if code is None:
-                code = self.ids[key] = len(self.ids)
-                new.append(j)
-            mapping[j] = code
-        if new:
+        if pa.types.is_floating(dictionary.type):
+            values = [_hashable(v) for v in values]
+        mapping = np.array(
+            list(map(self.ids.get, values, itertools.repeat(-1, len(values)))), dtype=np.int64
+        )
+        new = np.flatnonzero(mapping < 0)
+        if len(new):
+            start = len(self.ids)
+            fresh = np.arange(start, start + len(new), dtype=np.int64)
+            self.ids.update(zip([values[j] for j in new.tolist()], fresh.tolist(), strict=True))
+            mapping[new] = fresh
             self.chunks.append(dictionary.take(pa.array(new, type=pa.int64())).cast(self.type))
+        if len(mapping) == 0:
+            return np.zeros(len(arr), dtype=np.int64)
         idx = arr.indices
         if idx.null_count:
             idx = idx.fill_null(0)
