@@ -26,6 +26,7 @@ __all__ = [
     "index_insert",
     "index_probe",
     "index_probe_py",
+    "new_table",
 ]
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -140,8 +141,9 @@ def band_pairs_py(
 
 # -- chained hash index over key codes -----------------------------------------------------------
 #
-# Entries ``0..n-1`` hold (code, time, row id, next); a table of ``cap`` slots (a power of two)
-# maps a code to the first and last entry of its chain. Chains link entries in insertion order,
+# Entries ``0..n-1`` hold a code, and ``link[e] = (time, next entry)`` side by side so a chain
+# step touches one cache line; a table of ``slots`` rows ``(code, first entry, last entry)`` (a
+# power of two, linear probing) maps a code to its chain. Chains link entries in insertion order,
 # which is row-id (arrival) order.
 
 
@@ -153,36 +155,38 @@ def _slot(code: np.int64, mask: int) -> np.int64:
 
 @njit(cache=True, nogil=True)
 def index_insert(
-    t_code: np.ndarray, t_head: np.ndarray, t_tail: np.ndarray, e_code: np.ndarray,
-    e_next: np.ndarray, start: int, stop: int,
+    table: np.ndarray, e_code: np.ndarray, link: np.ndarray, start: int, stop: int,
 ) -> None:
-    """Link entries ``start..stop-1`` (codes already in ``e_code``) into the table's chains."""
-    mask = len(t_code) - 1
+    """Link entries ``start..stop-1`` (codes in ``e_code``, times in ``link[:, 0]``) into chains.
+
+    ``table`` is ``(slots, 3)`` of ``(code, first, last)`` with ``first = -1`` for a free slot.
+    """
+    mask = table.shape[0] - 1
     for e in range(start, stop):
         c = e_code[e]
         s = _slot(c, mask)
-        while t_head[s] != -1 and t_code[s] != c:
+        while table[s, 1] != -1 and table[s, 0] != c:
             s = (s + 1) & mask
-        e_next[e] = -1
-        if t_head[s] == -1:
-            t_code[s] = c
-            t_head[s] = e
+        link[e, 1] = -1
+        if table[s, 1] == -1:
+            table[s, 0] = c
+            table[s, 1] = e
         else:
-            e_next[t_tail[s]] = e
-        t_tail[s] = e
+            link[table[s, 2], 1] = e
+        table[s, 2] = e
 
 
 @njit(cache=True, nogil=True)
 def index_probe(
-    t_code: np.ndarray, t_head: np.ndarray, e_time: np.ndarray, e_next: np.ndarray,
-    p_codes: np.ndarray, p_times: np.ndarray, lo: int, hi: int,
+    table: np.ndarray, link: np.ndarray, p_codes: np.ndarray, p_times: np.ndarray,
+    lo: int, hi: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs ``(i, entry)``: equal codes and ``p_times[i]+lo <= e_time <= p_times[i]+hi``.
+    """Pairs ``(i, entry)``: equal codes and ``p_times[i]+lo <= time <= p_times[i]+hi``.
 
     Ordered by ``i``, then by entry (insertion) order. One pass over the chains; the output
     buffers double when full.
     """
-    mask = len(t_code) - 1
+    mask = table.shape[0] - 1
     n = len(p_codes)
     cap = max(16, n)
     pi = np.empty(cap, dtype=np.int64)
@@ -191,13 +195,13 @@ def index_probe(
     for i in range(n):
         c = p_codes[i]
         s = _slot(c, mask)
-        while t_head[s] != -1 and t_code[s] != c:
+        while table[s, 1] != -1 and table[s, 0] != c:
             s = (s + 1) & mask
-        e = t_head[s]
+        e = table[s, 1]
         t0 = p_times[i] + lo
         t1 = p_times[i] + hi
         while e != -1:
-            t = e_time[e]
+            t = link[e, 0]
             if t >= t0 and t <= t1:
                 if k == cap:
                     cap *= 2
@@ -209,8 +213,19 @@ def index_probe(
                 pi[k] = i
                 pe[k] = e
                 k += 1
-            e = e_next[e]
+            e = link[e, 1]
     return pi[:k].copy(), pe[:k].copy()
+
+
+@njit(cache=True, nogil=True)
+def new_table(entries: int) -> np.ndarray:
+    """An empty ``(slots, 3)`` table for up to ``entries`` entries (load factor <= 1/2)."""
+    slots = 64
+    while slots < 2 * entries:
+        slots *= 2
+    table = np.empty((slots, 3), dtype=np.int64)
+    table[:, 1] = -1
+    return table
 
 
 def index_probe_py(
@@ -231,12 +246,8 @@ def hash_band_pairs(
     Pairs ordered by ``i``, then ``j`` (a hash join's build side kept in input order).
     """
     m = len(b_codes)
-    cap = 16
-    while cap < 2 * m:
-        cap *= 2
-    t_code = np.empty(cap, dtype=np.int64)
-    t_head = np.full(cap, -1, dtype=np.int64)
-    t_tail = np.empty(cap, dtype=np.int64)
-    e_next = np.empty(m, dtype=np.int64)
-    index_insert(t_code, t_head, t_tail, b_codes, e_next, 0, m)
-    return index_probe(t_code, t_head, b_times, e_next, p_codes, p_times, lo, hi)
+    table = new_table(m)
+    link = np.empty((m, 2), dtype=np.int64)
+    link[:, 0] = b_times
+    index_insert(table, b_codes, link, 0, m)
+    return index_probe(table, link, p_codes, p_times, lo, hi)

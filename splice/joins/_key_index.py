@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.core.errors import SchemaError
-from splice.joins._interval_kernels import hash_bytes, index_insert, index_probe
+from splice.joins._interval_kernels import hash_bytes, index_insert, index_probe, new_table
 
 __all__ = ["KeyCodec", "KeyIndex"]
 
@@ -163,14 +163,13 @@ def keys_equal(left: Sequence[pa.Array], right: Sequence[pa.Array]) -> np.ndarra
 class KeyIndex:
     """Retained rows of one side in a chained hash table over key codes; see the module docstring.
 
-    Entries (code, time, row id, next) sit in arrays with spare capacity, appended on arrival and
-    linked into their code's chain (so a chain lists rows in arrival order); retirement compacts
+    Entries (code, row id, and the pair (time, next) side by side) sit in arrays with spare
+    capacity, appended on arrival and linked into their code's chain (so a chain lists rows in arrival order); retirement compacts
     the surviving entries and relinks them. ``nbytes`` (entry and table capacity) is a cached
     total, so budget checks are O(1).
     """
 
-    __slots__ = ("e_code", "e_time", "e_rowid", "e_next", "n", "t_code", "t_head", "t_tail",
-                 "nbytes")
+    __slots__ = ("e_code", "link", "e_rowid", "n", "table", "nbytes")
 
     def __init__(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray):
         self._rebuild(codes, times, row_ids)
@@ -179,21 +178,19 @@ class KeyIndex:
         n = len(codes)
         cap = max(64, n + n // 4)  # room for arrivals before the next rebuild
         self.e_code = np.empty(cap, dtype=np.int64)
-        self.e_time = np.empty(cap, dtype=np.int64)
+        self.link = np.empty((cap, 2), dtype=np.int64)
         self.e_rowid = np.empty(cap, dtype=np.int64)
-        self.e_next = np.empty(cap, dtype=np.int64)
         self.e_code[:n] = codes
-        self.e_time[:n] = times
+        self.link[:n, 0] = times
         self.e_rowid[:n] = row_ids
         self.n = n
-        slots = 64
-        while slots < 2 * cap:  # load factor <= 1/2
-            slots *= 2
-        self.t_code = np.empty(slots, dtype=np.int64)
-        self.t_head = np.full(slots, -1, dtype=np.int64)
-        self.t_tail = np.empty(slots, dtype=np.int64)
-        index_insert(self.t_code, self.t_head, self.t_tail, self.e_code, self.e_next, 0, n)
-        self.nbytes = 4 * 8 * cap + 3 * 8 * slots
+        self.table = new_table(cap)
+        index_insert(self.table, self.e_code, self.link, 0, n)
+        self.nbytes = 4 * 8 * cap + self.table.nbytes
+
+    @property
+    def e_time(self) -> np.ndarray:
+        return self.link[:, 0]
 
     def __len__(self) -> int:
         return self.n
@@ -207,22 +204,23 @@ class KeyIndex:
         n, m = self.n, len(codes)
         if n + m > len(self.e_code):
             self._rebuild(np.concatenate([self.e_code[:n], codes]),
-                          np.concatenate([self.e_time[:n], times]),
+                          np.concatenate([self.link[:n, 0], times]),
                           np.concatenate([self.e_rowid[:n], row_ids]))
             return
         self.e_code[n : n + m] = codes
-        self.e_time[n : n + m] = times
+        self.link[n : n + m, 0] = times
         self.e_rowid[n : n + m] = row_ids
-        index_insert(self.t_code, self.t_head, self.t_tail, self.e_code, self.e_next, n, n + m)
+        index_insert(self.table, self.e_code, self.link, n, n + m)
         self.n = n + m
 
     def retire(self, threshold: int) -> None:
         """Drop every row with ``time <= threshold`` (arrival order within chains is kept)."""
         n = self.n
-        keep = self.e_time[:n] > threshold
+        times = self.link[:n, 0]
+        keep = times > threshold
         if keep.all():
             return
-        self._rebuild(self.e_code[:n][keep], self.e_time[:n][keep], self.e_rowid[:n][keep])
+        self._rebuild(self.e_code[:n][keep], times[keep], self.e_rowid[:n][keep])
 
     def probe(
         self, codes: np.ndarray, times: np.ndarray, lo: int, hi: int
@@ -231,6 +229,5 @@ class KeyIndex:
 
         Ordered by probe row, then row id (arrival order).
         """
-        pi, pe = index_probe(self.t_code, self.t_head, self.e_time, self.e_next, codes, times,
-                             lo, hi)
+        pi, pe = index_probe(self.table, self.link, codes, times, lo, hi)
         return pi, self.e_rowid[pe]

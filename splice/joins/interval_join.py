@@ -510,10 +510,11 @@ class IntervalJoinLogic(OperatorLogic):
         late: np.ndarray | None = None
         late_mask: np.ndarray | None = None
         if self.delay is not None:
-            # no row is late when the earliest is after the watermark the batch ends with
-            top = max(s.max_seen, int(t.max()))
-            if int(t.min()) > max(own_before, top - self.delay - 1):
-                s.max_seen = top
+            # times in order and the first after the watermark so far: no row is late (each row's
+            # watermark comes from the rows before it, all at or below it)
+            first = max(own_before, s.max_seen - self.delay - 1 if s.max_seen != _MIN else _MIN)
+            if int(t[0]) > first and (n == 1 or bool((t[1:] >= t[:-1]).all())):
+                s.max_seen = max(s.max_seen, int(t[-1]))
             else:
                 late_mask = self._late_rows(s, t, own_before)
         else:
