@@ -84,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(summary), flush=True)
     if args.plot:
-        series = {k: ([1 << lw for lw in v], list(v.values())) for k, v in rates.items()}
+        def label(k: str) -> str:
+            if k.startswith("parallel_pimtree_"):
+                return f"pimtree task queue, {k.rsplit('_', 1)[1]} thread(s) (wall)"
+            return f"{k} (CPU time)"
+
+        series = {label(k): ([1 << lw for lw in v], list(v.values())) for k, v in rates.items()}
         plot(OUT / "band_windows.png", series, "window size w (tuples)", "tuples / s",
              "IBWJ throughput vs window size (match rate 2)")
     return 0
