@@ -20,8 +20,8 @@ its last window closes.
 
 Algorithm. Rows are buffered per side as Arrow batches with their times, key codes and first open
 window; at a close, the rows of the closing windows are expanded to ``(row, window)`` pairs and
-matched on ``(key code, window)`` by the numba band kernel with a zero-width band over window ids
-(:func:`~splice.joins._interval_kernels.band_pairs`); non-exact codes are checked for real key
+matched on ``(key code, window)`` by the numba hash kernel with a zero-width band over window ids
+(:func:`~splice.joins._interval_kernels.hash_band_pairs`); non-exact codes are checked for real key
 equality. Watermarks, ``out_of_orderness``, ``idle_timeout`` and ``state_budget`` behave as in
 :class:`~splice.joins.interval_join.IntervalJoin`.
 
@@ -47,7 +47,7 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, is_temporal, time_values
-from splice.joins._interval_kernels import band_pairs
+from splice.joins._interval_kernels import hash_band_pairs
 from splice.joins._key_index import KeyCodec, check_key_types, keys_equal
 from splice.joins.interval_join import (
     MAX_TIME,
@@ -381,10 +381,9 @@ class WindowJoinLogic(OperatorLogic):
         li = ri = np.zeros(0, dtype=np.int64)
         if len(lpos) and len(rpos):
             lsel, rsel = np.flatnonzero(lv), np.flatnonzero(rv)
-            # match on (code, window): sort the right pairs by code, band of width 0 over windows
-            order = rsel[np.argsort(rc[rsel], kind="stable")]
-            pi, pj = band_pairs(lc[lsel], lk[lsel], rc[order], rk[order], 0, 0)
-            li, ri = lsel[pi], order[pj]
+            # match on (code, window): hash the right pairs by code, band of width 0 over windows
+            pi, pj = hash_band_pairs(lc[lsel], lk[lsel], rc[rsel], rk[rsel], 0, 0)
+            li, ri = lsel[pi], rsel[pj]
             if len(li) and not self.exact:
                 assert ltab is not None and rtab is not None
                 ok = keys_equal([ltab.column(c).take(pa.array(lpos[li])) for c in self.L.keys],
