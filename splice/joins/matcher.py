@@ -18,8 +18,9 @@
     table is registered and the catalog never grows.
 
 ``"auto"`` picks ``"numba"``: on every fixture of ``benchmarks/interval_probe.py`` it measured
-fastest (a DataFusion call costs about 2 ms of planning and execution even on a handful of rows,
-Acero about 0.2 ms; see ``docs/bench_time_joins.md``). The key index of
+fastest. A DataFusion call costs 3.5 ms or more of planning and execution, even on a handful of
+rows, and an Acero call more than 1 ms; the numba probe takes 0.4–0.9 ms, all of the operator's
+push included (see ``docs/bench_time_joins.md``). The key index of
 :class:`~splice.joins.interval_join.IntervalJoin` always probes with the numba kernel.
 """
 
