@@ -178,9 +178,11 @@ def choose_strategy(
     The rules follow the seed's decision tree, with thresholds set from this engine's own
     measurements (``benchmarks/txn_dynamic.py``, ``docs/bench_txn.md``):
 
-    * abort: ``l`` (speculate, then redo what the failed transactions' exclusion changes) while
-      the measured abort ratio of recent batches stays below 2 %; ``e`` when aborts are frequent
-      (each redo round costs a pass over the affected chains).
+    * abort: ``l`` (speculate, then redo what the failed transactions' exclusion changes) unless
+      aborts are frequent (>= 2 % of recent batches) *and* operations are heavy (>= 5 us): then
+      ``e``, since a redo repeats the heavy work. With cheap operations the redo is cheaper than
+      eager waits on other threads at every abort ratio measured (1-30 %), as in the seed's
+      Figure 20 (l-abort for high abort ratios at low complexity).
     * explore: ``ns`` by default: barriers cost most where threads are descheduled or chains are
       long (skew: many levels); on the shared 2-core machine of ``docs/bench_txn.md`` ``ns`` won
       every configuration measured. ``s`` only for heavy operations (>= 5 us of UDF work) on very
@@ -189,12 +191,12 @@ def choose_strategy(
     * granularity: ``f``, except with no cross-chain dependencies at all (no LD checks, no PD
       reads) and heavy operations, where chains are the natural unit (``c``).
     """
-    if threads <= 1:
-        return Strategy("ns", "f", "l" if abort_ratio < 0.02 else "e")
-    ops = max(stats["ops"], 1.0)
-    abort: AbortMode = "l" if abort_ratio < 0.02 else "e"
-    width = ops / max(stats["max_chain"], 1.0)
     heavy = complexity_us >= 5.0
+    abort: AbortMode = "e" if abort_ratio >= 0.02 and heavy else "l"
+    if threads <= 1:
+        return Strategy("ns", "f", abort)
+    ops = max(stats["ops"], 1.0)
+    width = ops / max(stats["max_chain"], 1.0)
     wide = width >= 256 * threads and stats["degree_skew"] < 4
     explore: Explore = "s" if heavy and wide else "ns"
     coupled = stats["checks"] + stats["pd"] > 0

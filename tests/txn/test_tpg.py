@@ -98,7 +98,9 @@ def test_decision_model_follows_statistics() -> None:
     skewed = dict(flat, max_chain=8000.0, degree_skew=5000.0)
     coupled = dict(flat, ld=25000.0, pd=5000.0, checks=100.0)
     assert choose_strategy(flat, 2, 0.0, 0.0).abort == "l"
-    assert choose_strategy(flat, 2, 0.0, 0.3).abort == "e"
+    assert choose_strategy(flat, 2, 0.0, 0.3).abort == "l"
+    assert choose_strategy(flat, 2, 10.0, 0.3).abort == "e"
+    assert choose_strategy(flat, 1, 10.0, 0.3) == Strategy("ns", "f", "e")
     assert choose_strategy(skewed, 2, 10.0, 0.0).explore == "ns"
     assert choose_strategy(flat, 2, 10.0, 0.0) == Strategy("s", "c", "l")
     assert choose_strategy(flat, 2, 0.0, 0.0).explore == "ns"
