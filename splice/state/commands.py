@@ -1,0 +1,218 @@
+"""The checkpointed forms of ``splice tpch`` and ``splice join`` (``--checkpoint-dir D``).
+
+Each builds a :class:`~splice.state.checkpoint.Job` (streams, an engine plan, a replayable
+source in the command's arrival order) and runs it under a
+:class:`~splice.state.checkpoint.CheckpointCoordinator`. Running the same command again after a
+crash resumes from ``D``; the printed answer (``tpch``) or ``--out`` (``join``) is the committed
+output, equal to what an uninterrupted checkpointed run gives.
+
+- ``tpch q1|q6``: the query's operator chain over the ``lineitem`` stream, batches of
+  ``--batch-size`` rows in generation order.
+- ``tpch q3``: :func:`~splice.workloads.tpch_plans.q3_query` (selections, the three-way
+  multiway join with ``--window``, group-by, top-10) over ``customer``, ``orders`` and
+  ``lineitem`` in the ``--order`` arrival order of the fused command.
+- ``join --kind K``: one node ``BindInputs(<K's spec>, {...})`` over streams ``left`` and
+  ``right``, arrival from :func:`splice.io.arrival.interleave`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from splice.core.errors import PlanError
+from splice.runtime.plan import BindInputs, Node, Query
+from splice.state.checkpoint import CheckpointCoordinator, Job, SourceStream, arrival_source
+
+__all__ = ["run_checkpointed", "run_tpch_checkpointed", "run_join_checkpointed", "tpch_job", "join_job",
+           "coordinator_for"]
+
+
+def coordinator_for(job: Job, args: argparse.Namespace) -> CheckpointCoordinator:
+    """The coordinator the command-line options describe."""
+    return CheckpointCoordinator(
+        job,
+        args.checkpoint_dir,
+        interval_seconds=args.checkpoint_interval,
+        backend=getattr(args, "checkpoint_backend", "local"),
+        state_budget=getattr(args, "state_budget", None),
+    )
+
+
+def tpch_job(tables: dict[str, pa.Table], query: str, window: int | None, order: str,
+             batch_size: int) -> Job:
+    """The job of ``splice tpch <query>`` over loaded ``tables``."""
+    if query == "q3":
+        from splice.workloads.tpch_plans import q3_query
+        from splice.workloads.tpch_q3 import q3_arrival
+
+        names = ("customer", "orders", "lineitem")
+        sides, rows = q3_arrival(tuple(tables[n].num_rows for n in names), order)  # type: ignore[arg-type]
+        return Job([SourceStream(n, tables[n].schema) for n in names], [q3_query("q3", window)],
+                   arrival_source([(n, tables[n]) for n in names], sides, rows, batch_size))
+    from splice.io.sources import table_source
+    from splice.workloads import tpch_queries
+
+    lineitem = tables["lineitem"]
+    specs = tpch_queries.q1() if query == "q1" else tpch_queries.q6()
+    return Job([SourceStream("lineitem", lineitem.schema)], [Query.chain(query, "lineitem", *specs)],
+               lambda pos: table_source("lineitem", lineitem, batch_size, skip=pos))
+
+
+def _join_spec(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> tuple[BindInputs, bool]:
+    """(the kind's spec bound to the node's inputs, whether the engine makes watermarks)."""
+    from splice.joins.interval_command import disorder, keys_of
+
+    if args.kind in ("interval", "window"):
+        if args.time is None:
+            raise PlanError(f"join --kind {args.kind}: --time is required (the event-time column)")
+        delay = disorder(left, right, args.time, args.arrival)
+        keys = keys_of(args)
+        if args.kind == "interval":
+            from splice.joins.interval_join import IntervalJoin
+
+            if args.lower is None or args.upper is None:
+                raise PlanError("join --kind interval: --lower and --upper are required (inclusive bounds)")
+            return BindInputs(IntervalJoin, {"on": keys, "time": args.time, "lower": args.lower,
+                                             "upper": args.upper, "how": args.how,
+                                             "out_of_orderness": delay}), False
+        from splice.joins.window_join import WindowJoin
+
+        if args.size is None:
+            raise PlanError("join --kind window: --size is required (window length in time units)")
+        return BindInputs(WindowJoin, {"on": keys, "time": args.time, "size": args.size,
+                                       "slide": args.slide, "how": args.how,
+                                       "out_of_orderness": delay}), False
+    if args.kind == "hash":
+        from splice.joins.hash_command import _key_column
+        from splice.joins.hash_window_join import HashWindowJoin
+        from splice.joins.window import CountWindow, TimeWindow, parse_count_window
+
+        if args.how != "inner":
+            raise PlanError(f"--kind hash computes inner joins only, got --how {args.how}")
+        on = _key_column(args.on)
+        if args.window_time is not None:
+            if args.time is None:
+                raise PlanError("--window-time needs --time COL (the event-time column of both inputs)")
+            return BindInputs(HashWindowJoin, {"on": on, "window": TimeWindow(int(args.window_time), args.time),
+                                               "impl": args.impl}), args.arrival is None
+        w = parse_count_window(args.window)
+        if w is None:
+            raise PlanError("the hash join needs --window N (count window) or --time COL --window-time D")
+        return BindInputs(HashWindowJoin, {"on": on, "window": CountWindow(w), "impl": args.impl}), False
+    if args.kind == "band":
+        from splice.joins.band_command import _key_column as band_key
+        from splice.joins.band_command import parse_windows
+        from splice.joins.band_join import BandJoin, band_bounds
+
+        lower, upper = band_bounds(args.eps, None, None)
+        return BindInputs(BandJoin, {"on": band_key(args.on), "lower": lower, "upper": upper,
+                                     "window": parse_windows(args.window), "index": args.index,
+                                     "merge_ratio": args.merge_ratio,
+                                     "insertion_depth": args.insertion_depth if args.index == "pimtree" else None}
+                          ), False
+    raise PlanError(f"join --kind {args.kind}: no checkpointed form")
+
+
+def join_job(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> Job:
+    """The job of ``splice join --kind K`` with checkpoints: one join node over left and right."""
+    from splice.io.arrival import interleave
+
+    spec, watermarks = _join_spec(left, right, args)
+    batches = interleave(left, right, args.arrival, args.time, args.batch_size)
+    names = ("left", "right")
+
+    def source(position: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+        for side, batch in batches[position:]:
+            yield names[side], batch
+
+    delay = 0 if watermarks else None
+    time_col = args.time if watermarks else None
+    return Job([SourceStream("left", left.schema, time_col, delay),
+                SourceStream("right", right.schema, time_col, delay)],
+               [Query("join", (Node("join", spec, ("left", "right")),))], source)
+
+
+def run_checkpointed(job: Job, args: argparse.Namespace
+                     ) -> tuple[CheckpointCoordinator, dict[str, pa.Table], dict[str, Any]]:
+    """Run ``job`` under the options' coordinator; (coordinator, committed outputs, metrics)."""
+    coord = coordinator_for(job, args)
+    t0 = time.perf_counter()
+    out = coord.run()
+    seconds = time.perf_counter() - t0
+    s = coord.stats
+    metrics: dict[str, Any] = {
+        "seconds": round(seconds, 6),
+        "checkpoints": s.checkpoints,
+        "resumed_from": s.resumed_from,
+        "restore_seconds": round(s.restore_seconds, 6),
+        "checkpoint_bytes_max": max(s.checkpoint_bytes, default=0),
+    }
+    if s.skipped:
+        metrics["skipped_checkpoints"] = s.skipped
+    return coord, out, metrics
+
+
+def _emit(metrics: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"metrics": metrics}))
+    else:
+        print(" ".join(f"{k}={v}" for k, v in metrics.items()))
+
+
+def run_tpch_checkpointed(args: argparse.Namespace) -> int:
+    """``splice tpch ... --checkpoint-dir D``: the query as an engine plan with checkpoints."""
+    from splice.io.rows import json_rows, print_table
+    from splice.io.tpch import load_table
+
+    window: int | None = None
+    if args.window != "unbounded":
+        if args.query != "q3":
+            raise PlanError(f"--window applies to q3 only, not {args.query}")
+        try:
+            window = int(args.window)
+        except ValueError:
+            raise PlanError(f"--window must be 'unbounded' or an integer, got {args.window!r}") from None
+    t0 = time.perf_counter()
+    names = ("customer", "orders", "lineitem") if args.query == "q3" else ("lineitem",)
+    tables = {n: load_table(n, args.sf, args.data_dir) for n in names}
+    load_seconds = time.perf_counter() - t0
+    job = tpch_job(tables, args.query, window, args.order, args.batch_size)
+    _, out, metrics = run_checkpointed(job, args)
+    answer = out[args.query]
+    input_rows = sum(t.num_rows for t in tables.values())
+    seconds = metrics.pop("seconds")
+    metrics = {"query": args.query, "sf": args.sf, "input_rows": input_rows, "output_rows": answer.num_rows,
+               "seconds": seconds, "load_seconds": round(load_seconds, 6),
+               "rows_per_s": round(input_rows / seconds, 1) if seconds > 0 else None, **metrics}
+    if args.json:
+        for line in json_rows(answer):
+            print(line)
+        _emit(metrics, True)
+    else:
+        print_table(answer, title=f"TPC-H {args.query.upper()} at SF {args.sf:g}")
+        _emit(metrics, False)
+    return 0
+
+
+def run_join_checkpointed(args: argparse.Namespace) -> int:
+    """``splice join ... --checkpoint-dir D``: the join as an engine plan with checkpoints."""
+    from splice.io.files import read_table
+
+    t0 = time.perf_counter()
+    left, right = read_table(args.left), read_table(args.right)
+    load_seconds = time.perf_counter() - t0
+    job = join_job(left, right, args)
+    coord, _, metrics = run_checkpointed(job, args)
+    result = coord.publish("join", args.out)
+    rows = left.num_rows + right.num_rows
+    seconds = metrics.pop("seconds")
+    _emit({"input_rows": rows, "output_rows": result.num_rows, "seconds": seconds,
+           "load_seconds": round(load_seconds, 6),
+           "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None, **metrics}, args.json)
+    return 0

@@ -1,0 +1,408 @@
+"""Checkpoint stores: where a job's consistent state goes, and how the newest intact copy returns.
+
+A checkpoint is ``(checkpoint_id, state, meta)``: ``state`` is any picklable object (the engine's
+``{query: {unit key: operator state}}``), ``meta`` a JSON-able dict (source positions, sink epoch).
+Arrow tables and record batches inside ``state`` are stored as Arrow IPC (one file per distinct
+schema, the batches of every table of that schema in it); everything else is pickled into a
+one-row binary column of ``state.arrow``, the Arrow objects replaced by references.
+
+:class:`LocalCheckpointStore` (the default) keeps one directory per checkpoint::
+
+    D/chk-000000000007/
+        state.arrow          the pickled skeleton as a binary column
+        arrow-000.arrow ...  Arrow state, one IPC file per schema
+        MANIFEST.json        id, meta, and the sha256 and size of every file above
+
+Saving writes into ``chk-....tmp``, fsyncs every file, writes the manifest to a temporary name,
+fsyncs, renames it to ``MANIFEST.json`` and renames the directory into place (fsyncing the parent):
+a crash at any point leaves either no checkpoint or a whole one. Loading walks checkpoints newest
+first and returns the first whose manifest parses and whose files all match their checksums; a
+corrupted or partial checkpoint is reported in :attr:`LocalCheckpointStore.skipped` and the
+previous one used. The last ``keep`` complete checkpoints are kept.
+
+:class:`RocksDBCheckpointStore` (``rocksdict``, the ``rocksdb`` extra) stores the same files as
+content-addressed values: a file whose bytes did not change since an earlier checkpoint (a large
+keyed state that a checkpoint interval left alone) is not written again, so checkpoints are
+incremental at file granularity. Each checkpoint's manifest and new blobs go in one atomic write
+batch.
+
+>>> import tempfile, pyarrow as pa
+>>> store = LocalCheckpointStore(tempfile.mkdtemp(), keep=2)
+>>> _ = store.save(1, {"q": {"join": [pa.table({"k": [1, 2]})]}}, {"positions": 4})
+>>> cp = store.load_latest()
+>>> cp.checkpoint_id, cp.meta["positions"], cp.state["q"]["join"][0].num_rows
+(1, 4, 2)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pickle
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import pyarrow as pa
+
+from splice.core.errors import PlanError, StateError
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointStore",
+    "LocalCheckpointStore",
+    "RocksDBCheckpointStore",
+    "BackendKind",
+    "open_store",
+    "encode_state",
+    "decode_state",
+]
+
+BackendKind = Literal["local", "rocksdb"]
+
+_MANIFEST = "MANIFEST.json"
+_STATE = "state.arrow"
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A restored checkpoint: its id, the state object and the metadata saved with it."""
+
+    checkpoint_id: int
+    state: Any
+    meta: dict[str, Any]
+    nbytes: int = 0
+
+
+class _ArrowPickler(pickle.Pickler):
+    """Pickles ``state``, diverting Arrow tables and batches into per-schema batch lists."""
+
+    def __init__(self, buf: io.BytesIO) -> None:
+        super().__init__(buf, protocol=pickle.HIGHEST_PROTOCOL)
+        self.groups: dict[bytes, tuple[pa.Schema, list[pa.RecordBatch]]] = {}
+        self.order: list[bytes] = []
+
+    def _group(self, schema: pa.Schema) -> tuple[int, list[pa.RecordBatch]]:
+        key = schema.serialize().to_pybytes()
+        if key not in self.groups:
+            self.groups[key] = (schema, [])
+            self.order.append(key)
+        return self.order.index(key), self.groups[key][1]
+
+    def persistent_id(self, obj: Any) -> Any:  # noqa: D102 - pickle hook
+        if isinstance(obj, pa.RecordBatch):
+            idx, batches = self._group(obj.schema)
+            batches.append(obj)
+            return ("arrow", "batch", idx, len(batches) - 1, 1)
+        if isinstance(obj, pa.Table):
+            idx, batches = self._group(obj.schema)
+            start = len(batches)
+            batches.extend(obj.to_batches())
+            return ("arrow", "table", idx, start, len(batches) - start)
+        return None
+
+
+class _ArrowUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, files: list[tuple[pa.Schema, list[pa.RecordBatch]]]) -> None:
+        super().__init__(io.BytesIO(data))
+        self.files = files
+
+    def persistent_load(self, pid: Any) -> Any:  # noqa: D102 - pickle hook
+        tag, kind, idx, start, count = pid
+        if tag != "arrow":
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        schema, batches = self.files[idx]
+        if kind == "batch":
+            return batches[start]
+        return pa.Table.from_batches(batches[start:start + count], schema=schema)
+
+
+def _ipc_bytes(schema: pa.Schema, batches: list[pa.RecordBatch]) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, schema) as writer:
+        for b in batches:
+            writer.write_batch(b)
+    return sink.getvalue().to_pybytes()
+
+
+def _read_ipc(data: bytes) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    reader = pa.ipc.open_file(pa.BufferReader(data))
+    return reader.schema, [reader.get_batch(i) for i in range(reader.num_record_batches)]
+
+
+def encode_state(state: Any) -> dict[str, bytes]:
+    """``state`` as files: ``state.arrow`` (pickled skeleton) and ``arrow-NNN.arrow`` (IPC)."""
+    buf = io.BytesIO()
+    pickler = _ArrowPickler(buf)
+    try:
+        pickler.dump(state)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise StateError(f"checkpoint: operator state is not picklable: {exc}") from exc
+    files = {_STATE: _ipc_bytes(pa.schema([("skeleton", pa.large_binary())]),
+                                [pa.record_batch([pa.array([buf.getvalue()], pa.large_binary())],
+                                                 names=["skeleton"])])}
+    for i, key in enumerate(pickler.order):
+        schema, batches = pickler.groups[key]
+        files[f"arrow-{i:03d}.arrow"] = _ipc_bytes(schema, batches)
+    return files
+
+
+def decode_state(files: dict[str, bytes]) -> Any:
+    """Inverse of :func:`encode_state`."""
+    _, skel = _read_ipc(files[_STATE])
+    data = skel[0].column(0)[0].as_py()
+    names = sorted(n for n in files if n.startswith("arrow-"))
+    return _ArrowUnpickler(data, [_read_ipc(files[n]) for n in names]).load()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durable(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    _write_durable(tmp, data)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class CheckpointStore(Protocol):
+    """Where checkpoints are saved and restored from."""
+
+    skipped: list[str]
+
+    def save(self, checkpoint_id: int, state: Any, meta: dict[str, Any]) -> int:
+        """Store checkpoint ``checkpoint_id`` durably; return the bytes written."""
+        ...
+
+    def load_latest(self) -> Checkpoint | None:
+        """The newest intact checkpoint, or None when there is none."""
+        ...
+
+    def checkpoint_ids(self) -> list[int]:
+        """Ids of the stored checkpoints (intact or not), ascending."""
+        ...
+
+
+@dataclass
+class LocalCheckpointStore:
+    """Checkpoints as directories of Arrow IPC files with an atomic, checksummed manifest."""
+
+    directory: str | Path
+    keep: int = 3
+    skipped: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.keep < 1:
+            raise PlanError(f"checkpoint store: keep must be >= 1, got {self.keep}")
+        self.root = Path(self.directory) / "checkpoints"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _dir(self, checkpoint_id: int) -> Path:
+        return self.root / f"chk-{checkpoint_id:012d}"
+
+    def checkpoint_ids(self) -> list[int]:
+        ids = []
+        for p in self.root.iterdir():
+            if p.name.startswith("chk-") and p.is_dir() and not p.name.endswith(".tmp"):
+                try:
+                    ids.append(int(p.name[4:]))
+                except ValueError:
+                    continue
+        return sorted(ids)
+
+    def save(self, checkpoint_id: int, state: Any, meta: dict[str, Any]) -> int:
+        files = encode_state(state)
+        final = self._dir(checkpoint_id)
+        tmp = final.with_name(final.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        entries = {}
+        for name, data in files.items():
+            _write_durable(tmp / name, data)
+            entries[name] = {"sha256": _sha256(data), "bytes": len(data)}
+        manifest = {"format": _FORMAT, "checkpoint_id": checkpoint_id, "meta": meta, "files": entries}
+        write_atomic(tmp / _MANIFEST, json.dumps(manifest, sort_keys=True).encode())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(self.root)
+        self._prune()
+        return sum(len(d) for d in files.values())
+
+    def _prune(self) -> None:
+        ids = self.checkpoint_ids()
+        for cid in ids[:-self.keep]:
+            shutil.rmtree(self._dir(cid), ignore_errors=True)
+        for p in self.root.glob("chk-*.tmp"):
+            shutil.rmtree(p, ignore_errors=True)
+
+    def _read(self, checkpoint_id: int) -> Checkpoint:
+        d = self._dir(checkpoint_id)
+        try:
+            manifest = json.loads((d / _MANIFEST).read_bytes())
+            entries = manifest["files"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StateError(f"checkpoint {checkpoint_id}: manifest missing or unreadable ({exc})") from exc
+        if manifest.get("checkpoint_id") != checkpoint_id:
+            raise StateError(f"checkpoint {checkpoint_id}: manifest names checkpoint {manifest.get('checkpoint_id')}")
+        files: dict[str, bytes] = {}
+        for name, entry in entries.items():
+            try:
+                data = (d / name).read_bytes()
+            except OSError as exc:
+                raise StateError(f"checkpoint {checkpoint_id}: file {name!r} missing ({exc})") from exc
+            if len(data) != entry["bytes"] or _sha256(data) != entry["sha256"]:
+                raise StateError(f"checkpoint {checkpoint_id}: file {name!r} fails its sha256 checksum")
+            files[name] = data
+        try:
+            state = decode_state(files)
+        except Exception as exc:  # checksums matched, so this is a format problem
+            raise StateError(f"checkpoint {checkpoint_id}: state cannot be decoded ({exc})") from exc
+        return Checkpoint(checkpoint_id, state, dict(manifest["meta"]), sum(len(v) for v in files.values()))
+
+    def load_latest(self) -> Checkpoint | None:
+        for cid in reversed(self.checkpoint_ids()):
+            try:
+                return self._read(cid)
+            except StateError as exc:
+                self.skipped.append(str(exc))
+        return None
+
+
+@dataclass
+class RocksDBCheckpointStore:
+    """Checkpoints in a RocksDB database (``rocksdict``), blobs content-addressed: incremental.
+
+    Keys: ``blob/<sha256>`` -> file bytes (written once, shared by every checkpoint that holds the
+    same bytes), ``manifest/<id>`` -> the JSON manifest. A checkpoint's new blobs and its manifest
+    go in one write batch; pruning drops manifests beyond ``keep`` and blobs no kept manifest names.
+    """
+
+    directory: str | Path
+    keep: int = 3
+    skipped: list[str] = field(default_factory=list)
+    written_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        try:
+            import rocksdict
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise PlanError("the RocksDB checkpoint backend needs rocksdict: pip install 'splice[rocksdb]'") from exc
+        if self.keep < 1:
+            raise PlanError(f"checkpoint store: keep must be >= 1, got {self.keep}")
+        path = Path(self.directory) / "checkpoints.rocksdb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._rd = rocksdict
+        self.db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+
+    def close(self) -> None:
+        self.db.close()
+
+    def checkpoint_ids(self) -> list[int]:
+        ids = []
+        it = self.db.iter()
+        it.seek(b"manifest/")
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(b"manifest/"):
+                break
+            ids.append(int(key[len(b"manifest/"):]))
+            it.next()
+        return sorted(ids)
+
+    def save(self, checkpoint_id: int, state: Any, meta: dict[str, Any]) -> int:
+        files = encode_state(state)
+        batch = self._rd.WriteBatch(raw_mode=True)
+        entries = {}
+        written = 0
+        for name, data in files.items():
+            digest = _sha256(data)
+            entries[name] = {"sha256": digest, "bytes": len(data)}
+            key = f"blob/{digest}".encode()
+            if self.db.get(key) is None:
+                batch.put(key, data)
+                written += len(data)
+        manifest = {"format": _FORMAT, "checkpoint_id": checkpoint_id, "meta": meta, "files": entries}
+        batch.put(f"manifest/{checkpoint_id:012d}".encode(), json.dumps(manifest, sort_keys=True).encode())
+        wo = self._rd.WriteOptions()
+        wo.sync = True
+        self.db.write(batch, wo)
+        self.written_bytes += written
+        self._prune()
+        return written
+
+    def _manifest(self, checkpoint_id: int) -> dict[str, Any]:
+        raw = self.db.get(f"manifest/{checkpoint_id:012d}".encode())
+        if raw is None:
+            raise StateError(f"checkpoint {checkpoint_id}: manifest missing")
+        try:
+            manifest: dict[str, Any] = json.loads(bytes(raw))
+        except ValueError as exc:
+            raise StateError(f"checkpoint {checkpoint_id}: manifest unreadable ({exc})") from exc
+        return manifest
+
+    def _prune(self) -> None:
+        ids = self.checkpoint_ids()
+        if len(ids) <= self.keep:
+            return
+        live: set[str] = set()
+        for cid in ids[-self.keep:]:
+            live.update(e["sha256"] for e in self._manifest(cid)["files"].values())
+        for cid in ids[:-self.keep]:
+            for e in self._manifest(cid)["files"].values():
+                if e["sha256"] not in live:
+                    self.db.delete(f"blob/{e['sha256']}".encode())
+            self.db.delete(f"manifest/{cid:012d}".encode())
+
+    def _read(self, checkpoint_id: int) -> Checkpoint:
+        manifest = self._manifest(checkpoint_id)
+        files: dict[str, bytes] = {}
+        for name, entry in manifest["files"].items():
+            raw = self.db.get(f"blob/{entry['sha256']}".encode())
+            if raw is None:
+                raise StateError(f"checkpoint {checkpoint_id}: blob of {name!r} missing")
+            data = bytes(raw)
+            if _sha256(data) != entry["sha256"]:
+                raise StateError(f"checkpoint {checkpoint_id}: file {name!r} fails its sha256 checksum")
+            files[name] = data
+        return Checkpoint(checkpoint_id, decode_state(files), dict(manifest["meta"]),
+                          sum(len(v) for v in files.values()))
+
+    def load_latest(self) -> Checkpoint | None:
+        for cid in reversed(self.checkpoint_ids()):
+            try:
+                return self._read(cid)
+            except StateError as exc:
+                self.skipped.append(str(exc))
+        return None
+
+
+def open_store(directory: str | Path, backend: BackendKind = "local", keep: int = 3) -> CheckpointStore:
+    """The checkpoint store of kind ``backend`` under ``directory``."""
+    if backend == "local":
+        return LocalCheckpointStore(directory, keep)
+    if backend == "rocksdb":
+        return RocksDBCheckpointStore(directory, keep)
+    raise PlanError(f"unknown checkpoint backend {backend!r} (use 'local' or 'rocksdb')")

@@ -1,0 +1,118 @@
+"""Crash and resume: SIGKILL the command at several points; the rerun's --out equals an
+uninterrupted run byte for byte. Also in-process resume, the state budget, and mismatched dirs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from splice.core.errors import StateError
+from splice.io.sources import table_source
+from splice.ops.aggregate import Agg, GroupBy
+from splice.ops.stateless import Select
+from splice.runtime import Query
+from splice.state.checkpoint import CheckpointCoordinator, Job, SourceStream
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _inputs(tmp: Path, n: int = 1200) -> tuple[Path, Path]:
+    rng = np.random.default_rng(7)
+    # times in alternating blocks of 40 per side, so arrival by time travels in runs of 40 rows
+    base = (np.arange(n) // 40) * 100
+    for side, shift in (("l", 0), ("r", 50)):
+        t = pa.table({"k": rng.integers(0, 30, n), "ts": base + shift + np.sort(rng.integers(0, 40, n)) % 40,
+                      "v": rng.random(n)})
+        pq.write_table(t.sort_by("ts"), tmp / f"{side}.parquet")
+    return tmp / "l.parquet", tmp / "r.parquet"
+
+
+def _join(tmp: Path, kind: list[str], out: Path, ckpt: Path, fault: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SPLICE_FAULT"}
+    if fault:
+        env["SPLICE_FAULT"] = fault
+    cmd = [sys.executable, "-m", "splice.cli", "join", *kind, "--left", str(tmp / "l.parquet"),
+           "--right", str(tmp / "r.parquet"), "--on", "k", "--time", "ts", "--out", str(out),
+           "--batch-size", "16", "--checkpoint-dir", str(ckpt), "--checkpoint-interval", "0.001"]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+KINDS = {
+    "interval": ["--kind", "interval", "--lower", "-60", "--upper", "60", "--how", "full"],
+    "window": ["--kind", "window", "--size", "200"],
+}
+#: (kind, faults of successive runs): each run is killed at its fault, the last runs to the end.
+CRASHES = [
+    ("interval", ["batch:9", "staged:3", "saved:2"]),
+    ("interval", ["committed:5", "batch:40", "publish:1"]),
+    ("window", ["saved:1", "batch:70"]),
+]
+
+
+@pytest.mark.parametrize(("kind", "faults"), CRASHES)
+def test_sigkill_and_resume_gives_the_uninterrupted_output(tmp_path: Path, kind: str, faults: list[str]) -> None:
+    _inputs(tmp_path)
+    clean = tmp_path / "clean.parquet"
+    r = _join(tmp_path, KINDS[kind], clean, tmp_path / "clean_ckpt", None)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out.parquet"
+    for fault in faults:
+        r = _join(tmp_path, KINDS[kind], out, tmp_path / "ckpt", fault)
+        assert r.returncode == -9, f"{fault}: expected SIGKILL, got {r.returncode}: {r.stderr}"
+    r = _join(tmp_path, KINDS[kind], out, tmp_path / "ckpt", None)
+    assert r.returncode == 0, r.stderr
+    assert "resumed_from=" in r.stdout and "resumed_from=None" not in r.stdout
+    assert out.read_bytes() == clean.read_bytes()
+    assert pq.read_table(clean).num_rows > 0
+    # a finished job run again only republishes
+    r = _join(tmp_path, KINDS[kind], out, tmp_path / "ckpt", None)
+    assert r.returncode == 0 and out.read_bytes() == clean.read_bytes()
+
+
+def _agg_job(t: pa.Table) -> Job:
+    return Job([SourceStream("s", t.schema)],
+               [Query.chain("sums", "s", Select(pc.field("v") > 0.1), GroupBy(["k"], [Agg("s", "sum", "v")])),
+                Query.chain("big", "s", Select(pc.field("v") > 0.9))],
+               lambda pos: table_source("s", t, batch_size=50, skip=pos))
+
+
+def test_in_process_resume_after_abandoned_run(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    t = pa.table({"k": rng.integers(0, 20, 1000), "v": rng.random(1000)})
+    want = CheckpointCoordinator(_agg_job(t), tmp_path / "a", interval_batches=3).run()
+    # run to a checkpoint, "crash" (abandon), resume: equal output and fewer batches replayed
+    src = _agg_job(t).source
+    stopped = Job(_agg_job(t).streams, _agg_job(t).queries, lambda pos: (x for i, x in enumerate(src(pos)) if i < 11))
+    partial = CheckpointCoordinator(stopped, tmp_path / "b", interval_batches=3)
+    partial.engine = partial._build(None, None)
+    partial._stream(partial.engine)  # stops mid-job: no final checkpoint
+    resumed = CheckpointCoordinator(_agg_job(t), tmp_path / "b", interval_batches=3)
+    got = resumed.run()
+    assert resumed.stats.resumed_from == 3 and resumed.stats.resumed_position == 9
+    for name in want:
+        assert got[name].equals(want[name]), name
+
+
+def test_state_budget_turns_overflow_into_a_clear_error(tmp_path: Path) -> None:
+    t = pa.table({"k": np.arange(5000), "v": np.ones(5000)})
+    job = Job([SourceStream("s", t.schema)], [Query.chain("g", "s", GroupBy(["k"], [Agg("n", "count")]))],
+              lambda pos: table_source("s", t, batch_size=100, skip=pos))
+    with pytest.raises(StateError, match=r"state budget exceeded.*query 'g'"):
+        CheckpointCoordinator(job, tmp_path, state_budget=10_000).run()
+
+
+def test_checkpoint_dir_of_another_job_is_refused(tmp_path: Path) -> None:
+    t = pa.table({"k": np.arange(10), "v": np.ones(10)})
+    job = _agg_job(t)
+    CheckpointCoordinator(job, tmp_path, interval_batches=1).run()
+    other = Job(job.streams, [job.queries[0]], job.source)
+    with pytest.raises(StateError, match="belongs to queries"):
+        CheckpointCoordinator(other, tmp_path).run()
