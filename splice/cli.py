@@ -36,6 +36,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value
+
+
+def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint-dir", default=None,
+                        help="checkpoint here and resume from here after a crash (exactly-once output)")
+    parser.add_argument("--checkpoint-interval", type=_positive_float, default=1.0,
+                        help="seconds between checkpoints (default 1)")
+    parser.add_argument("--checkpoint-backend", default="local", choices=["local", "rocksdb"],
+                        help="checkpoint store: Arrow IPC files (default) or RocksDB (incremental)")
+    parser.add_argument("--state-budget", type=_positive_int, default=None,
+                        help="bytes of operator state allowed; more fails with a clear error")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="splice", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -56,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     tpch.add_argument("--data-dir", default=None,
                       help="cache directory for generated TPC-H data (default ~/.cache/splice/tpch)")
     tpch.add_argument("--json", action="store_true", help="one JSON object per row, then metrics")
+    _add_checkpoint_options(tpch)
 
     join = sub.add_parser("join", help="run one join over Parquet/CSV inputs")
     join.add_argument("--kind", required=True, choices=sorted(JOIN_KINDS), help="join algorithm")
@@ -84,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--how", default="inner", choices=["inner", "left", "right", "full"])
     join.add_argument("--batch-size", type=_positive_int, default=65_536, help="rows per batch")
     join.add_argument("--json", action="store_true", help="print a metrics line")
+    _add_checkpoint_options(join)
 
     txn = sub.add_parser("txn", help="transactional workloads on shared state")
     txn.add_argument("app", choices=["sl", "gs", "tp"], help="Streaming Ledger, GrepSum, Toll Processing")
@@ -134,6 +154,12 @@ def _run_join(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command in ("join", "tpch") and args.checkpoint_dir is not None:
+            from splice.state import commands
+
+            if args.command == "join":
+                return commands.run_join_checkpointed(args)
+            return commands.run_tpch_checkpointed(args)
         if args.command == "join":
             return _run_join(args)
         if args.command == "tpch":
