@@ -1,0 +1,250 @@
+"""Bad input at the edges: fail with a clear error, or route each bad record with its reason to a
+dead-letter sink and count it. Never drop silently.
+
+A record is **bad** when its source line does not parse (malformed CSV or JSON lines), when its
+batch does not fit the stream's schema (a missing column, or a value the declared type cannot
+hold: schema drift), when a key or time column is null, or when a floating-point value is NaN or
+infinite. :class:`EdgeValidator` checks batches on their way into the engine (vectorized: one mask
+per check); :func:`read_csv_checked` and :func:`read_json_lines_checked` check the parsing itself.
+
+Policy per source (``BadInputPolicy``): ``"fail"`` (default) raises
+:class:`~splice.core.errors.SchemaError` naming the stream, the column, the reason and the first
+bad row; ``"dead_letter"`` sends the bad rows to a :class:`DeadLetterSink` (columns ``stream``,
+``reason``, ``record``: the row as JSON or the raw line) and passes on the good rows.
+Out-of-order and late events are the watermarks' business: operators send late rows to their
+late side output (:meth:`splice.runtime.Engine.late`).
+
+>>> import pyarrow as pa
+>>> dl = DeadLetterSink()
+>>> v = EdgeValidator("s", pa.schema([("k", pa.int64()), ("x", pa.float64())]), keys=["k"],
+...                   policy="dead_letter", sink=dl)
+>>> v.check(pa.record_batch({"k": [1, None, 3], "x": [1.0, 2.0, float("nan")]})).to_pydict()
+{'k': [1], 'x': [1.0]}
+>>> dl.counts
+{'null key column k': 1, 'NaN or infinite value in column x': 1}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, get_args
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from splice.core.errors import PlanError, SchemaError
+
+__all__ = ["BadInputPolicy", "DeadLetterSink", "EdgeValidator", "read_csv_checked", "read_json_lines_checked"]
+
+BadInputPolicy = Literal["fail", "dead_letter"]
+
+DEAD_LETTER_SCHEMA = pa.schema([("stream", pa.string()), ("reason", pa.string()), ("record", pa.string())])
+
+
+def _check_policy(policy: str) -> None:
+    if policy not in get_args(BadInputPolicy):
+        raise PlanError(f"bad-input policy must be one of {get_args(BadInputPolicy)}, got {policy!r}")
+
+
+@dataclass
+class DeadLetterSink:
+    """Bad records with their reason, counted per reason; optionally appended to a JSON-lines file."""
+
+    path: str | Path | None = None
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, stream: str, reason: str, records: Sequence[str]) -> None:
+        """Route ``records`` (JSON text or raw lines) of ``stream``, bad for ``reason``."""
+        if not records:
+            return
+        n = len(records)
+        self.counts[reason] = self.counts.get(reason, 0) + n
+        batch = pa.record_batch([pa.array([stream] * n, pa.string()), pa.array([reason] * n, pa.string()),
+                                 pa.array(list(records), pa.string())], schema=DEAD_LETTER_SCHEMA)
+        self.batches.append(batch)
+        if self.path is not None:
+            with open(self.path, "a", encoding="utf-8") as f:
+                for r in records:
+                    f.write(json.dumps({"stream": stream, "reason": reason, "record": r}) + "\n")
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_batches(self.batches, schema=DEAD_LETTER_SCHEMA)
+
+
+def _rows_json(batch: pa.RecordBatch | pa.Table, mask: np.ndarray) -> list[str]:
+    # the bad rows only: Python per *bad* row, on the error path
+    return [json.dumps(r, default=str) for r in batch.filter(pa.array(mask)).to_pylist()]
+
+
+@dataclass
+class EdgeValidator:
+    """Checks batches of source ``stream`` against ``schema`` before they enter the engine.
+
+    ``keys`` and ``time_column`` must not be null; float columns must be finite. Schema drift
+    (missing columns, values the declared type cannot hold) is checked first, per batch.
+    """
+
+    stream: str
+    schema: pa.Schema
+    keys: Sequence[str] = ()
+    time_column: str | None = None
+    policy: BadInputPolicy = "fail"
+    sink: DeadLetterSink | None = None
+
+    def __post_init__(self) -> None:
+        _check_policy(self.policy)
+        if self.policy == "dead_letter" and self.sink is None:
+            self.sink = DeadLetterSink()
+        for c in [*self.keys, *([self.time_column] if self.time_column else [])]:
+            if c not in self.schema.names:
+                raise SchemaError(f"stream {self.stream!r}: column {c!r} is not in its schema")
+
+    def _bad(self, reason: str, batch: pa.RecordBatch | pa.Table, mask: np.ndarray | None) -> None:
+        if self.policy == "fail":
+            first = int(np.flatnonzero(mask)[0]) if mask is not None else 0
+            raise SchemaError(f"stream {self.stream!r}: {reason} (row {first} of the batch; use the "
+                              "dead-letter policy to route such rows instead of failing)")
+        assert self.sink is not None
+        rows = _rows_json(batch, mask if mask is not None else np.ones(batch.num_rows, bool))
+        self.sink.add(self.stream, reason, rows)
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        missing = [n for n in self.schema.names if n not in batch.schema.names]
+        if missing:
+            self._bad(f"schema drift: missing column(s) {', '.join(missing)}", batch, None)
+            return None
+        cols = []
+        bad = np.zeros(batch.num_rows, bool)
+        reasons = []
+        for f in self.schema:
+            col = batch.column(f.name)
+            if col.type != f.type:
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    # find the values that do not fit: cast each non-null value's text
+                    safe = pc.cast(col, pa.string(), safe=False)
+                    ok = np.array([self._fits(v, f.type) for v in safe.to_pylist()], bool)
+                    bad |= ~ok
+                    reasons.append(f"schema drift: column {f.name} value not {f.type}")
+                    col = None  # type: ignore[assignment]
+            cols.append(col)
+        if reasons:
+            self._bad("; ".join(reasons), batch, bad)
+            good = batch.filter(pa.array(~bad))
+            return self._conform(good) if good.num_rows else None
+        return pa.record_batch(cols, schema=self.schema)
+
+    @staticmethod
+    def _fits(value: str | None, typ: pa.DataType) -> bool:
+        if value is None:
+            return True
+        try:
+            pa.array([value]).cast(typ)
+            return True
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return False
+
+    def check(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """The good rows of ``batch`` conformed to the schema (all of them, or the error)."""
+        if isinstance(batch, pa.Table):
+            table = batch.combine_chunks()
+            batch = table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=table.schema)
+        conformed = self._conform(batch)
+        if conformed is None:
+            return pa.RecordBatch.from_pylist([], schema=self.schema)
+        batch = conformed
+        keep = np.ones(batch.num_rows, bool)
+        for c in [*self.keys, *([self.time_column] if self.time_column else [])]:
+            col = batch.column(c)
+            if col.null_count:
+                mask = np.asarray(col.is_null())
+                what = "time" if c == self.time_column else "key"
+                self._bad(f"null {what} column {c}", batch, mask & keep)
+                keep &= ~mask
+        for f in self.schema:
+            if pa.types.is_floating(f.type):
+                col = batch.column(f.name)
+                finite = pc.fill_null(pc.is_finite(col), True)
+                if not pc.all(finite).as_py():
+                    mask = ~np.asarray(finite)
+                    newly = mask & keep
+                    if newly.any():
+                        self._bad(f"NaN or infinite value in column {f.name}", batch, newly)
+                    keep &= ~mask
+        return batch if keep.all() else batch.filter(pa.array(keep))
+
+
+def read_csv_checked(path: str | Path, stream: str, policy: BadInputPolicy = "fail",
+                     sink: DeadLetterSink | None = None) -> pa.Table:
+    """Read a CSV file; a malformed row (wrong number of fields) fails or goes to ``sink``."""
+    _check_policy(policy)
+    bad: list[str] = []
+
+    def handler(row: pacsv.InvalidRow) -> str:
+        if policy == "fail":
+            return "error"
+        bad.append(row.text or "")
+        return "skip"
+
+    try:
+        table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(invalid_row_handler=handler))
+    except pa.ArrowInvalid as exc:
+        raise SchemaError(f"stream {stream!r}: malformed CSV in {str(path)!r}: {exc}") from exc
+    if bad:
+        if sink is None:
+            raise PlanError(f"stream {stream!r}: the dead-letter policy needs a dead-letter sink")
+        sink.add(stream, "malformed CSV row", bad)
+    return table
+
+
+def read_json_lines_checked(path: str | Path, stream: str, schema: pa.Schema, policy: BadInputPolicy = "fail",
+                            sink: DeadLetterSink | None = None) -> pa.Table:
+    """Read JSON lines into ``schema``; a line that is not a JSON object fails or goes to ``sink``.
+
+    The file is parsed in one vectorized call; only when that fails are its lines checked one by
+    one to find the malformed ones (the error path).
+    """
+    import pyarrow.json as pajson
+
+    _check_policy(policy)
+    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    try:
+        return pajson.read_json(path, parse_options=options)
+    except pa.ArrowInvalid:
+        pass
+    good: list[bytes] = []
+    bad: list[str] = []
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError("not a JSON object")
+                pajson.read_json(pa.BufferReader(line), parse_options=options)
+            except (ValueError, pa.ArrowInvalid) as exc:
+                if policy == "fail":
+                    raise SchemaError(f"stream {stream!r}: malformed JSON at {str(path)!r} line {lineno}: {exc}"
+                                      ) from exc
+                bad.append(line.decode("utf-8", "replace").rstrip("\n"))
+                continue
+            good.append(line if line.endswith(b"\n") else line + b"\n")
+    if bad:
+        if sink is None:
+            raise PlanError(f"stream {stream!r}: the dead-letter policy needs a dead-letter sink")
+        sink.add(stream, "malformed JSON line", bad)
+    if not good:
+        return schema.empty_table()
+    return pajson.read_json(pa.BufferReader(b"".join(good)), parse_options=options)

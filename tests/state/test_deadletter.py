@@ -1,0 +1,79 @@
+"""Bad input at the edges: fail naming stream/column/reason, or route to the dead-letter sink, counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from splice.core.errors import PlanError, SchemaError
+from splice.state.deadletter import (
+    DeadLetterSink,
+    EdgeValidator,
+    read_csv_checked,
+    read_json_lines_checked,
+)
+
+SCHEMA = pa.schema([("k", pa.int64()), ("t", pa.int64()), ("x", pa.float64())])
+
+
+def _batch() -> pa.RecordBatch:
+    return pa.record_batch({"k": [1, None, 3, 4, 5], "t": [1, 2, None, 4, 5],
+                            "x": [0.5, 1.0, 2.0, float("inf"), float("nan")]}, schema=SCHEMA)
+
+
+def test_fail_policy_names_stream_column_and_row() -> None:
+    v = EdgeValidator("orders", SCHEMA, keys=["k"], time_column="t")
+    with pytest.raises(SchemaError, match=r"stream 'orders': null key column k \(row 1"):
+        v.check(_batch())
+
+
+def test_dead_letter_routes_every_bad_row_once_with_its_reason() -> None:
+    sink = DeadLetterSink()
+    v = EdgeValidator("orders", SCHEMA, keys=["k"], time_column="t", policy="dead_letter", sink=sink)
+    good = v.check(_batch())
+    assert good.to_pydict() == {"k": [1], "t": [1], "x": [0.5]}
+    assert sink.counts == {"null key column k": 1, "null time column t": 1,
+                           "NaN or infinite value in column x": 2}
+    assert sink.total + good.num_rows == 5  # nothing dropped silently
+    assert sink.table().column("stream").to_pylist() == ["orders"] * 4
+
+
+def test_schema_drift_missing_column_and_bad_values() -> None:
+    sink = DeadLetterSink()
+    v = EdgeValidator("s", SCHEMA, policy="dead_letter", sink=sink)
+    assert v.check(pa.record_batch({"k": [1], "t": [2]})).num_rows == 0
+    drift = pa.record_batch({"k": ["1", "x", "3"], "t": [1, 2, 3], "x": [1.0, 2.0, 3.0]})
+    assert v.check(drift).to_pydict() == {"k": [1, 3], "t": [1, 3], "x": [1.0, 3.0]}
+    assert sink.counts == {"schema drift: missing column(s) x": 1, "schema drift: column k value not int64": 1}
+    with pytest.raises(SchemaError, match="schema drift"):
+        EdgeValidator("s", SCHEMA).check(drift)
+
+
+def test_empty_batch_and_bad_policy() -> None:
+    assert EdgeValidator("s", SCHEMA).check(SCHEMA.empty_table()).num_rows == 0
+    with pytest.raises(PlanError, match="policy"):
+        EdgeValidator("s", SCHEMA, policy="drop")  # type: ignore[arg-type]
+
+
+def test_malformed_csv_rows(tmp_path: Path) -> None:
+    p = tmp_path / "in.csv"
+    p.write_text("k,t\n1,2\n3,4,5\n6,7\n")
+    with pytest.raises(SchemaError, match="malformed CSV"):
+        read_csv_checked(p, "s")
+    sink = DeadLetterSink(tmp_path / "dead.jsonl")
+    t = read_csv_checked(p, "s", "dead_letter", sink)
+    assert t.to_pydict() == {"k": [1, 6], "t": [2, 7]}
+    assert sink.counts == {"malformed CSV row": 1} and "3,4,5" in (tmp_path / "dead.jsonl").read_text()
+
+
+def test_malformed_json_lines(tmp_path: Path) -> None:
+    p = tmp_path / "in.jsonl"
+    p.write_text('{"k": 1, "t": 2, "x": 0.5}\n{"k": 2, "t": \n[1]\n{"k": 3, "t": 4, "x": 1.5}\n')
+    with pytest.raises(SchemaError, match="line 2"):
+        read_json_lines_checked(p, "s", SCHEMA)
+    sink = DeadLetterSink()
+    t = read_json_lines_checked(p, "s", SCHEMA, "dead_letter", sink)
+    assert t.to_pydict() == {"k": [1, 3], "t": [2, 4], "x": [0.5, 1.5]}
+    assert sink.counts == {"malformed JSON line": 2}
