@@ -131,12 +131,17 @@ class PipelinedExecutor(Executor):
                         emit(0)  # a program change applies exactly between two records
                         brick.apply(rec)
                         continue
-                    futures = [self._unit_pool(brick.units[t].block_id).submit(brick.units[t].process, rec)
-                               for t in brick.targets(rec)]
-                    if not futures:
+                    targets = brick.targets(rec)
+                    if len(targets) <= 1:
+                        # one unit or none: run it here, after what is in flight (no handoff)
+                        emit(0)
+                        outs = [brick.units[t].process(rec) for t in targets]
                         done: Future = Future()
-                        done.set_result([])
+                        done.set_result(collect(None, outs))
                         futures = [done]
+                    else:
+                        futures = [self._unit_pool(brick.units[t].block_id).submit(brick.units[t].process, rec)
+                                   for t in targets]
                     window.append((token, rec, futures))
                     token += 1
                     emit(0 if isinstance(rec, End) else self.in_flight)
