@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="auto | <explore>,<granularity>,<abort> | serial | sstore | tstream")
     txn.add_argument("--seed", type=int, default=0)
     txn.add_argument("--json", action="store_true")
+    _add_checkpoint_options(txn)
     return parser
 
 
@@ -154,11 +155,13 @@ def _run_join(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("join", "tpch") and args.checkpoint_dir is not None:
+        if args.command in ("join", "tpch", "txn") and args.checkpoint_dir is not None:
             from splice.state import commands
 
             if args.command == "join":
                 return commands.run_join_checkpointed(args)
+            if args.command == "txn":
+                return commands.run_txn_checkpointed(args)
             return commands.run_tpch_checkpointed(args)
         if args.command == "join":
             return _run_join(args)

@@ -29,7 +29,8 @@ from splice.core.errors import PlanError
 from splice.runtime.plan import BindInputs, Node, Query
 from splice.state.checkpoint import CheckpointCoordinator, Job, SourceStream, arrival_source
 
-__all__ = ["run_checkpointed", "run_tpch_checkpointed", "run_join_checkpointed", "tpch_job", "join_job",
+__all__ = ["run_checkpointed", "run_tpch_checkpointed", "run_join_checkpointed", "run_txn_checkpointed", "tpch_job",
+           "join_job",
            "coordinator_for"]
 
 
@@ -217,4 +218,113 @@ def run_join_checkpointed(args: argparse.Namespace) -> int:
     _emit({"input_rows": rows, "output_rows": result.num_rows, "seconds": seconds,
            "load_seconds": round(load_seconds, 6),
            "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None, **metrics}, args.json)
+    return 0
+
+
+def _fault(point: str, count: int) -> None:
+    """Test hook: SIGKILL at the ``count``-th ``point`` when ``SPLICE_FAULT=point:count``."""
+    import os
+    import signal
+
+    if os.environ.get("SPLICE_FAULT") == f"{point}:{count}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _txn_snapshot(eng: Any) -> dict[str, Any]:
+    """The transaction engine's shared state (as the transactional operator snapshots it)."""
+    store = eng.store
+    return {
+        "values": [v[: int(u)].copy() for v, u in zip(store.values, store.used, strict=True)],
+        "used": store.used.copy(),
+        "logs": [(lg.cell.copy(), lg.ts.copy(), lg.value.copy()) for lg in store.logs],
+        "last_punctuation": eng.last_punctuation,
+    }
+
+
+def _txn_restore(eng: Any, state: dict[str, Any]) -> None:
+    import numpy as np
+
+    from splice.core.errors import StateError
+
+    try:
+        store = eng.store
+        for ti, vals in enumerate(state["values"]):
+            store.grow(ti, vals.shape[0])
+            store.values[ti][: vals.shape[0]] = vals
+        store.used[:] = state["used"]
+        for log, (cell, ts, value) in zip(store.logs, state["logs"], strict=True):
+            log.append(cell, ts, value, np.iinfo(np.int64).min)
+        eng.last_punctuation = state["last_punctuation"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"txn: cannot restore the state tables from the checkpoint: {exc}") from exc
+
+
+def run_txn_checkpointed(args: argparse.Namespace) -> int:
+    """``splice txn ... --checkpoint-dir D``: the workload with its state tables checkpointed.
+
+    Punctuation intervals run in chunks of about ``--checkpoint-interval`` seconds; after each
+    chunk the state tables, the next interval's position and the running commit/abort counts
+    are checkpointed. A rerun resumes after the last checkpointed interval; the printed
+    ``committed``, ``aborted`` and ``state_checksum`` equal an uninterrupted run's.
+    """
+    from splice.core.errors import StateError
+    from splice.state.store import open_store
+    from splice.txn.engine import TxnEngine
+    from splice.workloads.txn_apps import TxnWorkload, batches, make_app, run_app
+
+    if args.scheduler == "nested":
+        raise PlanError("txn --checkpoint-dir: the nested scheduler is not supported with checkpoints")
+    w = TxnWorkload(events=args.events, keys=args.keys, skew=args.skew, abort_ratio=args.abort_ratio,
+                    punctuation=args.punctuation, seed=args.seed)
+    app = make_app(args.app, w)
+    ranges = list(batches(app, args.punctuation))
+    store = open_store(args.checkpoint_dir, args.checkpoint_backend)
+    eng = TxnEngine(app.tables, threads=args.threads, scheduler=args.scheduler, complexity_us=args.complexity)
+    identity = {"app": args.app, "events": args.events, "keys": args.keys, "skew": args.skew,
+                "abort_ratio": args.abort_ratio, "punctuation": args.punctuation, "seed": args.seed}
+    position = committed = aborted = epoch = 0
+    cp = store.load_latest()
+    t0 = time.perf_counter()
+    if cp is not None:
+        if cp.meta.get("workload") != identity:
+            raise StateError(f"checkpoint directory {args.checkpoint_dir!r} belongs to workload "
+                             f"{cp.meta.get('workload')}, not {identity}: use another --checkpoint-dir")
+        _txn_restore(eng, cp.state)
+        position, committed, aborted = (int(cp.meta[k]) for k in ("position", "committed", "aborted"))
+        epoch = cp.checkpoint_id
+    restore_seconds = time.perf_counter() - t0
+    resumed_from = cp.checkpoint_id if cp is not None else None
+    checkpoints = 0
+    chunk = 1
+    started = time.perf_counter()
+    try:
+        while position < len(ranges):
+            part = ranges[position:position + chunk]
+            c0 = time.perf_counter()
+            out = run_app(app, eng, args.punctuation, ranges=part)
+            took = time.perf_counter() - c0
+            committed += out["committed"]
+            aborted += out["aborted"]
+            position += len(part)
+            epoch += 1
+            store.save(epoch, _txn_snapshot(eng), {"position": position, "committed": committed,
+                                                   "aborted": aborted, "workload": identity})
+            checkpoints += 1
+            _fault("txn_saved", checkpoints)
+            if args.state_budget is not None and eng.store.nbytes() > args.state_budget:
+                raise StateError(f"txn {args.app}: state tables hold {eng.store.nbytes():,} bytes, over "
+                                 f"--state-budget {args.state_budget:,}")
+            # next chunk: as many intervals as fit in the checkpoint interval at this pace
+            chunk = max(1, int(args.checkpoint_interval * len(part) / max(took, 1e-9)))
+    finally:
+        eng.close()
+    seconds = time.perf_counter() - started
+    n = app.num_events
+    metrics = {"app": app.name, "input_rows": n, "output_rows": n, "seconds": round(seconds, 6),
+               "rows_per_s": round(n / seconds, 1) if seconds > 0 else None,
+               "events_per_s": round(n / seconds, 1) if seconds > 0 else None,
+               "committed": committed, "aborted": aborted, "state_checksum": eng.store.checksum(),
+               "checkpoints": checkpoints, "resumed_from": resumed_from,
+               "restore_seconds": round(restore_seconds, 6)}
+    _emit(metrics, args.json)
     return 0

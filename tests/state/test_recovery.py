@@ -115,3 +115,24 @@ def test_checkpoint_dir_of_another_job_is_refused(tmp_path: Path) -> None:
     other = Job(job.streams, [job.queries[0]], job.source)
     with pytest.raises(StateError, match="belongs to queries"):
         CheckpointCoordinator(other, tmp_path).run()
+
+
+@pytest.mark.parametrize("app", ["sl", "gs"])
+def test_txn_resumes_to_the_uninterrupted_counts_and_checksum(tmp_path: Path, app: str) -> None:
+    import json
+
+    base = [sys.executable, "-m", "splice.cli", "txn", app, "--events", "30000", "--keys", "500",
+            "--punctuation", "1024", "--abort-ratio", "0.1", "--skew", "0.5", "--json"]
+    env = {k: v for k, v in os.environ.items() if k != "SPLICE_FAULT"}
+
+    def run(extra: list[str], fault: str | None = None) -> subprocess.CompletedProcess[str]:
+        e = dict(env, SPLICE_FAULT=fault) if fault else env
+        return subprocess.run(base + extra, cwd=ROOT, env=e, capture_output=True, text=True, timeout=120)
+
+    want = json.loads(run([]).stdout.strip().splitlines()[-1])["metrics"]
+    ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-interval", "0.001"]
+    assert run(ck, "txn_saved:3").returncode == -9
+    got = json.loads(run(ck).stdout.strip().splitlines()[-1])["metrics"]
+    assert got["resumed_from"] == 3
+    assert (got["committed"], got["aborted"], got["state_checksum"]) == \
+        (want["committed"], want["aborted"], want["state_checksum"])
