@@ -1,4 +1,4 @@
-"""index."""
+"""Window indexes for band joins: B+-Tree, immutable B+-Tree, chained index, IM-Tree, PIM-Tree."""
 
 from splice.index.bptree import BPlusTree
 from splice.index.chain import ChainedIndex
@@ -6,15 +6,14 @@ from splice.index.immutable import ImmutableBPlusTree
 from splice.index.imtree import IMTree, PIMTree
 from splice.index.window import INDEX_KINDS, IndexKind, WindowIndex, max_insertion_depth
 
-__all__: list[str] = []
-__all__ += [
+__all__ = [
     "BPlusTree",
-    "ImmutableBPlusTree",
     "ChainedIndex",
     "IMTree",
+    "INDEX_KINDS",
+    "ImmutableBPlusTree",
+    "IndexKind",
     "PIMTree",
     "WindowIndex",
-    "IndexKind",
-    "INDEX_KINDS",
     "max_insertion_depth",
 ]

@@ -1,11 +1,9 @@
 """Relational operators: selection, projection, aggregation, ordering, windowed aggregation."""
 
+from splice.ops.aggregate import Agg, GroupBy
+from splice.ops.arithmetic import col, lit
+from splice.ops.order import OrderBy, TopK
 from splice.ops.stateless import Project, Select
+from splice.ops.window_aggregate import WindowAggregate
 
-__all__ = ["Project", "Select"]
-from splice.ops.aggregate import Agg, GroupBy  # noqa: E402
-from splice.ops.arithmetic import col, lit  # noqa: E402
-from splice.ops.order import OrderBy, TopK  # noqa: E402
-from splice.ops.window_aggregate import WindowAggregate  # noqa: E402
-
-__all__ += ["Agg", "GroupBy", "OrderBy", "TopK", "WindowAggregate", "col", "lit"]
+__all__ = ["Agg", "GroupBy", "OrderBy", "Project", "Select", "TopK", "WindowAggregate", "col", "lit"]

@@ -1,3 +1,3 @@
-"""workloads."""
+"""Workloads: TPC-H queries as streams, and the transactional applications."""
 
 __all__: list[str] = []
