@@ -151,6 +151,8 @@ class PipelinedExecutor(Executor):
             self._error = exc
             if outbox is not None:
                 outbox.put(_STOP)
+            while inbox.get() is not _STOP:  # keep upstream from blocking on a full queue
+                pass
 
     def _unit_pool(self, block_id: int) -> ThreadPoolExecutor:
         pool = self._unit_pools.get(block_id)
