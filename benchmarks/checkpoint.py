@@ -215,11 +215,14 @@ def q3(args: argparse.Namespace, tmp: Path) -> None:
         eng.close()
         return seconds, out
 
+    per_checkpoint: list[tuple[float, int]] = []
+
     def checkpointed(i: int) -> tuple[float, pa.Table, int]:
         job = Job([SourceStream(n, tables[n].schema) for n in names], [q3_query("q3", 1024)], source)
         coord = CheckpointCoordinator(job, tmp / f"q3_{i}", interval_seconds=1.0)
         t0 = time.perf_counter()
         out = coord.run()["q3"]
+        per_checkpoint.extend(zip(coord.stats.checkpoint_seconds, coord.stats.checkpoint_bytes, strict=True))
         return time.perf_counter() - t0, out, coord.stats.checkpoints
 
     plain()  # warm kernels
@@ -236,7 +239,9 @@ def q3(args: argparse.Namespace, tmp: Path) -> None:
                       "baseline": "same plan, no checkpoints", "baseline_seconds": [round(x, 3) for x in base],
                       "checkpoint_seconds": [round(x, 3) for x in ckpt], "checkpoints": counts,
                       "baseline_rows_per_s": round(rows / b), "checkpoint_rows_per_s": round(rows / c),
-                      "overhead_pct": round(100 * (c - b) / b, 1)}), flush=True)
+                      "overhead_pct": round(100 * (c - b) / b, 1),
+                      "checkpoint_ms": [round(1000 * t, 1) for t, _ in per_checkpoint],
+                      "checkpoint_bytes": [n for _, n in per_checkpoint]}), flush=True)
 
 
 def state(args: argparse.Namespace, tmp: Path) -> None:
