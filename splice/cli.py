@@ -103,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--how", default="inner", choices=["inner", "left", "right", "full"])
     join.add_argument("--batch-size", type=_positive_int, default=65_536, help="rows per batch")
     join.add_argument("--json", action="store_true", help="print a metrics line")
+    join.add_argument("--bad-input", default=None, choices=["fail", "dead-letter"],
+                      help="check inputs at the edge (malformed CSV rows, null keys/times, NaN/inf): "
+                           "fail with a clear error, or route bad rows to --dead-letter")
+    join.add_argument("--dead-letter", default=None,
+                      help="JSON-lines file receiving bad rows with their reason (with --bad-input dead-letter)")
     _add_checkpoint_options(join)
 
     txn = sub.add_parser("txn", help="transactional workloads on shared state")
@@ -130,10 +135,11 @@ def _print_metrics(metrics: dict[str, Any], as_json: bool) -> None:
 
 
 def _run_join(args: argparse.Namespace) -> int:
-    from splice.io.files import read_table, write_table
+    from splice.io.files import write_table
+    from splice.state.commands import load_join_inputs
 
     t0 = time.perf_counter()
-    left, right = read_table(args.left), read_table(args.right)
+    left, right, bad = load_join_inputs(args)
     load_seconds = time.perf_counter() - t0
     module = importlib.import_module(JOIN_KINDS[args.kind])
     t1 = time.perf_counter()
@@ -147,6 +153,7 @@ def _run_join(args: argparse.Namespace) -> int:
         "seconds": round(seconds, 6),
         "load_seconds": round(load_seconds, 6),
         "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
+        **bad,
     }
     _print_metrics(metrics, args.json)
     return 0

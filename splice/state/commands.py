@@ -29,7 +29,7 @@ from splice.core.errors import PlanError
 from splice.runtime.plan import BindInputs, Node, Query
 from splice.state.checkpoint import CheckpointCoordinator, Job, SourceStream, arrival_source
 
-__all__ = ["run_checkpointed", "run_tpch_checkpointed", "run_join_checkpointed", "run_txn_checkpointed", "tpch_job",
+__all__ = ["run_checkpointed", "run_tpch_checkpointed", "run_join_checkpointed", "run_txn_checkpointed", "load_join_inputs", "tpch_job",
            "join_job",
            "coordinator_for"]
 
@@ -203,12 +203,33 @@ def run_tpch_checkpointed(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_join_checkpointed(args: argparse.Namespace) -> int:
-    """``splice join ... --checkpoint-dir D``: the join as an engine plan with checkpoints."""
+def load_join_inputs(args: argparse.Namespace) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
+    """Read ``--left``/``--right``; with ``--bad-input`` check them at the edge (keys ``--on``,
+    time ``--time``): fail clearly or route bad rows to ``--dead-letter``. (left, right, metrics)."""
     from splice.io.files import read_table
 
+    policy = getattr(args, "bad_input", None)
+    if policy is None:
+        if getattr(args, "dead_letter", None):
+            raise PlanError("--dead-letter needs --bad-input dead-letter")
+        return read_table(args.left), read_table(args.right), {}
+    from splice.state.deadletter import DeadLetterSink, load_checked
+
+    mode = "dead_letter" if policy == "dead-letter" else "fail"
+    sink = DeadLetterSink(args.dead_letter) if mode == "dead_letter" else None
+    keys = [k.strip() for k in str(args.on).split(",") if k.strip()]
+    tables = [load_checked(path, side, keys, args.time, mode, sink)  # type: ignore[arg-type]
+              for side, path in (("left", args.left), ("right", args.right))]
+    extra: dict[str, Any] = {}
+    if sink is not None:
+        extra = {"dead_letter_rows": sink.total, "dead_letter_reasons": dict(sink.counts)}
+    return tables[0], tables[1], extra
+
+
+def run_join_checkpointed(args: argparse.Namespace) -> int:
+    """``splice join ... --checkpoint-dir D``: the join as an engine plan with checkpoints."""
     t0 = time.perf_counter()
-    left, right = read_table(args.left), read_table(args.right)
+    left, right, bad = load_join_inputs(args)
     load_seconds = time.perf_counter() - t0
     job = join_job(left, right, args)
     coord, _, metrics = run_checkpointed(job, args)
@@ -217,7 +238,7 @@ def run_join_checkpointed(args: argparse.Namespace) -> int:
     seconds = metrics.pop("seconds")
     _emit({"input_rows": rows, "output_rows": result.num_rows, "seconds": seconds,
            "load_seconds": round(load_seconds, 6),
-           "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None, **metrics}, args.json)
+           "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None, **metrics, **bad}, args.json)
     return 0
 
 

@@ -39,7 +39,8 @@ import pyarrow.csv as pacsv
 
 from splice.core.errors import PlanError, SchemaError
 
-__all__ = ["BadInputPolicy", "DeadLetterSink", "EdgeValidator", "read_csv_checked", "read_json_lines_checked"]
+__all__ = ["BadInputPolicy", "DeadLetterSink", "EdgeValidator", "load_checked", "read_csv_checked",
+           "read_json_lines_checked"]
 
 BadInputPolicy = Literal["fail", "dead_letter"]
 
@@ -248,3 +249,28 @@ def read_json_lines_checked(path: str | Path, stream: str, schema: pa.Schema, po
     if not good:
         return schema.empty_table()
     return pajson.read_json(pa.BufferReader(b"".join(good)), parse_options=options)
+
+
+def load_checked(path: str | Path, stream: str, keys: Sequence[str] = (), time_column: str | None = None,
+                 policy: BadInputPolicy = "fail", sink: DeadLetterSink | None = None) -> pa.Table:
+    """Read a ``.csv``/``.parquet`` input of ``stream`` and check it at the edge (see module doc).
+
+    CSV rows that do not parse, then null ``keys``/``time_column`` values and NaN/inf floats, fail
+    with a clear error or go to ``sink`` with their reason.
+    """
+    from splice.core.stream import normalize_schema
+    from splice.io.files import read_table
+
+    _check_policy(policy)
+    if policy == "dead_letter" and sink is None:
+        sink = DeadLetterSink()
+    p = Path(path)
+    if p.suffix.lower() == ".csv" and p.exists():
+        table = read_csv_checked(p, stream, policy, sink)
+        target = normalize_schema(table.schema)
+        if target != table.schema:
+            table = table.cast(target)
+    else:
+        table = read_table(p)
+    validator = EdgeValidator(stream, table.schema, keys=keys, time_column=time_column, policy=policy, sink=sink)
+    return pa.Table.from_batches([validator.check(table)], schema=table.schema)

@@ -77,3 +77,25 @@ def test_malformed_json_lines(tmp_path: Path) -> None:
     t = read_json_lines_checked(p, "s", SCHEMA, "dead_letter", sink)
     assert t.to_pydict() == {"k": [1, 3], "t": [2, 4], "x": [0.5, 1.5]}
     assert sink.counts == {"malformed JSON line": 2}
+
+
+def test_join_command_routes_bad_rows_and_counts_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from splice.cli import main
+
+    (tmp_path / "l.csv").write_text("k,ts,v\n1,1,0.5\n,2,0.1\n2,3,inf\n1,4,0.2,9\n")
+    (tmp_path / "r.csv").write_text("k,ts,w\n1,2,1.0\n2,3,2.0\n")
+    args = ["join", "--kind", "interval", "--left", str(tmp_path / "l.csv"), "--right", str(tmp_path / "r.csv"),
+            "--on", "k", "--time", "ts", "--lower", "0", "--upper", "5", "--out", str(tmp_path / "o.parquet"),
+            "--json"]
+    assert main([*args, "--bad-input", "fail"]) == 2
+    assert "malformed CSV" in capsys.readouterr().err
+    dead = tmp_path / "dead.jsonl"
+    assert main([*args, "--bad-input", "dead-letter", "--dead-letter", str(dead)]) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
+    assert metrics["dead_letter_rows"] == 3
+    assert metrics["dead_letter_reasons"] == {"malformed CSV row": 1, "null key column k": 1,
+                                              "NaN or infinite value in column v": 1}
+    assert len(dead.read_text().splitlines()) == 3
+    assert metrics["output_rows"] == 1
