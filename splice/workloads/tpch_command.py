@@ -64,7 +64,8 @@ def run_tpch(args: argparse.Namespace) -> int:
         lineitem = load_table("lineitem", args.sf, args.data_dir)
         load_seconds = time.perf_counter() - t0
         specs = tpch_queries.q1() if args.query == "q1" else tpch_queries.q6()
-        answer, seconds = stream_lineitem_query(lineitem, args.query, specs, args.batch_size)
+        answer, seconds = stream_lineitem_query(lineitem, args.query, specs, args.batch_size,
+                                                getattr(args, "executor", "pipelined"))
         input_rows = lineitem.num_rows
         extra = {}
     metrics = {
