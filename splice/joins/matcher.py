@@ -20,7 +20,7 @@
 ``"auto"`` picks ``"numba"``: on every fixture of ``benchmarks/interval_probe.py`` it measured
 fastest. A DataFusion call costs 3.5 ms or more of planning and execution, even on a handful of
 rows, and an Acero call more than 1 ms; the numba probe takes 0.4–0.9 ms, all of the operator's
-push included (see ``docs/bench_time_joins.md``). The key index of
+push included (see ``docs/benchmarks.md``). The key index of
 :class:`~splice.joins.interval_join.IntervalJoin` always probes with the numba kernel.
 """
 

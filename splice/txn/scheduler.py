@@ -176,7 +176,7 @@ def choose_strategy(
     """The decision model: a strategy for the next batch from measured statistics.
 
     The rules follow the seed's decision tree, with thresholds set from this engine's own
-    measurements (``benchmarks/txn_dynamic.py``, ``docs/bench_txn.md``):
+    measurements (``benchmarks/txn_dynamic.py``, ``docs/benchmarks.md``):
 
     * abort: ``l`` (speculate, then redo what the failed transactions' exclusion changes) unless
       aborts are frequent (>= 2 % of recent batches) *and* operations are heavy (>= 5 us): then
@@ -184,7 +184,7 @@ def choose_strategy(
       eager waits on other threads at every abort ratio measured (1-30 %), as in the seed's
       Figure 20 (l-abort for high abort ratios at low complexity).
     * explore: ``ns`` by default: barriers cost most where threads are descheduled or chains are
-      long (skew: many levels); on the shared 2-core machine of ``docs/bench_txn.md`` ``ns`` won
+      long (skew: many levels); on the shared 2-core machine of ``docs/benchmarks.md`` ``ns`` won
       every configuration measured. ``s`` only for heavy operations (>= 5 us of UDF work) on very
       wide, flat TPGs (ops per longest chain >= 256 x threads, degree skew < 4), where one
       barrier per level is amortised over many independent heavy ops.
