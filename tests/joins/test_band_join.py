@@ -248,7 +248,9 @@ def test_parallel_stress_tiny_windows_frequent_merges(merge):
                              merge)
         g, p = join.run(sides, keys)
         assert np.array_equal(g, g0) and np.array_equal(p, p0), (w, task)
-        assert join.merges > 100
+        # blocking merges happen at every trigger; nonblocking ones are skipped while another
+        # is in progress, so how many run depends on thread timing
+        assert join.merges > (100 if merge == "blocking" else 0), (w, task, join.merges)
 
 
 def test_parallel_operator_contract():
