@@ -67,6 +67,8 @@ class Stream:
 
     def check_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Return ``batch`` in this stream's column order, or raise naming what does not match."""
+        if batch.schema.equals(self.schema, check_metadata=False):
+            return batch
         batch = normalize_batch(batch)
         if batch.schema.equals(self.schema, check_metadata=False):
             return batch

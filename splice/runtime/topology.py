@@ -66,6 +66,7 @@ class Topology:
         self._next_block = 1
         self.gswitches: list[GlobalStage] = [GlobalStage(self._block(), self._tap)]
         self.bricks: list[Brick] = []
+        self._stages: list[GlobalStage | Brick] = []
         for _ in range(bricks):
             self.grow()
 
@@ -81,14 +82,14 @@ class Topology:
         brick = Brick(len(self.bricks), switch_id, units, self._events)
         self.bricks.append(brick)
         self.gswitches.append(GlobalStage(self._block(), self._tap))
+        self._stages = [self.gswitches[0]]
+        for b, g in zip(self.bricks, self.gswitches[1:], strict=True):
+            self._stages += [b, g]
         return brick
 
     def stages(self) -> list[GlobalStage | Brick]:
         """Path order: GSwitch 0, Brick 0, GSwitch 1, ..., GSwitch n."""
-        out: list[GlobalStage | Brick] = [self.gswitches[0]]
-        for b, g in zip(self.bricks, self.gswitches[1:], strict=True):
-            out += [b, g]
-        return out
+        return self._stages
 
     def describe(self) -> list[dict]:
         """Bricks, units and what each unit hosts (for the CLI and the web page)."""
