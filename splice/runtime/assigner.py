@@ -31,7 +31,7 @@ from splice.runtime.plan import BindInputs, Node, Query
 from splice.runtime.switch import ONWARD, TAP
 from splice.runtime.synchronizer import RoundRobin
 from splice.runtime.topology import Topology
-from splice.runtime.unit import UnitProgram
+from splice.runtime.unit import WATERMARKS, UnitProgram
 
 __all__ = ["QueryAssigner", "Deployment"]
 
@@ -192,13 +192,13 @@ class QueryAssigner:
                     splitter = RoundRobin(tuple(s.id for s in subs)).build(
                         {src.id: narrowed[src.id]}, state.get(key))
                     rb = self._place(dep, query, key, splitter, [(src, src_brick)], out_stream,
-                                     {src.id: views[src.id]}, after, installs)
+                                     {src.id: views[src.id]}, after, installs, state)
                     bricks = []
                     for i, sub in enumerate(subs):
                         key = f"{node.name}#{i}"
                         logic = spec.build({sub.id: narrowed[src.id]}, state.get(key))
                         bricks.append(self._place(dep, query, key, logic, [(sub, rb)], out_stream,
-                                                  {sub.id: None}, rb, installs))
+                                                  {sub.id: None}, rb, installs, state))
                     produced[node.name] = (out_stream, max(bricks))
                     first_brick[node.name] = min(bricks)
                     continue
@@ -206,7 +206,8 @@ class QueryAssigner:
                     logic = spec.build(narrowed, state.get(node.name))
                 except SchemaError as exc:
                     raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
-                b = self._place(dep, query, node.name, logic, routes, out_stream, views, after, installs)
+                b = self._place(dep, query, node.name, logic, routes, out_stream, views, after,
+                                installs, state)
                 produced[node.name] = (out_stream, b)
             out_stream, out_brick = produced[query.output_node.name]
             dep.output = out_stream
@@ -295,7 +296,8 @@ class QueryAssigner:
         dep.streams.append(stream)
         return stream
 
-    def _place(self, dep, query, key, logic, inputs, out_stream, views, after, installs) -> int:
+    def _place(self, dep, query, key, logic, inputs, out_stream, views, after, installs,
+               state=None) -> int:
         """Put ``logic`` on a free unit after brick ``after``; route its inputs; return the brick."""
         b, u = self._free_unit(after, query.name)
         dep.units.append((b, u))
@@ -303,8 +305,13 @@ class QueryAssigner:
         dep.late.append(late.id)
         self._tap(dep, b, late.id)
         block = self.topology.bricks[b].units[u].block_id
-        installs.append(Install(block, UnitProgram(
-            query.name, logic, tuple(s.id for s, _ in inputs), out_stream.id, late.id, dict(views), key)))
+        program = UnitProgram(
+            query.name, logic, tuple(s.id for s, _ in inputs), out_stream.id, late.id, dict(views), key)
+        progress = (state or {}).get(key + WATERMARKS)
+        if progress is not None and len(progress) == len(inputs) + 1:
+            program.watermarks = {s.id: int(t) for (s, _), t in zip(inputs, progress, strict=False)}
+            program.forwarded = int(progress[-1])
+        installs.append(Install(block, program))
         for s, p in inputs:
             self._route_local(dep, b, s.id, u)
             self._route_onward(dep, p, b, s.id)

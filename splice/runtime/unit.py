@@ -21,7 +21,10 @@ from splice.core.operator import OperatorLogic
 from splice.core.records import Barrier, Data, End, Install, Record, Uninstall, Watermark
 from splice.core.time import MIN_TIME
 
-__all__ = ["ProcessingUnit", "UnitStats", "UnitProgram", "UnitEvents"]
+__all__ = ["ProcessingUnit", "UnitStats", "UnitProgram", "UnitEvents", "WATERMARKS"]
+
+#: Suffix of the snapshot entry that holds a unit's watermark progress (next to its operator's).
+WATERMARKS = "@watermarks"
 
 
 @dataclass
@@ -74,7 +77,8 @@ class ProcessingUnit:
 
     def install(self, rec: Install) -> None:
         self.loaded = rec.program
-        self.loaded.watermarks = {sid: MIN_TIME for sid in self.loaded.inputs}
+        if set(self.loaded.watermarks) != set(self.loaded.inputs):
+            self.loaded.watermarks = {sid: MIN_TIME for sid in self.loaded.inputs}
         self.stats = UnitStats()
         self.error = None
 
@@ -143,6 +147,9 @@ class ProcessingUnit:
                 ld.logic.on_barrier(rec.checkpoint_id)
                 if self.events.snapshot is not None:
                     self.events.snapshot(rec.checkpoint_id, ld.query, ld.key, ld.logic.snapshot())
+                    # by input position: a restored plan's streams may get other ids
+                    progress = [ld.watermarks[s] for s in ld.inputs] + [ld.forwarded]
+                    self.events.snapshot(rec.checkpoint_id, ld.query, ld.key + WATERMARKS, progress)
                 return []
         except Exception as exc:  # an operator's failure fails its query, not the engine
             return self._fail(exc)

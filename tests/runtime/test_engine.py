@@ -233,3 +233,18 @@ def test_snapshot_mid_stream_and_restore_equals_an_uninterrupted_run(executor, s
         h.end()
     for name in ("cnt", "sel"):
         assert broken.results(name).to_pydict() == straight.results(name).to_pydict()
+
+
+def test_restored_units_keep_their_watermark_progress():
+    """A two-input unit restored from a snapshot remembers both inputs' watermarks."""
+    from splice.testing import EngineHarness
+
+    schema = pa.schema([("t", pa.int64())])
+    q = Query("both", (Node("all", CountAll(), ("a", "b")),))
+    h = EngineHarness({"a": schema, "b": schema}, [q])
+    h.watermark("a", 10)
+    h.watermark("b", 7)
+    h.snapshot_and_restore()
+    unit = next(u for br in h.engine.topology.bricks for u in br.units if u.loaded is not None)
+    assert unit.loaded is not None
+    assert sorted(unit.loaded.watermarks.values()) == [7, 10] and unit.loaded.forwarded == 7
