@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splice.index._atomics import atomic_add
+from splice._atomics import atomic_add
 from splice.index._jit import kernel
 
 __all__ = [

@@ -6,7 +6,9 @@ the loop walks a mixed sequence, picking each tuple's own and opposite window by
 
 from __future__ import annotations
 
-from splice.index._atomics import atomic_cas, atomic_load, atomic_store, spin_lock, spin_unlock
+from splice._atomics import atomic_cas, spin_lock, spin_unlock
+from splice._atomics import atomic_load_seq_cst as atomic_load
+from splice._atomics import atomic_xchg as atomic_store
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
 from splice.index._jit import kernel
