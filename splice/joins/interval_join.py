@@ -106,6 +106,38 @@ def join_output_schema(left: pa.Schema, right: pa.Schema, how: str, what: str) -
     return pa.schema(fields)
 
 
+def check_time_join_inputs(spec: Any, inputs: InputSchemas) -> tuple[pa.Schema, pa.Schema]:
+    """Validate a time-bounded join's two inputs once; return (left schema, right schema).
+
+    Both stream ids must be inputs, each time column present and temporal, the two time types
+    equal (or both integers), and the key columns of comparable types.
+    """
+    ls, rs = (_input(spec, inputs, sid, label) for sid, label in ((spec.left, "left"), (spec.right, "right")))
+    lt, rt = spec.time_columns
+    types = []
+    for schema, col, sid in ((ls, lt, spec.left), (rs, rt, spec.right)):
+        if col not in schema.names:
+            raise SchemaError(f"{spec.name}: stream {sid} has no time column {col!r} "
+                              f"(columns: {', '.join(schema.names)})")
+        t = schema.field(col).type
+        if not is_temporal(t):
+            raise SchemaError(f"{spec.name}: stream {sid} time column {col!r} has type {t}, "
+                              "expected timestamp, date or integer")
+        types.append(t)
+    if types[0] != types[1] and not all(pa.types.is_integer(t) for t in types):
+        raise SchemaError(f"{spec.name}: time columns differ in type: stream {spec.left} "
+                          f"{lt!r} is {types[0]}, stream {spec.right} {rt!r} is {types[1]}")
+    assert isinstance(spec.on, tuple) and isinstance(spec.right_on, tuple)
+    check_key_types(ls, rs, spec.on, spec.right_on, spec.name, str(spec.left), str(spec.right))
+    return ls, rs
+
+
+def _input(spec: Any, inputs: InputSchemas, sid: int, label: str) -> pa.Schema:
+    if sid not in inputs:
+        raise PlanError(f"{spec.name}: {label} stream id {sid} is not among the inputs {sorted(inputs)}")
+    return inputs[sid]
+
+
 def conform(batch: pa.RecordBatch, schema: pa.Schema, stream: str, what: str) -> pa.RecordBatch:
     """``batch`` with the declared column order, or :class:`SchemaError` naming the column."""
     if batch.schema.equals(schema, check_metadata=False):
@@ -197,28 +229,7 @@ class IntervalJoin(OperatorSpec):
         return self.time, self.right_time or self.time
 
     def _check(self, inputs: InputSchemas) -> tuple[pa.Schema, pa.Schema]:
-        for sid, label in ((self.left, "left"), (self.right, "right")):
-            if sid not in inputs:
-                raise PlanError(f"{self.name}: {label} stream id {sid} is not among the inputs "
-                                f"{sorted(inputs)}")
-        ls, rs = inputs[self.left], inputs[self.right]
-        lt, rt = self.time_columns
-        types = []
-        for schema, col, sid in ((ls, lt, self.left), (rs, rt, self.right)):
-            if col not in schema.names:
-                raise SchemaError(f"{self.name}: stream {sid} has no time column {col!r} "
-                                  f"(columns: {', '.join(schema.names)})")
-            t = schema.field(col).type
-            if not is_temporal(t):
-                raise SchemaError(f"{self.name}: stream {sid} time column {col!r} has type {t}, "
-                                  "expected timestamp, date or integer")
-            types.append(t)
-        if types[0] != types[1] and not all(pa.types.is_integer(t) for t in types):
-            raise SchemaError(f"{self.name}: time columns differ in type: stream {self.left} "
-                              f"{lt!r} is {types[0]}, stream {self.right} {rt!r} is {types[1]}")
-        assert isinstance(self.on, tuple) and isinstance(self.right_on, tuple)
-        check_key_types(ls, rs, self.on, self.right_on, self.name, str(self.left), str(self.right))
-        return ls, rs
+        return check_time_join_inputs(self, inputs)
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         ls, rs = self._check(inputs)

@@ -44,14 +44,15 @@ from typing import Any, get_args
 import numpy as np
 import pyarrow as pa
 
-from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.errors import PlanError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
-from splice.core.time import MIN_TIME, is_temporal, time_values
+from splice.core.time import MIN_TIME, time_values
 from splice.joins._interval_kernels import hash_band_pairs
-from splice.joins._key_index import KeyCodec, check_key_types, keys_equal
+from splice.joins._key_index import KeyCodec, keys_equal
 from splice.joins.interval_join import (
     MAX_TIME,
     JoinType,
+    check_time_join_inputs,
     concat_batches,
     conform,
     join_output_schema,
@@ -116,27 +117,7 @@ class WindowJoin(OperatorSpec):
         return self.time, self.right_time or self.time
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
-        for sid, label in ((self.left, "left"), (self.right, "right")):
-            if sid not in inputs:
-                raise PlanError(f"{self.name}: {label} stream id {sid} is not among the inputs "
-                                f"{sorted(inputs)}")
-        ls, rs = inputs[self.left], inputs[self.right]
-        lt, rt = self.time_columns
-        types = []
-        for schema, col, sid in ((ls, lt, self.left), (rs, rt, self.right)):
-            if col not in schema.names:
-                raise SchemaError(f"{self.name}: stream {sid} has no time column {col!r} "
-                                  f"(columns: {', '.join(schema.names)})")
-            t = schema.field(col).type
-            if not is_temporal(t):
-                raise SchemaError(f"{self.name}: stream {sid} time column {col!r} has type {t}, "
-                                  "expected timestamp, date or integer")
-            types.append(t)
-        if types[0] != types[1] and not all(pa.types.is_integer(t) for t in types):
-            raise SchemaError(f"{self.name}: time columns differ in type: stream {self.left} "
-                              f"{lt!r} is {types[0]}, stream {self.right} {rt!r} is {types[1]}")
-        assert isinstance(self.on, tuple) and isinstance(self.right_on, tuple)
-        check_key_types(ls, rs, self.on, self.right_on, self.name, str(self.left), str(self.right))
+        ls, rs = check_time_join_inputs(self, inputs)
         return join_output_schema(ls, rs, self.how, self.name)
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
