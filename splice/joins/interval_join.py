@@ -443,7 +443,42 @@ class _Side:
         return pa.Table.from_batches(parts, schema=self.schema)
 
 
-class IntervalJoinLogic(OperatorLogic):
+class TwoSidedJoinLogic(OperatorLogic):
+    """What the interval and window join logics share: two sides ``L`` and ``R`` (each with a
+    stream id ``sid``, ``late_rows``, ``nbytes`` and ``retained()``), and the late side output."""
+
+    spec: Any
+    L: Any
+    R: Any
+    _late: list[pa.RecordBatch]
+
+    def _sides(self, stream_id: int) -> tuple[Any, Any]:
+        """(the side of ``stream_id``, the other side)."""
+        if stream_id == self.L.sid:
+            return self.L, self.R
+        if stream_id == self.R.sid:
+            return self.R, self.L
+        raise PlanError(f"{self.spec.name}: stream id {stream_id} is neither the left "
+                        f"({self.L.sid}) nor the right ({self.R.sid}) input")
+
+    def drain_late(self) -> list[pa.RecordBatch]:
+        late, self._late = self._late, []
+        return late
+
+    @property
+    def late_rows(self) -> dict[int, int]:
+        """Rows refused as late so far, per input stream id."""
+        return {self.L.sid: self.L.late_rows, self.R.sid: self.R.late_rows}
+
+    def state_bytes(self) -> int:
+        return int(self.L.nbytes + self.R.nbytes)
+
+    def retained(self, stream_id: int) -> pa.Table:
+        """The rows of input ``stream_id`` still held in state, in arrival order."""
+        return self._sides(stream_id)[0].retained()
+
+
+class IntervalJoinLogic(TwoSidedJoinLogic):
     """Runtime of :class:`IntervalJoin`; built by ``IntervalJoin.build``."""
 
     def __init__(self, spec: IntervalJoin, inputs: InputSchemas, schema: pa.Schema):
@@ -494,14 +529,6 @@ class IntervalJoinLogic(OperatorLogic):
         return min(wl, wr, wr - self.L.hi, wl - self.R.hi)
 
     # -- the data path -----------------------------------------------------------------------
-
-    def _sides(self, stream_id: int) -> tuple[_Side, _Side]:
-        if stream_id == self.L.sid:
-            return self.L, self.R
-        if stream_id == self.R.sid:
-            return self.R, self.L
-        raise PlanError(f"{self.spec.name}: stream id {stream_id} is neither the left "
-                        f"({self.L.sid}) nor the right ({self.R.sid}) input")
 
     def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         s, o = self._sides(stream_id)
@@ -682,22 +709,6 @@ class IntervalJoinLogic(OperatorLogic):
         pl = self.L.retire(MAX_TIME, self.index_threshold)
         pr = self.R.retire(MAX_TIME, self.index_threshold)
         return self._pad(self.L, pl) + self._pad(self.R, pr)
-
-    def drain_late(self) -> list[pa.RecordBatch]:
-        late, self._late = self._late, []
-        return late
-
-    @property
-    def late_rows(self) -> dict[int, int]:
-        """Rows refused as late so far, per input stream id."""
-        return {self.L.sid: self.L.late_rows, self.R.sid: self.R.late_rows}
-
-    def state_bytes(self) -> int:
-        return self.L.nbytes + self.R.nbytes
-
-    def retained(self, stream_id: int) -> pa.Table:
-        """The rows of input ``stream_id`` still held in state, in arrival order."""
-        return self._sides(stream_id)[0].retained()
 
     def indexed(self, stream_id: int) -> bool:
         """Whether input ``stream_id``'s retained rows are currently key-indexed."""

@@ -52,6 +52,7 @@ from splice.joins._key_index import KeyCodec, keys_equal
 from splice.joins.interval_join import (
     MAX_TIME,
     JoinType,
+    TwoSidedJoinLogic,
     check_time_join_inputs,
     concat_batches,
     conform,
@@ -182,7 +183,7 @@ class _WSide:
         return pa.Table.from_batches([b.batch for b in self.batches], schema=self.schema)
 
 
-class WindowJoinLogic(OperatorLogic):
+class WindowJoinLogic(TwoSidedJoinLogic):
     """Runtime of :class:`WindowJoin`; built by ``WindowJoin.build``."""
 
     def __init__(self, spec: WindowJoin, inputs: InputSchemas, schema: pa.Schema):
@@ -232,14 +233,6 @@ class WindowJoinLogic(OperatorLogic):
     def output_watermark(self) -> int | None:
         w = self._combined()
         return None if w == _MIN else w
-
-    def _sides(self, stream_id: int) -> tuple[_WSide, _WSide]:
-        if stream_id == self.L.sid:
-            return self.L, self.R
-        if stream_id == self.R.sid:
-            return self.R, self.L
-        raise PlanError(f"{self.spec.name}: stream id {stream_id} is neither the left "
-                        f"({self.L.sid}) nor the right ({self.R.sid}) input")
 
     # -- the data path -----------------------------------------------------------------------
 
@@ -397,21 +390,6 @@ class WindowJoinLogic(OperatorLogic):
         self.L.free(thr)
         self.R.free(thr)
         return out
-
-    def drain_late(self) -> list[pa.RecordBatch]:
-        late, self._late = self._late, []
-        return late
-
-    @property
-    def late_rows(self) -> dict[int, int]:
-        return {self.L.sid: self.L.late_rows, self.R.sid: self.R.late_rows}
-
-    def state_bytes(self) -> int:
-        return self.L.nbytes + self.R.nbytes
-
-    def retained(self, stream_id: int) -> pa.Table:
-        """Rows of input ``stream_id`` still held (their last window is open), arrival order."""
-        return self._sides(stream_id)[0].retained()
 
     def snapshot(self) -> Any:
         sides = []
