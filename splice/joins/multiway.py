@@ -33,13 +33,14 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
-from splice.joins._hash_kernels import q3_fast_sequence, q3_hbsj_sequence
+from splice.joins._hash_kernels import q3_hbsj_sequence
+from splice.joins._q3_kernels import EXPLICIT, new_cursor, q3_join_arrival
 from splice.joins.hash_window_join import Impl, check_key_types, key_values, make_index
 from splice.joins.hbsj import HBSJIndex
 from splice.joins.splitjoin import WindowIndex
 from splice.joins.window import RowStore
 
-__all__ = ["MultiwayJoin", "Predicate", "plan_probe_order", "q3_stream_join"]
+__all__ = ["MultiwayJoin", "Predicate", "plan_probe_order", "q3_stream_join", "q3_fast_join"]
 
 #: ``(stream a, column of a, stream b, column of b)``: ``a.column == b.column``.
 Predicate = tuple[int, str, int, str]
@@ -276,6 +277,49 @@ class _MultiwayLogic(OperatorLogic):
 # --------------------------------------------------------------------------------------------
 
 
+def q3_fast_join(
+    mode: int,
+    n_raw: tuple[int, int, int],
+    masks: tuple[np.ndarray, np.ndarray, np.ndarray],
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    words: tuple[np.ndarray, np.ndarray, int],
+    window: int | None,
+    table_size: int | None = None,
+    batch_size: int = 65_536,
+    arrival: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """Q3's join with fast-index stages over the raw arrival of the three tables.
+
+    ``mode`` is an arrival mode of :mod:`splice.joins._q3_kernels` (``EXPLICIT`` reads
+    ``arrival`` = (table, raw row) arrays); ``masks`` are the selections over raw rows, ``keys``
+    c_custkey, o_orderkey, o_custkey, l_orderkey over raw rows, ``words`` the (low, high) words of
+    l_extendedprice and l_discount and the unscaled 1. Returns revenue and hit per raw orders
+    row, the number of join results, and whether every revenue fit 63 bits.
+    """
+    passed = [int(np.count_nonzero(m)) for m in masks]
+    wins = [window if window is not None else max(1, n) for n in passed]
+    stages: list[Any] = []
+    for n_attrs, w in zip((1, 2, 1), wins, strict=True):
+        # 2 w buckets for a window, one per tuple when unbounded; int32 positions (halves the
+        # memory a probe touches: unbounded stages hold whole streams)
+        nb = table_size or max(16, 2 * w if window is not None else w)
+        nb = 1 << (nb - 1).bit_length()
+        tail = np.full((n_attrs, nb if window is not None else 1), -1, np.int32)
+        stages += (np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
+                   np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32),
+                   tail, 64 - (nb.bit_length() - 1))
+    agg_rev = np.zeros(n_raw[1], np.int64)
+    agg_hit = np.zeros(n_raw[1], np.bool_)
+    sides, rows = arrival if arrival is not None else (np.zeros(0, np.int8), np.zeros(0, np.int64))
+    cur = new_cursor()
+    args = (np.ascontiguousarray(sides, np.int8), np.ascontiguousarray(rows, np.int64),
+            np.array(n_raw, np.int64), *masks, *(np.ascontiguousarray(k, np.int64) for k in keys), *words,
+            *stages, agg_rev, agg_hit, window is None)
+    while not q3_join_arrival(mode, batch_size, cur, *args):
+        pass
+    return agg_rev, agg_hit, int(cur[9]), bool(cur[10])
+
+
 def q3_stream_join(
     sides: np.ndarray,
     rows: np.ndarray,
@@ -301,51 +345,36 @@ def q3_stream_join(
         raise PlanError(f"Q3: count window size must be >= 1, got {window}")
     if impl == "hbsj" and window is None:
         raise PlanError("Q3: HB-SJ stages need a count window")
-    wins = [window if window is not None else max(1, n) for n in (nc, no, nl)]
-    hb: list[HBSJIndex] = []
     if impl == "fast":
-        stages: list[tuple[Any, ...]] = []
-        for n_attrs, w in zip((1, 2, 1), wins, strict=True):
-            # 2 w buckets for a window, one per tuple when unbounded; int32 positions (halves the
-            # memory a probe touches: unbounded stages hold whole streams)
-            nb = table_size or max(16, 2 * w if window is not None else w)
-            nb = 1 << (nb - 1).bit_length()
-            tail = np.full((n_attrs, nb if window is not None else 1), -1, np.int32)
-            stages.append((np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
-                           np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32),
-                           tail, 64 - (nb.bit_length() - 1)))
-        mode = 0
-    else:
-        hb = [HBSJIndex(1, wins[0], table_size), HBSJIndex(2, wins[1], table_size),
-              HBSJIndex(1, wins[2], table_size)]
-        mode = 1
+        n = len(sides)
+        ones = [np.ones(k, np.bool_) for k in (nc, no, nl)]
+        rev = np.ascontiguousarray(l_revenue, np.int64)
+        ep = np.stack([rev, rev >> 63], axis=1)
+        agg_rev, agg_hit, results, _ = q3_fast_join(
+            EXPLICIT, (nc, no, nl), (ones[0], ones[1], ones[2]), (c_custkey, o_orderkey, o_custkey, l_orderkey),
+            (ep, np.zeros((nl, 2), np.int64), 1), window, table_size, batch_size or max(1, n),
+            (sides, rows))
+        return agg_rev, agg_hit, {"join_results": results}
+    wins = [window if window is not None else max(1, n) for n in (nc, no, nl)]
+    hb = [HBSJIndex(1, wins[0], table_size), HBSJIndex(2, wins[1], table_size),
+          HBSJIndex(1, wins[2], table_size)]
     agg_rev = np.zeros(no, np.int64)
     agg_hit = np.zeros(no, np.bool_)
-    ring_pos = np.zeros(3, np.int64)
-    scratch: tuple[np.ndarray, ...] = ()
-    if mode == 1:
-        bufs = [np.empty(h.cap + 4, np.int64) for h in hb]
-        scratch = (*bufs, np.empty(max(h.cap for h in hb) + 4, np.int64),
-                   np.empty((1, 1), np.int64), np.empty((2, 1), np.int64),
-                   np.ones((1, 1), np.bool_), np.ones((2, 1), np.bool_))
+    bufs = [np.empty(h.cap + 4, np.int64) for h in hb]
+    scratch = (*bufs, np.empty(max(h.cap for h in hb) + 4, np.int64),
+               np.empty((1, 1), np.int64), np.empty((2, 1), np.int64),
+               np.ones((1, 1), np.bool_), np.ones((2, 1), np.bool_))
     results = 0
     sides = np.ascontiguousarray(sides, np.int8)
     rows = np.ascontiguousarray(rows, np.int64)
     cols = [np.ascontiguousarray(a, np.int64) for a in (c_custkey, o_orderkey, o_custkey, l_orderkey, l_revenue)]
     for lo in range(0, len(sides), batch_size):
         hi = lo + batch_size
-        if mode == 0:
-            results += q3_fast_sequence(  # type: ignore[call-arg]
-                sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
-                *stages[0], *stages[1], *stages[2], agg_rev, agg_hit, ring_pos, window is None,
-            )
-            continue
         results += q3_hbsj_sequence(  # type: ignore[call-arg]
             sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
             *hb[0].arrays(), *hb[1].arrays(), *hb[2].arrays(), agg_rev, agg_hit, *scratch,
         )
-    stats: dict[str, Any] = {"join_results": int(results)}
-    if impl == "hbsj":
-        c, o, li = (h.stats() for h in hb)
-        stats["hbsj"] = {"c_custkey": c[0], "o_custkey": o[0], "o_orderkey": o[1], "l_orderkey": li[0]}
+    c, o, li = (h.stats() for h in hb)
+    stats = {"join_results": int(results),
+             "hbsj": {"c_custkey": c[0], "o_custkey": o[0], "o_orderkey": o[1], "l_orderkey": li[0]}}
     return agg_rev, agg_hit, stats

@@ -16,11 +16,15 @@ proportion to their sizes: row ``i`` of a table of ``n`` rows arrives at positio
 the same fraction of each table has arrived. ``"sequential"`` sends all of customer, then
 orders, then lineitem; ``"reversed"`` lineitem, orders, customer.
 
-**Plan** (Diba Fig. 11): the three selections run first (decomposer: only the ten columns the
-query uses travel), then the three-way join of Fig. 13(b): a customer stage on ``c_custkey``,
-one orders stage indexed on ``o_custkey`` and ``o_orderkey``, a lineitem stage on
-``l_orderkey`` (:func:`splice.joins.multiway.q3_stream_join`), then Aggregation-GroupBy on the
-join results as they are produced, and OrderBy/top-10 at END.
+**Plan** (Diba Fig. 11): the three selections, then the three-way join of Fig. 13(b): a
+customer stage on ``c_custkey``, one orders stage indexed on ``o_custkey`` and ``o_orderkey``, a
+lineitem stage on ``l_orderkey``, then Aggregation-GroupBy on the join results as they are
+produced, and OrderBy/top-10 at END. With the fast stages (default) the selections become pass
+masks over the raw tables (only the ten columns the query uses are read, as zero-copy views) and
+one kernel walks the raw arrival, drops the tuples a selection rejects and joins and aggregates
+the rest (:func:`splice.joins.multiway.q3_fast_join`); no filtered copy or arrival array is
+written. HB-SJ stages run on the filtered arrival (:func:`q3_filtered_arrival`,
+:func:`splice.joins.multiway.q3_stream_join`). Both give the same answer and join-result count.
 
 **Windows.** ``window=None`` (``--window unbounded``): every stage keeps its whole stream, so the
 answer is exactly the SQL answer (DuckDB's, types included: ``revenue`` is
@@ -45,9 +49,10 @@ import pyarrow.compute as pc
 
 from splice.core.errors import PlanError, SchemaError
 from splice.joins._hash_kernels import merge_by_fraction, merge_filtered3, q3_lineitem_pass
-from splice.joins.multiway import q3_stream_join
+from splice.joins._q3_kernels import INTERLEAVED, REVERSED, SEQUENTIAL
+from splice.joins.multiway import q3_fast_join, q3_stream_join
 
-__all__ = ["run_q3", "q3_arrival", "q3_filtered_arrival", "q3_sql", "Q3_SQL", "ORDERS", "q3_inputs"]
+__all__ = ["run_q3", "q3_arrival", "q3_filtered_arrival", "q3_sql", "Q3_SQL", "ORDERS", "q3_inputs", "q3_raw_inputs"]
 
 ORDERS = ("interleaved", "sequential", "reversed")
 SEGMENT = "BUILDING"
@@ -173,6 +178,46 @@ def q3_filtered_arrival(masks: list[np.ndarray], order: str = "interleaved") -> 
     return side, row
 
 
+def q3_raw_inputs(tables: dict[str, pa.Table]) -> dict[str, Any]:
+    """The selections as pass masks over raw rows, and the raw columns the join reads.
+
+    Zero-copy NumPy views where Arrow allows; nothing is filtered or copied per row: the join
+    kernel applies the masks as tuples arrive.
+    """
+    _check_columns(tables)
+    c, o, li = tables["customer"], tables["orders"], tables["lineitem"]
+    for name, t, cols in (("customer", c, ("c_custkey",)), ("orders", o, ("o_orderkey", "o_custkey")),
+                          ("lineitem", li, ("l_orderkey",))):
+        for k in cols:
+            if t.column(k).null_count:
+                raise SchemaError(f"Q3: stream {name!r} join key {k!r} has nulls")
+    day = (DATE - dt.date(1970, 1, 1)).days
+    c_ok = np.asarray(pc.fill_null(pc.equal(c.column("c_mktsegment"), SEGMENT), False).to_numpy(), np.bool_)
+    od = o.column("o_orderdate")
+    o_ok = _np(od) < day if od.null_count == 0 else np.asarray(
+        pc.fill_null(pc.less(od, pa.scalar(DATE, pa.date32())), False).to_numpy(), np.bool_)
+    sd = li.column("l_shipdate")
+    if sd.null_count:
+        raise SchemaError("Q3: stream 'lineitem' column 'l_shipdate' has nulls")
+    ep, s_e = _decimal_words(li.column("l_extendedprice"))
+    dc, s_d = _decimal_words(li.column("l_discount"))
+    return {
+        "masks": (c_ok, o_ok, _np(sd) > day),
+        "keys": tuple(np.asarray(_np(t.column(k)), np.int64) for t, k in
+                      ((c, "c_custkey"), (o, "o_orderkey"), (o, "o_custkey"), (li, "l_orderkey"))),
+        "words": (ep, dc, 10**s_d),
+        "sizes": (c.num_rows, o.num_rows, li.num_rows),
+        "o_orderkey": np.asarray(_np(o.column("o_orderkey")), np.int64),
+        "o_orderdate": o.column("o_orderdate"),
+        "o_shippriority": o.column("o_shippriority"),
+        "o_rows": None,
+        "scale": s_e + s_d,
+    }
+
+
+_MODES = {"interleaved": INTERLEAVED, "sequential": SEQUENTIAL, "reversed": REVERSED}
+
+
 def run_q3(
     tables: dict[str, pa.Table],
     window: int | None,
@@ -185,19 +230,33 @@ def run_q3(
 
     Returns the answer (l_orderkey, revenue, o_orderdate, o_shippriority; top 10) and metrics:
     ``seconds``, ``join_results``, per stream input/passed counts, HB-SJ statistics when used.
+    With ``impl="fast"`` one kernel walks the raw arrival, applies the selections and joins
+    (:func:`splice.joins.multiway.q3_fast_join`; ``batch_size`` raw tuples per call); HB-SJ stages
+    join the filtered arrival (:func:`q3_filtered_arrival`) ``batch_size`` tuples per call.
     """
     if window is not None and window < 1:
         raise PlanError(f"Q3: --window must be 'unbounded' or >= 1, got {window}")
     if batch_size < 1:
         raise PlanError(f"Q3: batch size must be >= 1, got {batch_size}")
+    if order not in ORDERS:
+        raise PlanError(f"Q3 arrival order must be one of {', '.join(ORDERS)}, got {order!r}")
     _check_columns(tables)
     _warm_up(impl)
     t0 = time.perf_counter()
-    q = q3_inputs(tables)
-    sides, rows = q3_filtered_arrival(q["masks"], order)
-    t1 = time.perf_counter()
-    rev, hit, stats = q3_stream_join(sides, rows, q["c_custkey"], q["o_orderkey"], q["o_custkey"],
-                                     q["l_orderkey"], q["l_revenue"], window, impl, table_size, batch_size)
+    if impl == "fast":
+        q = q3_raw_inputs(tables)
+        t1 = time.perf_counter()
+        rev, hit, results, fits = q3_fast_join(_MODES[order], q["sizes"], q["masks"], q["keys"], q["words"],
+                                               window, table_size, batch_size)
+        if not fits:
+            raise SchemaError("Q3: l_extendedprice or l_discount beyond 63 bits")
+        stats: dict[str, Any] = {"join_results": results}
+    else:
+        q = q3_inputs(tables)
+        sides, rows = q3_filtered_arrival(q["masks"], order)
+        t1 = time.perf_counter()
+        rev, hit, stats = q3_stream_join(sides, rows, q["c_custkey"], q["o_orderkey"], q["o_custkey"],
+                                         q["l_orderkey"], q["l_revenue"], window, impl, table_size, batch_size)
     t2 = time.perf_counter()
     answer = _top10(q, rev, hit)
     seconds = time.perf_counter() - t0
@@ -207,8 +266,9 @@ def run_q3(
         "window": "unbounded" if window is None else window,
         "order": order,
         "impl": impl,
-        "passed": {n: int(m.sum()) for n, m in zip(("customer", "orders", "lineitem"), q["masks"], strict=True)},
-        "groups": int(hit.sum()),
+        "passed": {n: int(np.count_nonzero(m)) for n, m in
+                   zip(("customer", "orders", "lineitem"), q["masks"], strict=True)},
+        "groups": int(np.count_nonzero(hit)),
         **stats,
     }
     return answer, metrics
@@ -227,6 +287,11 @@ def _warm_up(impl: str) -> None:
     for w in (1, None):
         if impl == "hbsj" and w is None:
             continue
+        if impl == "fast":
+            ok = np.ones(1, np.bool_)
+            words = np.zeros((1, 2), np.int64)
+            for mode in _MODES.values():
+                q3_fast_join(mode, (1, 1, 1), (ok, ok, ok), (one, one, one, one), (words, words, 1), w)
         q3_stream_join(np.array([0, 1, 2], np.int8), np.zeros(3, np.int64), one, one, one, one, one, w,
                        impl)  # type: ignore[arg-type]
     _WARM.add(impl)
@@ -234,12 +299,13 @@ def _warm_up(impl: str) -> None:
 
 def _top10(q: dict[str, Any], rev: np.ndarray, hit: np.ndarray) -> pa.Table:
     idx = np.flatnonzero(hit)
-    dates = _np(q["o_orderdate"])[q["o_rows"][idx]]
+    rows = idx if q["o_rows"] is None else q["o_rows"][idx]
+    dates = _np(q["o_orderdate"])[rows]
     order = np.lexsort((dates, -rev[idx]))[:10]
     top = idx[order]
     scale = q["scale"]
     revenue = pa.array([Decimal(int(v)).scaleb(-scale) for v in rev[top]], pa.decimal128(38, scale))
-    take = pa.array(q["o_rows"][top])
+    take = pa.array(top if q["o_rows"] is None else q["o_rows"][top])
     return pa.table({
         "l_orderkey": pa.array(q["o_orderkey"][top], pa.int64()),
         "revenue": revenue,
