@@ -287,11 +287,13 @@ def _warm_up(impl: str) -> None:
     for w in (1, None):
         if impl == "hbsj" and w is None:
             continue
-        if impl == "fast":
+        if impl == "fast":  # read-only keys, as zero-copy views of Arrow buffers are
             ok = np.ones(1, np.bool_)
             words = np.zeros((1, 2), np.int64)
+            key = np.zeros(1, np.int64)
+            key.flags.writeable = False
             for mode in _MODES.values():
-                q3_fast_join(mode, (1, 1, 1), (ok, ok, ok), (one, one, one, one), (words, words, 1), w)
+                q3_fast_join(mode, (1, 1, 1), (ok, ok, ok), (key, key, key, key), (words, words, 1), w)
         q3_stream_join(np.array([0, 1, 2], np.int8), np.zeros(3, np.int64), one, one, one, one, one, w,
                        impl)  # type: ignore[arg-type]
     _WARM.add(impl)
