@@ -42,7 +42,9 @@ __all__ = [
     "fx_update",
     "fx_probe",
     "fx_join_sequence",
-    "fx_time_join_sequence",
+    "fx_time_ring_sequence",
+    "fx_ring_relink",
+    "NO_TIME",
     "ring_positions",
     "hb_update",
     "hb_probe",
@@ -833,41 +835,65 @@ def q3_lineitem_pass(shipdate, day, orderkey, ep_words, dc_words, one):  # type:
     return ok, keys, rev, fits
 
 
-@_no_nrt
-def fx_time_join_sequence(  # type: ignore[no-untyped-def]
-    sides, seqs, pkeys, pvalid, times, length, time_sorted,
-    head, nxt, kstore, vstore, tstore, shift, start, out_i, out_s,
-):
-    """Two-way time-window join over a mixed arrival sequence, nothing late (the command path).
+#: ``fx_time_ring_sequence``'s "no time seen yet" (far below any event time, safe to subtract from).
+NO_TIME = -(1 << 62)
 
-    Tuple i of side ``sides[i]`` (sequence number ``seqs[i]`` on that side, event time
-    ``times[i]``) matches every earlier tuple of the other side with an equal key and
-    ``|dt| <= length``; then it is stored. Chains per side and bucket (``head[side, b]``,
-    ``nxt[side, seq]``) are prepended, so a walk goes newest first; with ``time_sorted``
-    arrival the walk stops at the first tuple older than ``times[i] - length``. Matches are
-    written oldest first; resumable from ``start`` (see :func:`drain`).
+
+@_no_nrt
+def fx_time_ring_sequence(  # type: ignore[no-untyped-def]
+    sides, seqs, pkeys, pvalid, times, length, time_sorted,
+    rseq, rkey, rval, rtime, rnxt, head, maxt, shift, start, out_i, out_s,
+):
+    """Two-way time-window join over a mixed arrival sequence, nothing late (the command path),
+    with the retained tuples of each side in a ring that the watermark frees.
+
+    Tuple i of side ``me = sides[i]`` (sequence number ``s = seqs[i]`` on that side, event time
+    ``times[i]``) matches every retained tuple of the other side with an equal key and
+    ``|dt| <= length``; then it is stored at ring slot ``s & (C - 1)`` of its side. Per side and
+    bucket, chains (``head[side, b]``, ``rnxt[side, slot]``) link tuples newest first by their
+    *sequence number*; a link whose slot now holds another tuple has been overwritten, and so
+    has everything older on the chain (slots are reused in arrival order), so a walk stops there.
+
+    With ``time_sorted`` arrival, each side's watermark is its largest time so far minus one
+    (``maxt[side] - 1``): a stored tuple with time ``<= watermark(other) - length`` can never
+    match again, and its slot is reused. A slot still holding a tuple that can match (or any
+    tuple without ``time_sorted``: no watermarks) stops the kernel with ``grow = 1``: the caller
+    doubles the ring (:func:`fx_ring_relink`) and resumes. Tuples with a null key never match and
+    are reused at once. Walks stop at the first tuple older than ``times[i] - length`` when
+    ``time_sorted``. Writes (arrival index, matched seq), per arrival oldest match first; returns
+    ``(written, next start, grow)`` (resumable, see :func:`drain`).
     """
-    bound = nxt.shape[1]
+    cap = rseq.shape[1]
+    mask = cap - 1
     n = 0
     for i in range(start, sides.shape[0]):
-        if n + bound > out_i.shape[0]:
-            return n, i
+        if n + cap > out_i.shape[0]:
+            return n, i, 0
         me = sides[i]
         other = 1 - me
+        s = seqs[i]
+        pos = s & mask
+        if rseq[me, pos] >= 0 and rval[me, pos]:
+            if not time_sorted or rtime[me, pos] > maxt[other] - 1 - length:
+                return n, i, 1
         k = pkeys[i]
         t = times[i]
-        if pvalid[i]:
+        ok = pvalid[i]
+        if ok:
             first = n
-            p = head[other, fx_bucket(k, shift)]
-            while p != -1:
-                ts = tstore[other, p]
+            q = head[other, fx_bucket(k, shift)]
+            while q >= 0:
+                p = q & mask
+                if rseq[other, p] != q:
+                    break
+                ts = rtime[other, p]
                 if time_sorted and ts < t - length:
                     break
-                if kstore[other, p] == k and vstore[other, p] and abs(t - ts) <= length:
+                if rkey[other, p] == k and abs(t - ts) <= length:
                     out_i[n] = i
-                    out_s[n] = p
+                    out_s[n] = q
                     n += 1
-                p = nxt[other, p]
+                q = rnxt[other, p]
             # newest first -> oldest first
             lo = first
             hi = n - 1
@@ -877,12 +903,26 @@ def fx_time_join_sequence(  # type: ignore[no-untyped-def]
                 out_s[hi] = tmp
                 lo += 1
                 hi -= 1
-        s = seqs[i]
-        kstore[me, s] = k
-        vstore[me, s] = pvalid[i]
-        tstore[me, s] = t
-        if pvalid[i]:
+        rseq[me, pos] = s
+        rkey[me, pos] = k
+        rval[me, pos] = ok
+        rtime[me, pos] = t
+        if ok:
             b = fx_bucket(k, shift)
-            nxt[me, s] = head[me, b]
+            rnxt[me, pos] = head[me, b]
             head[me, b] = s
-    return n, sides.shape[0]
+        if t > maxt[me]:
+            maxt[me] = t
+    return n, sides.shape[0], 0
+
+
+@_no_nrt
+def fx_ring_relink(rseq, rkey, rval, rnxt, head, shift, order):  # type: ignore[no-untyped-def]
+    """Rebuild the chains of one side of :func:`fx_time_ring_sequence`'s ring (after it grew):
+    ``order`` lists the occupied slots by ascending sequence number; ``head`` is all -1."""
+    for j in range(order.shape[0]):
+        p = order[j]
+        if rval[p]:
+            b = fx_bucket(rkey[p], shift)
+            rnxt[p] = head[b]
+            head[b] = rseq[p]

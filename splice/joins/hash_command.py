@@ -2,7 +2,9 @@
 
 Arrival order is :func:`splice.io.arrival.arrival_positions`: by ``--arrival`` (a global
 position both inputs carry), else by ``--time`` (ties left first), else row ``i`` of the left
-input just before row ``i`` of the right. Windows:
+input just before row ``i`` of the right. ``--on a,b`` joins on several columns; keys of any
+hashable type become int64 codes once per input (:mod:`splice.joins.hash_keys`), and hashed
+codes are checked for real key equality on the matched pairs. Windows:
 
 * ``--window N``: count windows of the last N tuples of each input; the whole arrival sequence,
   both inputs interleaved, goes through one kernel call per ``--batch-size`` tuples
@@ -10,10 +12,13 @@ input just before row ``i`` of the right. Windows:
   ``--parallel P`` SplitJoin PUs.
 * ``--time TS --window-time D``: pairs whose ``TS`` differ by at most D. When the inputs arrive
   by time, each input's watermark follows its largest time (minus one, so equal times are on
-  time) and nothing is late; with ``--arrival`` there are no watermarks. Either way one kernel
-  call over the whole sequence (:func:`~splice.joins.hash_window_join.time_join_sequence`)
-  gives the :class:`~splice.joins.hash_window_join.HashWindowJoin` operator's result; with
-  ``--parallel P`` the operator runs, batch by batch, over SplitJoin PUs.
+  time) and nothing is late; with ``--arrival`` there are no watermarks. With ``--impl fast``
+  and one PU, one kernel call over the whole sequence
+  (:func:`~splice.joins.hash_window_join.time_join_sequence`) gives the
+  :class:`~splice.joins.hash_window_join.HashWindowJoin` operator's result and retires tuples
+  by watermark as it goes (a ring per input whose slots are reused once retired, so the join's
+  state stays bounded by the tuples of one window); with ``--impl hbsj`` or ``--parallel P`` the
+  operator runs batch by batch and evicts by the same watermarks.
 
 Output: the left input's columns, then the right input's (``_right`` on taken names), ordered by
 the arrival of the later tuple, then of the matched tuple.
@@ -22,6 +27,8 @@ the arrival of the later tuple, then of the matched tuple.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,30 +36,58 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError
 from splice.core.time import time_values
 from splice.io.arrival import LEFT, arrival_positions, interleave
+from splice.joins.hash_keys import HashKeys, common_key_types
 from splice.joins.hash_window_join import (
     HashWindowJoin,
-    check_key_types,
     join_output_schema,
     join_sequence,
-    key_values,
+    key_columns,
     time_join_sequence,
 )
 from splice.joins.window import CountWindow, TimeWindow, parse_count_window
 
-__all__ = ["run", "hash_join_tables"]
+__all__ = ["run", "hash_join_tables", "hash_time_join_tables"]
 
 
-def _key_column(on: str) -> str:
+def _key_column(on: str) -> list[str]:
+    """The key columns of ``--on a[,b...]``."""
     cols = [c.strip() for c in on.split(",") if c.strip()]
-    if len(cols) != 1:
-        raise PlanError(f"--on: the hash join takes exactly one key column, got {on!r}")
-    return cols[0]
+    if not cols:
+        raise PlanError(f"--on names no key column: {on!r}")
+    return cols
+
+
+class _Keys:
+    """Both inputs' key columns, their common types and codes (once per input)."""
+
+    def __init__(self, left: pa.Table, right: pa.Table, on: str | Sequence[str]) -> None:
+        self.on = list(key_columns(on))
+        for t, side in ((left, "left"), (right, "right")):
+            for c in self.on:
+                if c not in t.schema.names:
+                    raise SchemaError(f"stream {side!r}: join key column {c!r} is missing "
+                                      f"(columns: {', '.join(t.schema.names)})")
+        types = common_key_types(left.schema, right.schema, self.on, self.on, "'left'", "'right'",
+                                 "hash join")
+        self.hk = HashKeys(types)
+        self.left, self.right = left, right
+
+    def codes(self, table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+        return self.hk.encode([table.column(c) for c in self.on], name, self.on)
+
+    def check(self, lrows: np.ndarray, rrows: np.ndarray) -> np.ndarray | None:
+        """Hashed codes only: which candidate pairs (left row, right row) have equal keys."""
+        if self.hk.exact or not len(lrows):
+            return None
+        lk = [self.left.column(c).take(pa.array(lrows)) for c in self.on]
+        rk = [self.right.column(c).take(pa.array(rrows)) for c in self.on]
+        return self.hk.equal(lk, rk, "'left'", "'right'", self.on, self.on)
 
 
 def hash_join_tables(
     left: pa.Table,
     right: pa.Table,
-    on: str,
+    on: str | Sequence[str],
     window: int,
     arrival: str | None = None,
     time: str | None = None,
@@ -62,74 +97,102 @@ def hash_join_tables(
     table_size: int | None = None,
 ) -> tuple[pa.Table, dict]:
     """Count-window hash join of two tables in arrival order; (result, statistics)."""
-    for t, side in ((left, "left"), (right, "right")):
-        if on not in t.schema.names:
-            raise SchemaError(f"stream {side!r}: join key column {on!r} is missing "
-                              f"(columns: {', '.join(t.schema.names)})")
-    check_key_types(left.schema.field(on).type, right.schema.field(on).type, on, on)
+    keys = _Keys(left, right, on)
     if window < 1:
         raise PlanError(f"--window must be >= 1, got {window}")
-    sides, rows, keys, valid = _arrival_keys(left, right, on, arrival, time)
-    _, lseq, rseq, stats = join_sequence(sides, keys, valid, window, impl, parallel,  # type: ignore[arg-type]
+    sides, rows, codes, valid = _arrival_keys(keys, arrival, time)
+    _, lseq, rseq, stats = join_sequence(sides, codes, valid, window, impl, parallel,  # type: ignore[arg-type]
                                          table_size, batch_size)
-    return _gather(left, right, sides, rows, lseq, rseq), stats
+    return _gather(keys, sides, rows, lseq, rseq), stats
 
 
-def _arrival_keys(left: pa.Table, right: pa.Table, on: str, arrival: str | None, time: str | None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(side, row, key, key valid) of every input row in arrival order."""
-    sides, rows = arrival_positions(left, right, arrival, time)
-    lk, lv = key_values(left.column(on))
-    rk, rv = key_values(right.column(on))
-    is_left = sides == LEFT
-    keys = np.empty(len(sides), np.int64)
-    valid = np.empty(len(sides), np.bool_)
-    keys[is_left], valid[is_left] = lk[rows[is_left]], lv[rows[is_left]]
-    keys[~is_left], valid[~is_left] = rk[rows[~is_left]], rv[rows[~is_left]]
-    return sides, rows, keys, valid
+def hash_time_join_tables(
+    left: pa.Table,
+    right: pa.Table,
+    on: str | Sequence[str],
+    time: str,
+    length: int,
+    arrival: str | None = None,
+    impl: str = "fast",
+    parallel: int = 1,
+    batch_size: int = 65_536,
+) -> tuple[pa.Table, dict[str, Any]]:
+    """Time-window hash join of two tables in arrival order; (result, statistics).
 
-
-def _gather(left: pa.Table, right: pa.Table, sides: np.ndarray, rows: np.ndarray,
-            lseq: np.ndarray, rseq: np.ndarray) -> pa.Table:
-    """Output rows from per-side sequence numbers (left's columns, then right's)."""
-    is_left = sides == LEFT
-    lrows, rrows = rows[is_left], rows[~is_left]
-    schema, _ = join_output_schema(left.schema, right.schema)
-    lt = left.take(pa.array(lrows[lseq]))
-    rt = right.take(pa.array(rrows[rseq]))
-    return pa.Table.from_arrays(list(lt.columns) + list(rt.columns), schema=schema)
-
-
-def _time_join(left: pa.Table, right: pa.Table, on: str, args: argparse.Namespace) -> pa.Table:
-    if args.parallel == 1:
+    Statistics: ``retained_max``, the most tuples the join held at once (both inputs; with
+    ``impl="fast"`` and one PU the rings' slots, an upper bound), ``retained_end`` (the same at
+    the end of the input) and ``null_keys``.
+    """
+    if length < 0:
+        raise PlanError(f"--window-time must be >= 0, got {length}")
+    keys = _Keys(left, right, on)
+    if impl == "fast" and parallel == 1:
         # Nothing is late on this path (arrival by time: watermarks trail the largest time; by
         # --arrival: no watermarks), so one kernel call over the whole sequence gives the
-        # operator's result.
-        for t, name in ((left, "left"), (right, "right")):
-            if on not in t.schema.names:
-                raise SchemaError(f"stream {name!r}: join key column {on!r} is missing")
-        check_key_types(left.schema.field(on).type, right.schema.field(on).type, on, on)
-        sides, rows, keys, valid = _arrival_keys(left, right, on, args.arrival, args.time)
-        lt, rt = time_values(left, args.time, "left"), time_values(right, args.time, "right")
+        # operator's result, retiring tuples by watermark as it goes.
+        sides, rows, codes, valid = _arrival_keys(keys, arrival, time)
+        lt, rt = time_values(left, time, "left"), time_values(right, time, "right")
         is_left = sides == LEFT
         times = np.empty(len(sides), np.int64)
         times[is_left], times[~is_left] = lt[rows[is_left]], rt[rows[~is_left]]
-        _, lseq, rseq = time_join_sequence(sides, keys, valid, times, int(args.window_time),
-                                           args.arrival is None)
-        return _gather(left, right, sides, rows, lseq, rseq)
-    spec = HashWindowJoin(0, 1, on, TimeWindow(int(args.window_time), args.time), impl=args.impl,
-                          parallel=args.parallel)
+        _, lseq, rseq, st = time_join_sequence(sides, codes, valid, times, int(length), arrival is None,
+                                               capacity=256)
+        stats = {"retained_max": 2 * st["capacity"], "retained_end": 2 * st["capacity"],
+                 "null_keys": st["null_keys"]}
+        return _gather(keys, sides, rows, lseq, rseq), stats
+    spec = HashWindowJoin(0, 1, keys.on, TimeWindow(int(length), time), impl=impl,  # type: ignore[arg-type]
+                          parallel=parallel)
     inputs = {0: left.schema, 1: right.schema}
     schema = spec.output_schema(inputs)
     logic = spec.build(inputs)
-    by_time = args.arrival is None
+    by_time = arrival is None
     out: list[pa.RecordBatch] = []
-    for side, batch in interleave(left, right, args.arrival, args.time, args.batch_size):
+    retained_max = 0
+    for side, batch in interleave(left, right, arrival, time, batch_size):
         out.extend(logic.on_batch(side, batch))
         if by_time and batch.num_rows:
-            out.extend(logic.on_watermark(side, int(time_values(batch, args.time).max()) - 1))
+            out.extend(logic.on_watermark(side, int(time_values(batch, time).max()) - 1))
+        retained_max = max(retained_max, logic.retained_rows())  # type: ignore[attr-defined]
+    end = logic.retained_rows()  # type: ignore[attr-defined]
     out.extend(logic.on_end())
-    return pa.Table.from_batches(out, schema=schema)
+    st = logic.stats()  # type: ignore[attr-defined]
+    stats = {"retained_max": retained_max, "retained_end": end,
+             "null_keys": st["left"]["null_keys"] + st["right"]["null_keys"]}
+    return pa.Table.from_batches(out, schema=schema), stats
+
+
+def _arrival_keys(keys: _Keys, arrival: str | None, time: str | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(side, row, key code, key valid) of every input row in arrival order."""
+    sides, rows = arrival_positions(keys.left, keys.right, arrival, time)
+    lk, lv = keys.codes(keys.left, "'left'")
+    rk, rv = keys.codes(keys.right, "'right'")
+    is_left = sides == LEFT
+    codes = np.empty(len(sides), np.int64)
+    valid = np.empty(len(sides), np.bool_)
+    codes[is_left], valid[is_left] = lk[rows[is_left]], lv[rows[is_left]]
+    codes[~is_left], valid[~is_left] = rk[rows[~is_left]], rv[rows[~is_left]]
+    return sides, rows, codes, valid
+
+
+def _gather(keys: _Keys, sides: np.ndarray, rows: np.ndarray, lseq: np.ndarray, rseq: np.ndarray) -> pa.Table:
+    """Output rows from per-side sequence numbers (left's columns, then right's), dropping
+    candidate pairs whose hashed codes agree but whose keys do not."""
+    is_left = sides == LEFT
+    lrows, rrows = rows[is_left][lseq], rows[~is_left][rseq]
+    eq = keys.check(lrows, rrows)
+    if eq is not None and not eq.all():
+        lrows, rrows = lrows[eq], rrows[eq]
+    schema, _ = join_output_schema(keys.left.schema, keys.right.schema)
+    lt = keys.left.take(pa.array(lrows))
+    rt = keys.right.take(pa.array(rrows))
+    return pa.Table.from_arrays(list(lt.columns) + list(rt.columns), schema=schema)
+
+
+def _time_join(left: pa.Table, right: pa.Table, on: list[str], args: argparse.Namespace) -> pa.Table:
+    result, _ = hash_time_join_tables(left, right, on, args.time, int(args.window_time), args.arrival,
+                                      args.impl, args.parallel, args.batch_size)
+    return result
 
 
 def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:
@@ -163,7 +226,7 @@ def _warm_up() -> None:
     ok = np.ones(2, np.bool_)
     for impl in ("fast", "hbsj"):
         join_sequence(sides, one, ok, 1, impl)  # type: ignore[arg-type]
-    time_join_sequence(sides, one, ok, one, 0, True)
+    time_join_sequence(sides, one, ok, one, 0, True, capacity=1)
 
 
 _warm_up()

@@ -39,6 +39,7 @@ rebuilt on restore, not stored), the next sequence number and the null-key count
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -49,14 +50,17 @@ from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, time_values
 from splice.joins._hash_kernels import (
+    NO_TIME,
     drain,
     fx_join_sequence,
     fx_probe,
-    fx_time_join_sequence,
+    fx_ring_relink,
+    fx_time_ring_sequence,
     fx_update,
     hb_join_sequence,
     ring_positions,
 )
+from splice.joins.hash_keys import HashKeys, common_key_types
 from splice.joins.hbsj import HBSJIndex
 from splice.joins.splitjoin import SplitIndex, WindowIndex, merge_matches
 from splice.joins.window import CountWindow, JoinWindow, RowStore, TimeWindow
@@ -67,6 +71,7 @@ __all__ = [
     "Impl",
     "join_output_schema",
     "key_values",
+    "key_columns",
     "check_key_types",
     "make_index",
     "join_sequence",
@@ -254,15 +259,12 @@ def join_output_schema(left: pa.Schema, right: pa.Schema) -> tuple[pa.Schema, li
     return pa.schema(fields), names
 
 
-def _split_on(on: str | tuple[str, str]) -> tuple[str, str]:
-    if isinstance(on, str):
-        if "," in on:
-            raise PlanError(
-                f"hash window join takes one key column per side, got {on!r} "
-                "(combine multi-column keys into one column first)"
-            )
-        return on, on
-    return on[0], on[1]
+def key_columns(on: str | Sequence[str], what: str = "on") -> tuple[str, ...]:
+    """``"k"`` -> ``("k",)``; a sequence of names -> a tuple; no names -> PlanError."""
+    cols = (on,) if isinstance(on, str) else tuple(on)
+    if not cols or not all(isinstance(c, str) and c for c in cols):
+        raise PlanError(f"hash window join: {what} must name one or more key columns, got {on!r}")
+    return cols
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,7 +276,8 @@ def _split_on(on: str | tuple[str, str]) -> tuple[str, str]:
 class HashWindowJoin(OperatorSpec):
     """Two-way equi-join of streams ``left`` and ``right`` over sliding windows (see module doc).
 
-    ``on`` is the key column (or ``(left column, right column)``), ``window`` a
+    ``on`` is the key column or columns (of both inputs, or of the left input when ``right_on``
+    names the right input's), of any hashable type (:mod:`splice.joins.hash_keys`); ``window`` a
     :class:`CountWindow` or :class:`TimeWindow`, ``impl`` ``"fast"`` or ``"hbsj"``,
     ``table_size`` the HB-SJ table size (default the next power of two >= 2 w) or the fast
     index's bucket count, ``parallel`` the number of SplitJoin PUs.
@@ -282,46 +285,57 @@ class HashWindowJoin(OperatorSpec):
 
     left: int
     right: int
-    on: str | tuple[str, str]
+    on: str | Sequence[str]
     window: JoinWindow
     impl: Impl = "fast"
     table_size: int | None = None
     parallel: int = 1
     name: str = "hash_window_join"
+    right_on: str | Sequence[str] | None = None
 
     def __post_init__(self) -> None:
+        on = key_columns(self.on)
+        ron = on if self.right_on is None else key_columns(self.right_on, "right_on")
+        if len(on) != len(ron):
+            raise PlanError(f"{self.name}: on and right_on must name as many columns, got {list(on)} "
+                            f"and {list(ron)}")
+        object.__setattr__(self, "on", on)
+        object.__setattr__(self, "right_on", ron)
         if self.left == self.right:
             raise PlanError(f"{self.name}: left and right must be different streams, got {self.left} twice")
         if not isinstance(self.window, CountWindow | TimeWindow):
             raise PlanError(f"{self.name}: window must be a CountWindow or TimeWindow, got {self.window!r}")
         if self.impl not in get_args(Impl):
             raise PlanError(f"{self.name}: unknown impl {self.impl!r} (choose fast or hbsj)")
-        if isinstance(self.window, TimeWindow) and self.impl == "hbsj":
-            raise PlanError(f"{self.name}: HB-SJ implements count windows; use impl='fast' for time windows")
         if self.parallel < 1:
             raise PlanError(f"{self.name}: parallel must be >= 1, got {self.parallel}")
         if self.table_size is not None and self.table_size < 1:
             raise PlanError(f"{self.name}: table_size must be >= 1, got {self.table_size}")
-        _split_on(self.on)
+
+    @property
+    def key_pairs(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(left key columns, right key columns), normalized by the constructor."""
+        assert isinstance(self.on, tuple) and isinstance(self.right_on, tuple)
+        return self.on, self.right_on
 
     def _schemas(self, inputs: InputSchemas) -> tuple[pa.Schema, pa.Schema]:
+        ls, rs, _ = self._checked(inputs)
+        return ls, rs
+
+    def _checked(self, inputs: InputSchemas) -> tuple[pa.Schema, pa.Schema, list[pa.DataType]]:
         for sid, side in ((self.left, "left"), (self.right, "right")):
             if sid not in inputs:
                 known = ", ".join(map(str, sorted(inputs))) or "none"
                 raise PlanError(f"{self.name}: unknown {side} stream id {sid} (inputs: {known})")
         ls, rs = inputs[self.left], inputs[self.right]
-        lcol, rcol = _split_on(self.on)
-        for s, c, sid in ((ls, lcol, self.left), (rs, rcol, self.right)):
-            if c not in s.names:
-                raise SchemaError(f"{self.name}: stream {sid} has no key column {c!r} (columns: {', '.join(s.names)})")
-        check_key_types(ls.field(lcol).type, rs.field(rcol).type, lcol, rcol,
-                        f"stream {self.left}", f"stream {self.right}")
+        lon, ron = self.key_pairs
+        types = common_key_types(ls, rs, lon, ron, str(self.left), str(self.right), self.name)
         if isinstance(self.window, TimeWindow):
             for s, sid in ((ls, self.left), (rs, self.right)):
                 c = self.window.column
                 if c not in s.names:
                     raise SchemaError(f"{self.name}: stream {sid} has no time column {c!r}")
-        return ls, rs
+        return ls, rs, types
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         ls, rs = self._schemas(inputs)
@@ -331,15 +345,16 @@ class HashWindowJoin(OperatorSpec):
         return None
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
-        ls, rs = self._schemas(inputs)
-        return _HashWindowJoinLogic(self, ls, rs, state)
+        ls, rs, types = self._checked(inputs)
+        return _HashWindowJoinLogic(self, ls, rs, HashKeys(types), state)
 
 
 class _Side:
     """One input's window: rows, index, sequence counter, event times, watermark."""
 
-    def __init__(self, spec: HashWindowJoin, schema: pa.Schema, key: str, sid: int) -> None:
-        self.schema, self.key, self.sid = schema, key, sid
+    def __init__(self, spec: HashWindowJoin, schema: pa.Schema, keys: tuple[str, ...], sid: int,
+                 hk: HashKeys) -> None:
+        self.schema, self.keys, self.sid, self.hk = schema, keys, sid, hk
         w = spec.window.size if isinstance(spec.window, CountWindow) else None
         self.count = w
         self.index = make_index(spec.impl, 1, w, spec.parallel, spec.table_size)
@@ -353,13 +368,21 @@ class _Side:
     def time_of(self, seqs: np.ndarray) -> np.ndarray:
         return self.times[seqs - self.times_base]
 
+    def encode(self, rows: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 key codes, valid) of ``rows`` (see :mod:`splice.joins.hash_keys`)."""
+        return self.hk.encode([rows.column(c) for c in self.keys], str(self.sid), self.keys)
+
+    def key_cols(self, rows: pa.RecordBatch | pa.Table) -> list[Any]:
+        return [rows.column(c) for c in self.keys]
+
 
 class _HashWindowJoinLogic(OperatorLogic):
-    def __init__(self, spec: HashWindowJoin, ls: pa.Schema, rs: pa.Schema, state: Any) -> None:
+    def __init__(self, spec: HashWindowJoin, ls: pa.Schema, rs: pa.Schema, hk: HashKeys, state: Any) -> None:
         self.spec = spec
-        lcol, rcol = _split_on(spec.on)
+        lon, ron = spec.key_pairs
+        self.hk = hk
         self.schema, self._right_names = join_output_schema(ls, rs)
-        self.sides = {spec.left: _Side(spec, ls, lcol, spec.left), spec.right: _Side(spec, rs, rcol, spec.right)}
+        self.sides = {spec.left: _Side(spec, ls, lon, spec.left, hk), spec.right: _Side(spec, rs, ron, spec.right, hk)}
         self.time = spec.window if isinstance(spec.window, TimeWindow) else None
         self._late: list[pa.RecordBatch] = []
         if state is not None:
@@ -390,7 +413,7 @@ class _HashWindowJoinLogic(OperatorLogic):
                 t_new = t_new[keep]
                 if batch.num_rows == 0:
                     return []
-        keys, valid = key_values(batch.column(me.key))
+        keys, valid = me.encode(batch)
         me.nulls += int(len(valid) - valid.sum())
         out: list[pa.RecordBatch] = []
         pidx, mseq = other.index.probe(0, keys, valid)
@@ -401,7 +424,15 @@ class _HashWindowJoinLogic(OperatorLogic):
         if len(pidx):
             mine = batch.take(pa.array(pidx))
             theirs = other.rows.take(mseq)
-            out.append(self._assemble(mine, theirs, stream_id == self.spec.left))
+            if not self.hk.exact:
+                # hashed codes: equal codes are candidates, emitted only when the keys are equal
+                eq = self.hk.equal(me.key_cols(mine), other.key_cols(theirs), str(me.sid), str(other.sid),
+                                   me.keys, other.keys)
+                if not eq.all():
+                    m = pa.array(eq)
+                    mine, theirs = mine.filter(m), theirs.filter(m)
+            if mine.num_rows:
+                out.append(self._assemble(mine, theirs, stream_id == self.spec.left))
         first = me.rows.append(batch)
         seqs = np.arange(first, first + batch.num_rows, dtype=np.int64)
         me.index.insert(seqs, keys[None, :], valid[None, :])
@@ -445,7 +476,7 @@ class _HashWindowJoinLogic(OperatorLogic):
         keep = live[~dead]
         idx = side.index
         for ix in idx.pus if isinstance(idx, SplitIndex) else [idx]:
-            assert isinstance(ix, FastIndex)
+            assert isinstance(ix, FastIndex | HBSJIndex)
             ix.retain(keep)
         first = int(keep[0]) if len(keep) else side.rows.end
         side.rows.evict_before(first)
@@ -494,7 +525,7 @@ class _HashWindowJoinLogic(OperatorLogic):
             s.nulls, s.late, s.watermark = st["nulls"], st["late"], st["watermark"]
             live = np.asarray(st["live"], np.int64)
             if len(live):
-                keys, valid = key_values(rows.column(s.key))
+                keys, valid = s.encode(rows)
                 off = live - st["first"]
                 s.index.insert(live, keys[off][None, :], valid[off][None, :], expire=False)
             if st["times"] is not None:
@@ -503,6 +534,10 @@ class _HashWindowJoinLogic(OperatorLogic):
 
     def state_bytes(self) -> int:
         return sum(s.rows.nbytes() for s in self.sides.values())
+
+    def retained_rows(self) -> int:
+        """Rows both sides hold now (whole chunks: at least the live tuples)."""
+        return sum(s.rows.end - s.rows.start for s in self.sides.values())
 
 
 # --------------------------------------------------------------------------------------------
@@ -599,31 +634,87 @@ def time_join_sequence(
     times: np.ndarray,
     length: int,
     time_sorted: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    capacity: int = 1024,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
     """Time-window join over a whole mixed arrival sequence in which nothing is late.
 
     Pairs tuples of the two sides with equal keys and event times at most ``length`` apart,
     each pair emitted when its later tuple arrives (ordered by that arrival, then by the
-    matched tuple's). ``time_sorted`` says the arrival follows event time (then probes stop at
-    the window's edge). Returns ``(arrival index, left seq, right seq)``.
+    matched tuple's). ``time_sorted`` says the arrival follows event time: then each side's
+    watermark trails its largest time by one, probes stop at the window's edge, and a tuple's
+    slot is reused once the other side's watermark retired it, so the retained state stays
+    bounded by the tuples of a window (:func:`~splice.joins._hash_kernels.fx_time_ring_sequence`;
+    the ring starts at ``capacity`` slots per side and doubles when a slot to reuse still holds
+    a live tuple). Without ``time_sorted`` there are no watermarks and every tuple is retained.
+    Returns ``(arrival index, left seq, right seq, stats)``; ``stats["capacity"]`` is the
+    ring's final size in slots per side.
     """
     if length < 0:
         raise PlanError(f"time window length must be >= 0, got {length}")
     sides = np.ascontiguousarray(sides, np.int8)
+    keys = np.ascontiguousarray(keys, np.int64)
+    valid = np.ascontiguousarray(valid, np.bool_)
+    times = np.ascontiguousarray(times, np.int64)
     n = len(sides)
     is_right = sides.astype(np.int64)
     nright = np.cumsum(is_right) - is_right
     seqs = np.where(sides == 0, np.arange(n) - nright, nright).astype(np.int64)
-    cap = max(1, int(max(n - is_right.sum(), is_right.sum())))
-    nb = max(16, _next_pow2(cap))
-    head = np.full((2, nb), -1, np.int64)
-    nxt = np.full((2, cap), -1, np.int64)
-    kstore = np.zeros((2, cap), np.int64)
-    vstore = np.zeros((2, cap), np.bool_)
-    tstore = np.zeros((2, cap), np.int64)
-    shift = 64 - (nb.bit_length() - 1)
-    ai, ms = drain(fx_time_join_sequence, n, cap, sides, seqs, np.ascontiguousarray(keys, np.int64),
-                   np.ascontiguousarray(valid, np.bool_), np.ascontiguousarray(times, np.int64),
-                   int(length), bool(time_sorted), head, nxt, kstore, vstore, tstore, shift)
+    ring = _TimeRing(_next_pow2(max(16, capacity)))
+    maxt = np.full(2, NO_TIME, np.int64)
+    parts_i: list[np.ndarray] = []
+    parts_s: list[np.ndarray] = []
+    start, grows = 0, 0
+    while start < n or not parts_i:
+        size = max(2 * ring.cap + 16, min(2 * (n - start) + 16, 1 << 22))
+        out_i, out_s = np.empty(size, np.int64), np.empty(size, np.int64)
+        w, start, grow = fx_time_ring_sequence(
+            sides, seqs, keys, valid, times, int(length), bool(time_sorted),
+            ring.seq, ring.key, ring.val, ring.time, ring.nxt, ring.head, maxt, ring.shift,
+            start, out_i, out_s)
+        parts_i.append(out_i[:w])
+        parts_s.append(out_s[:w])
+        if grow:
+            ring.grow()
+            grows += 1
+    ai, ms = np.concatenate(parts_i), np.concatenate(parts_s)
     from_left = sides[ai] == 0
-    return ai, np.where(from_left, seqs[ai], ms), np.where(from_left, ms, seqs[ai])
+    stats = {"capacity": ring.cap, "grows": grows, "retained": ring.retained(),
+             "null_keys": int(len(valid) - valid.sum())}
+    return ai, np.where(from_left, seqs[ai], ms), np.where(from_left, ms, seqs[ai]), stats
+
+
+class _TimeRing:
+    """Both sides' rings of :func:`time_join_sequence` (``cap`` slots each, a power of two)."""
+
+    def __init__(self, cap: int) -> None:
+        self._alloc(cap)
+
+    def _alloc(self, cap: int) -> None:
+        self.cap = cap
+        self.seq = np.full((2, cap), -1, np.int64)
+        self.key = np.zeros((2, cap), np.int64)
+        self.val = np.zeros((2, cap), np.bool_)
+        self.time = np.zeros((2, cap), np.int64)
+        self.nxt = np.full((2, cap), -1, np.int64)
+        nb = 2 * cap
+        self.head = np.full((2, nb), -1, np.int64)
+        self.shift = 64 - (nb.bit_length() - 1)
+
+    def grow(self) -> None:
+        """Double the ring: tuples move to ``seq & (2 cap - 1)``, chains are relinked."""
+        old = (self.seq, self.key, self.val, self.time)
+        self._alloc(2 * self.cap)
+        for side in range(2):
+            occ = np.flatnonzero(old[0][side] >= 0)
+            sq = old[0][side][occ]
+            pos = sq & (self.cap - 1)
+            self.seq[side, pos] = sq
+            self.key[side, pos] = old[1][side][occ]
+            self.val[side, pos] = old[2][side][occ]
+            self.time[side, pos] = old[3][side][occ]
+            order = pos[np.argsort(sq, kind="stable")]
+            fx_ring_relink(self.seq[side], self.key[side], self.val[side], self.nxt[side], self.head[side],
+                           self.shift, order)
+
+    def retained(self) -> int:
+        return int((self.seq >= 0).sum())

@@ -1,4 +1,4 @@
-"""HB-SJ: Diba's hash-based stream join index over a count-based sliding window (seed 5.2.2).
+"""HB-SJ: Diba's hash-based stream join index over a sliding window (seed 5.2.2).
 
 Per indexed attribute, two Murmur3 hash functions (``mmh3``-compatible MurmurHash3_x86_32 of
 the key's 8 little-endian bytes, seeds :data:`SEED1` and :data:`SEED2`) address four storage
@@ -7,7 +7,9 @@ tables of ``table_size`` slots each: tables 0 and 1 at ``h1(k) mod ht``, tables 
 when all four are taken it goes to the **overflow buffer**, which probes search by nested loop.
 An **ordered sliding window** records, for every window position, where its tuple is stored
 (table 0..3 or overflow) and at which slot; before each insert the oldest tuple expires from
-exactly that place.
+exactly that place. Time windows have no fixed size: the ordered window grows as tuples arrive,
+and the watermark's evictions rebuild tables and overflow buffer from the surviving tuples, in
+arrival order (amortized: the join evicts once at least half of the stored tuples are dead).
 
 A probe examines the four addressed slots and then the whole overflow buffer; its matches are
 returned oldest first, so HB-SJ yields exactly the fast index's results in the same order.
@@ -45,10 +47,15 @@ __all__ = ["HBSJIndex", "SEED1", "SEED2"]
 
 
 class HBSJIndex:
-    """One stream's count window indexed by HB-SJ on ``n_attrs`` key attributes.
+    """One stream's window indexed by HB-SJ on ``n_attrs`` key attributes.
 
-    ``pu``/``parts`` make it one PU's share of a SplitJoin: it stores the tuples whose sequence
-    number is ``pu`` modulo ``parts`` (see :mod:`splice.joins.splitjoin`).
+    ``window=w`` is a count window: the ordered sliding window has ``w`` positions and the oldest
+    tuple expires before each insert. ``window=None`` serves a time window: positions are handed
+    out densely, the window grows (tables of twice its size unless ``table_size`` is given) and
+    :meth:`retain` evicts what the watermark retired, rebuilding the tables from the survivors
+    (statistics counters carry over). ``pu``/``parts`` make it one PU's share of a SplitJoin: it
+    stores the tuples whose sequence number is ``pu`` modulo ``parts`` (see
+    :mod:`splice.joins.splitjoin`).
     """
 
     kind = "hbsj"
@@ -56,17 +63,25 @@ class HBSJIndex:
     def __init__(
         self, n_attrs: int, window: int | None, table_size: int | None = None, pu: int = 0, parts: int = 1
     ) -> None:
-        if window is None:
-            raise PlanError("HB-SJ needs a count window (an ordered sliding window of size w)")
-        if window < 1:
+        if window is not None and window < 1:
             raise PlanError(f"count window size must be >= 1, got {window}")
-        ht = table_size if table_size is not None else max(16, 1 << (2 * window - 1).bit_length())
-        if ht < 1:
-            raise PlanError(f"HB-SJ table size must be >= 1, got {ht}")
-        self.n_attrs, self.window, self.table_size, self.pu, self.parts = n_attrs, window, ht, pu, parts
-        cap = -(-window // parts)
+        if table_size is not None and table_size < 1:
+            raise PlanError(f"HB-SJ table size must be >= 1, got {table_size}")
+        self.n_attrs, self.window, self.pu, self.parts = n_attrs, window, pu, parts
+        self._fixed_ht = table_size
+        self.st = np.zeros((n_attrs, N_STATS), np.int64)
+        self._alloc(-(-window // parts) if window is not None else 1024)
+
+    def _alloc(self, cap: int) -> None:
+        if self._fixed_ht is not None:
+            ht = self._fixed_ht
+        elif self.window is not None:
+            ht = max(16, 1 << (2 * self.window - 1).bit_length())
+        else:
+            ht = max(16, 1 << (2 * cap - 1).bit_length())
+        self.table_size = ht
         self.cap = cap
-        k = n_attrs
+        k = self.n_attrs
         self.wseq = np.full(cap, -1, np.int64)
         self.wloc = np.full((k, cap), 5, np.int8)
         self.widx = np.zeros((k, cap), np.int64)
@@ -75,7 +90,7 @@ class HBSJIndex:
         self.okey = np.zeros((k, cap), np.int64)
         self.oseq = np.zeros((k, cap), np.int64)
         self.oinfo = np.zeros((k, 2), np.int64)
-        self.st = np.zeros((k, N_STATS), np.int64)
+        self.used = 0  # time windows: next dense position
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         return (self.wseq, self.wloc, self.widx, self.tkey, self.tseq, self.okey, self.oseq,
@@ -83,7 +98,16 @@ class HBSJIndex:
 
     def _positions(self, seqs: np.ndarray, expire: bool) -> tuple[np.ndarray, np.ndarray]:
         p, cap, w = self.parts, self.cap, self.window
-        ins = np.where(seqs % p == self.pu, (seqs // p) % cap, -1)
+        own = seqs % p == self.pu
+        if w is None:
+            n_own = int(own.sum())
+            if self.used + n_own > cap:
+                self._grow(self.used + n_own)
+            ins = np.full(len(seqs), -1, np.int64)
+            ins[own] = self.used + np.arange(n_own)
+            self.used += n_own
+            return np.full(len(seqs), -1, np.int64), ins
+        ins = np.where(own, (seqs // p) % cap, -1)
         e = seqs - w
         if expire:
             exp = np.where((e >= 0) & (e % p == self.pu), (e // p) % cap, -1)
@@ -93,11 +117,51 @@ class HBSJIndex:
 
     def insert(self, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray, expire: bool = True) -> None:
         """Tuples ``seqs`` (keys ``keys[a, j]``, ``valid`` False = null) arrive in order: for each,
-        the tuple ``w`` arrivals older expires, then it is stored (when this PU owns it)."""
+        the tuple ``w`` arrivals older expires (count windows), then it is stored (when this PU
+        owns it)."""
         seqs = np.ascontiguousarray(seqs, dtype=np.int64)
         exp, ins = self._positions(seqs, expire)
         hb_update(*self.arrays(), exp, ins, seqs, np.ascontiguousarray(keys, np.int64),  # type: ignore[call-arg]
                   np.ascontiguousarray(valid, np.bool_))
+
+    def _live(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(seqs, keys, valid) of the stored tuples in arrival order, read from their places."""
+        pos = np.flatnonzero(self.wseq >= 0)
+        pos = pos[np.argsort(self.wseq[pos], kind="stable")]
+        k = self.n_attrs
+        keys = np.zeros((k, len(pos)), np.int64)
+        valid = np.zeros((k, len(pos)), np.bool_)
+        for a in range(k):
+            loc = self.wloc[a, pos].astype(np.int64)
+            idx = self.widx[a, pos]
+            tab = loc < 4
+            keys[a, tab] = self.tkey[a, loc[tab], idx[tab]]
+            ovf = loc == 4
+            keys[a, ovf] = self.okey[a, idx[ovf]]
+            valid[a] = loc < 5
+        return self.wseq[pos], keys, valid
+
+    def _rebuild(self, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray, cap: int) -> None:
+        counters = self.st.copy()
+        self._alloc(cap)
+        self.insert(seqs, keys, valid, expire=False)
+        peak = counters[:, ST_OVF_PEAK]
+        self.st[:] = counters
+        self.st[:, ST_OVF_PEAK] = np.maximum(peak, self.oinfo[:, 1])
+
+    def _grow(self, need: int) -> None:
+        seqs, keys, valid = self._live()
+        self._rebuild(seqs, keys, valid, max(2 * self.cap, 1 << max(0, need - 1).bit_length()))
+
+    def retain(self, keep: np.ndarray) -> None:
+        """Time windows: keep only the stored tuples whose seq is in sorted ``keep``; the tables
+        and the overflow buffer are rebuilt from them (placements are derived, counters kept)."""
+        if self.window is not None:
+            raise PlanError("HB-SJ count windows expire by arrival, not by retain()")
+        seqs, keys, valid = self._live()
+        m = np.isin(seqs, keep)
+        n = int(m.sum())
+        self._rebuild(seqs[m], keys[:, m], valid[:, m], max(1024, 1 << max(0, 2 * n - 1).bit_length()))
 
     def probe(self, attr: int, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probe index, stored seq) of every match on attribute ``attr``, oldest match first."""

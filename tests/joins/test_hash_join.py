@@ -228,9 +228,10 @@ TSCHEMA = pa.schema([("k", pa.int64()), ("id", pa.int64()), ("t", pa.int64())])
     rows=st.lists(st.tuples(st.integers(0, 1), st.one_of(st.none(), st.integers(0, 4)),
                             st.integers(0, 60)), max_size=80),
     length=st.integers(0, 10), wm_every=st.integers(1, 20), lag=st.integers(0, 15),
-    parallel=st.integers(1, 2),
+    parallel=st.integers(1, 2), impl=st.sampled_from(["fast", "hbsj"]),
+    table_size=st.sampled_from([None, 1, 4]),
 )
-def test_time_window_join_equals_nested_loop(rows, length, wm_every, lag, parallel) -> None:
+def test_time_window_join_equals_nested_loop(rows, length, wm_every, lag, parallel, impl, table_size) -> None:
     events: list[tuple[str, int, int | None, int]] = []
     recs: list = []
     seen = [-(10**9), -(10**9)]
@@ -244,7 +245,8 @@ def test_time_window_join_equals_nested_loop(rows, length, wm_every, lag, parall
             events.append(("wm", side, wm, 0))
             recs.append(Watermark(L if side == 0 else R, wm))
     pairs, late = time_window_join(events, length)
-    spec = HashWindowJoin(L, R, "k", TimeWindow(length, "t"), parallel=parallel)
+    spec = HashWindowJoin(L, R, "k", TimeWindow(length, "t"), parallel=parallel, impl=impl,
+                          table_size=table_size)
     h = OperatorHarness(spec, {L: TSCHEMA, R: TSCHEMA})
     got = h.run(recs)
     ids = [[i for i, r in enumerate(rows) if r[0] == s] for s in (0, 1)]
@@ -354,7 +356,8 @@ def test_cli_time_window_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert ">= 1" in err and "'zz' is missing" in err and "--window N" in err and "inner joins only" in err
 
 
-def test_time_window_operator_contract() -> None:
+@pytest.mark.parametrize("impl", ["fast", "hbsj"])
+def test_time_window_operator_contract(impl: str) -> None:
     """Snapshot/restore at every record, empty batches, reordered columns, with watermarks."""
     rng = np.random.default_rng(11)
     recs: list = []
@@ -368,7 +371,7 @@ def test_time_window_operator_contract() -> None:
         recs.append(Data(L if side == 0 else R, b))
         if i % 5 == 4:
             recs.append(Watermark(L if side == 0 else R, t - 2))
-    spec = HashWindowJoin(L, R, "k", TimeWindow(3, "t"))
+    spec = HashWindowJoin(L, R, "k", TimeWindow(3, "t"), impl=impl)  # type: ignore[arg-type]
     got = check_operator(spec, {L: TSCHEMA, R: TSCHEMA}, recs)
     assert got.num_rows > 0
 
@@ -376,16 +379,58 @@ def test_time_window_operator_contract() -> None:
 @settings(max_examples=30)
 @given(rows=st.lists(st.tuples(st.integers(0, 1), st.one_of(st.none(), st.integers(0, 4)),
                                st.integers(0, 40)), max_size=100),
-       length=st.integers(0, 10), by_time=st.booleans())
-def test_time_sequence_equals_nested_loop(rows, length, by_time) -> None:
-    """The command's one-call time join: nothing late, arrival sorted by time or not."""
+       length=st.integers(0, 10), by_time=st.booleans(), capacity=st.sampled_from([1, 16, 1024]))
+def test_time_sequence_equals_nested_loop(rows, length, by_time, capacity) -> None:
+    """The command's one-call time join: nothing late, arrival sorted by time or not; rings
+    small enough to be reused and grown many times."""
     if by_time:
         rows = sorted(rows, key=lambda r: r[2])
     sides = np.array([r[0] for r in rows], np.int8)
     keys = np.array([r[1] or 0 for r in rows], np.int64)
     valid = np.array([r[1] is not None for r in rows], np.bool_)
     times = np.array([r[2] for r in rows], np.int64)
-    _, ls, rs = time_join_sequence(sides, keys, valid, times, length, by_time)
+    _, ls, rs, stats = time_join_sequence(sides, keys, valid, times, length, by_time, capacity)
     want, late = time_window_join([("row", s, k, t) for s, k, t in rows], length)
     assert not late
     assert list(zip(ls.tolist(), rs.tolist(), strict=True)) == want
+    assert stats["null_keys"] == int((~valid).sum())
+
+
+def test_time_ring_kernels_equal_python_twins(monkeypatch: pytest.MonkeyPatch) -> None:
+    import splice.joins.hash_window_join as hwj
+
+    rng = np.random.default_rng(5)
+    n = 300
+    sides = rng.integers(0, 2, n).astype(np.int8)
+    keys = rng.integers(0, 6, n)
+    valid = rng.random(n) > 0.1
+    times = np.sort(rng.integers(0, 30, n))  # ~20 live tuples per side: the 16-slot ring grows
+    got = time_join_sequence(sides, keys, valid, times, 3, True, 16)
+    monkeypatch.setattr(hwj, "fx_time_ring_sequence", hwj.fx_time_ring_sequence.py_func)
+    monkeypatch.setattr(hwj, "fx_ring_relink", hwj.fx_ring_relink.py_func)
+    twin = time_join_sequence(sides, keys, valid, times, 3, True, 16)
+    assert all(np.array_equal(a, b) for a, b in zip(got[:3], twin[:3], strict=True))
+    assert got[3] == twin[3] and got[3]["grows"] >= 1  # the twin grew the ring the same way
+
+
+def test_time_sequence_retires_by_watermark_on_a_long_input() -> None:
+    """Arrival by time: the rings stay the size of one window however long the input; with no
+    watermarks (arrival not by time) every tuple is retained."""
+    n = 200_000
+    rng = np.random.default_rng(2)
+    sides = (np.arange(n) % 2).astype(np.int8)
+    keys = rng.integers(0, 40, n)
+    valid = np.ones(n, np.bool_)
+    times = np.arange(n) // 4  # about 2 tuples per side per time unit
+    ai, ls, rs, stats = time_join_sequence(sides, keys, valid, times, 8, True, 16)
+    assert stats["capacity"] <= 64 and stats["retained"] <= 128  # a window holds ~18 per side
+    lt, rt = times[sides == 0], times[sides == 1]
+    lk, rk = keys[sides == 0], keys[sides == 1]
+    assert np.all(lk[ls] == rk[rs]) and np.all(np.abs(lt[ls] - rt[rs]) <= 8)
+    # on a prefix, the same pairs as the walk without watermarks, which retains every tuple
+    m = 20_000
+    _, ls2, rs2, unbounded = time_join_sequence(sides[:m], keys[:m], valid[:m], times[:m], 8, False, 16)
+    assert unbounded["capacity"] >= m // 2
+    pre = ai < m
+    assert sorted(zip(ls[pre].tolist(), rs[pre].tolist(), strict=True)) == sorted(
+        zip(ls2.tolist(), rs2.tolist(), strict=True))
