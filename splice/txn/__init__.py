@@ -5,12 +5,16 @@ from splice.txn.api import (
     EventOutcome,
     add,
     read,
+    read_object,
     run_events,
     sum_write,
+    update,
+    update_object,
     window_read,
     write,
 )
 from splice.txn.engine import BASELINES, BatchResult, NonDeterministic, TxnEngine
+from splice.txn.objects import Abort
 from splice.txn.operator import TransactionalOperator
 from splice.txn.ops import (
     ABT,
@@ -19,6 +23,7 @@ from splice.txn.ops import (
     COND_GE,
     COND_LE,
     COND_NONE,
+    COND_UDF,
     EXE,
     MAX,
     RDY,
@@ -26,6 +31,7 @@ from splice.txn.ops import (
     REASONS,
     SUM_ADD,
     SUM_WRITE,
+    UDF,
     WINDOW_READ,
     WRITE,
     OpBatch,
@@ -36,6 +42,12 @@ from splice.txn.state import StateStore, StateTable
 
 __all__ = [
     "ABT",
+    "Abort",
+    "COND_UDF",
+    "UDF",
+    "read_object",
+    "update",
+    "update_object",
     "Access",
     "EventOutcome",
     "NonDeterministic",

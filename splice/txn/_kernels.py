@@ -17,22 +17,46 @@ from splice._atomics import atomic_store_release as atomic_store
 from splice._atomics import sched_yield as yield_cpu
 
 # Kinds and conditions, mirrored from splice.txn.ops (numba needs literals).
-_READ, _WRITE, _ADD, _SUM_WRITE, _SUM_ADD, _WINDOW_READ, _MAX = 0, 1, 2, 3, 4, 5, 6
+_READ, _WRITE, _ADD, _SUM_WRITE, _SUM_ADD, _WINDOW_READ, _MAX, _UDF = 0, 1, 2, 3, 4, 5, 6, 7
 _EXE, _ABT = 2, 3
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _is_write(k: int) -> bool:
-    return k == _WRITE or k == _ADD or k == _SUM_WRITE or k == _SUM_ADD or k == _MAX
+    return (k == _WRITE or k == _ADD or k == _SUM_WRITE or k == _SUM_ADD or k == _MAX
+            or k == _UDF)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _cond_ok(c: int, b: float, arg: float) -> bool:
-    if c == 0:
-        return True
     if c == 1:
         return b >= arg
-    return b <= arg
+    if c == 2:
+        return b <= arg
+    return True
+
+
+@njit(cache=True, nogil=True)
+def no_udf(value: float, params: np.ndarray) -> tuple[float, bool]:
+    """The user function of an engine built without one (never called: no ``UDF`` ops)."""
+    return value, True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _call_udf(udf, b: float, udf_params: np.ndarray, row: float) -> tuple[float, bool]:
+    """``udf(b, params[row])``; a non-finite value fails the op (its transaction aborts)."""
+    v, ok = udf(b, udf_params[int(row)])
+    v = float(v)
+    return v, bool(ok) and np.isfinite(v)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _op_ok(udf, k: int, c: int, b: float, arg: float, operand: float,
+           udf_params: np.ndarray) -> bool:
+    """Does op's condition hold on pre-value ``b`` (a UDF op asks the user function)?"""
+    if k == _UDF:
+        return _call_udf(udf, b, udf_params, operand)[1]
+    return _cond_ok(c, b, arg)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -336,7 +360,7 @@ def run_ops(
     operand: np.ndarray, cond: np.ndarray, cond_arg: np.ndarray, ts: np.ndarray,
     txn: np.ndarray, src_ptr: np.ndarray, src_op: np.ndarray, chk_ptr: np.ndarray,
     chk_op: np.ndarray, hist: np.ndarray, excluded: np.ndarray,
-    eager: bool, skip_done: bool, busy_iters: int,
+    eager: bool, skip_done: bool, busy_iters: int, udf, udf_params: np.ndarray,
 ) -> tuple[int, int, float]:
     """Execute ``work[wlo:whi]`` (op ids; -1 = barrier) on one thread.
 
@@ -346,6 +370,7 @@ def run_ops(
     (l-abort, speculative) a write is applied as if its transaction commits and a failed condition
     is only recorded in ``failed``; the caller then rolls back and redoes what it affected.
     ``excluded[txn]`` (TStream-style redo) skips the writes of known-aborted transactions.
+    A ``UDF`` op calls ``udf(pre, udf_params[row])`` for its value and its condition.
     Returns (cycles waiting on dependencies, cycles waiting at barriers, busy-work sink).
     """
     sync = 0
@@ -383,7 +408,11 @@ def run_ops(
             s += after[q]
         if busy_iters > 0:
             sink += busy_work(busy_iters, b)
-        ok = _cond_ok(cond[i], b, cond_arg[i])
+        if k == _UDF:
+            uv, ok = _call_udf(udf, b, udf_params, operand[i])
+        else:
+            uv = 0.0
+            ok = _cond_ok(cond[i], b, cond_arg[i])
         t = txn[i]
         st = _EXE
         if k == _WINDOW_READ:
@@ -397,7 +426,7 @@ def run_ops(
             result[i] = acc
             after[i] = b
         elif _is_write(k):
-            v = _apply(k, b, s, operand[i])
+            v = uv if k == _UDF else _apply(k, b, s, operand[i])
             commit = True
             if excluded[t]:
                 commit = False
@@ -415,7 +444,8 @@ def run_ops(
                         bc = after[pc]
                     else:
                         bc = init[chain[c]]
-                    commit = _cond_ok(cond[c], bc, cond_arg[c])
+                    commit = _op_ok(udf, kind[c], cond[c], bc, cond_arg[c], operand[c],
+                                    udf_params)
             if commit:
                 after[i] = v
             else:
@@ -437,6 +467,7 @@ def run_serial(
     txn_ts: np.ndarray, refused: np.ndarray, cur: np.ndarray, hist: np.ndarray,
     last: np.ndarray, vprev: np.ndarray, vts: np.ndarray, vval: np.ndarray,
     committed: np.ndarray, result: np.ndarray, lo_t: int, hi_t: int, busy_iters: int,
+    udf, udf_params: np.ndarray,
 ) -> float:
     """Serial execution in timestamp order of transactions ``lo_t..hi_t`` on dense cells ``cur``.
 
@@ -452,7 +483,7 @@ def run_serial(
             b = cur[cell[i]]
             if busy_iters > 0:
                 sink += busy_work(busy_iters, b)
-            if not _cond_ok(cond[i], b, cond_arg[i]):
+            if not _op_ok(udf, kind[i], cond[i], b, cond_arg[i], operand[i], udf_params):
                 ok = False
         committed[t] = ok
         for i in range(txn_ptr[t], txn_ptr[t + 1]):
@@ -466,6 +497,8 @@ def run_serial(
                     acc += vval[j]
                     j = vprev[j]
                 result[i] = acc
+            elif k == _UDF:
+                result[i] = _call_udf(udf, b, udf_params, operand[i])[0] if ok else b
             elif _is_write(k):
                 s = 0.0
                 for j in range(src_ptr[i], src_ptr[i + 1]):
@@ -492,7 +525,7 @@ def run_partitioned(
     cond: np.ndarray, cond_arg: np.ndarray, src_ptr: np.ndarray, src_cell: np.ndarray,
     txn_ts: np.ndarray, refused: np.ndarray, cur: np.ndarray, hist: np.ndarray,
     last: np.ndarray, vprev: np.ndarray, vts: np.ndarray, vval: np.ndarray,
-    committed: np.ndarray, result: np.ndarray, busy_iters: int,
+    committed: np.ndarray, result: np.ndarray, busy_iters: int, udf, udf_params: np.ndarray,
 ) -> tuple[int, float]:
     """S-Store-like: thread ``tid`` owns partition ``tid``; it runs that partition's transactions in
     timestamp order, and a multi-partition transaction (``txn_part == -1``) takes every partition
@@ -516,7 +549,7 @@ def run_partitioned(
             if tid == 0:
                 sink += run_serial(txn_ptr, cell, kind, operand, cond, cond_arg, src_ptr,
                                    src_cell, txn_ts, refused, cur, hist, last, vprev, vts, vval,
-                                   committed, result, t, t + 1, busy_iters)
+                                   committed, result, t, t + 1, busy_iters, udf, udf_params)
             c0 = cycle_counter()
             k_bar += 1
             atomic_add(bar, 0, 1)
@@ -529,7 +562,7 @@ def run_partitioned(
         elif pt == tid or (pt == -1 and nthreads == 1):
             sink += run_serial(txn_ptr, cell, kind, operand, cond, cond_arg, src_ptr, src_cell,
                                txn_ts, refused, cur, hist, last, vprev, vts, vval, committed,
-                               result, t, t + 1, busy_iters)
+                               result, t, t + 1, busy_iters, udf, udf_params)
     return lock, sink
 
 

@@ -48,6 +48,7 @@ import numpy as np
 
 from splice.core.errors import PlanError
 from splice.txn.engine import TxnEngine
+from splice.txn.objects import ObjectOps
 from splice.txn.ops import (
     COND_GE,
     COND_LE,
@@ -58,13 +59,15 @@ from splice.txn.ops import (
     REASON_TABLE,
     REASON_UDF,
     REASONS,
+    UDF,
     OpBatch,
     OpBatchBuilder,
 )
 from splice.txn.state import MAX_KEY, StateStore
 
-__all__ = ["Access", "read", "write", "add", "window_read", "sum_write", "compile_events",
-           "run_events", "EventOutcome"]
+__all__ = ["Access", "read", "write", "add", "window_read", "sum_write", "update",
+           "read_object", "update_object", "compile_events", "CompiledEvents", "run_events",
+           "EventOutcome"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,22 @@ class Access:
     cond: str | None = None  # ">=" or "<="
     cond_arg: Any = 0.0
     sources: tuple[tuple[str, Any], ...] = ()
+    params: tuple[Any, ...] = ()
+
+
+def read_object(table: str, key: Any, column: str | None = None) -> Access:
+    """Read a Python object (the slow path, :mod:`splice.txn.objects`); ``column`` defaults to the
+    table's first object column. The result is a copy."""
+    return Access("read_object", table, key, column=column)
+
+
+def update_object(table: str, key: Any, fn: Callable[..., Any], *args: Any,
+                  column: str | None = None) -> Access:
+    """``object = fn(copy of object, *args)``; ``fn`` raising :class:`~splice.txn.objects.Abort`
+    aborts the transaction (any other exception too, as a failed user function)."""
+    if not callable(fn):
+        raise PlanError(f"update_object on {table!r}: fn must be callable, got {fn!r}")
+    return Access("update_object", table, key, fn, column, params=tuple(args))
 
 
 def read(table: str, key: Any, column: str | None = None, require_ge: Any = None) -> Access:
@@ -112,13 +131,21 @@ def sum_write(table: str, key: Any, sources: Sequence[tuple[str, Any]], plus: An
     return Access("sum_write", table, key, plus, column, sources=tuple(sources))
 
 
+def update(table: str, key: Any, *params: Any, column: str | None = None) -> Access:
+    """``cell, ok = udf(cell, params)`` with the engine's user function (``TxnEngine(udf=...)``),
+    run inside the executor kernels; ``ok`` false (or a non-finite value) aborts the transaction.
+    """
+    return Access("udf", table, key, column=column, params=tuple(params))
+
+
 @dataclass(frozen=True)
 class EventOutcome:
-    """Post-processing input: did the event's transaction commit, why not, what it read."""
+    """Post-processing input: did the event's transaction commit, why not, what it read (one
+    result per access, in access order: floats, objects for object accesses)."""
 
     committed: bool
     reason: str
-    results: tuple[float, ...]
+    results: tuple[Any, ...]
 
 
 _KIND = {name: i for i, name in enumerate(KIND_NAMES)}
@@ -150,15 +177,41 @@ def _cell(store: StateStore, table: str, key: Any, column: str | None) -> tuple[
     return int(store.cells(ti, [int(key)], ci)[0]), 0
 
 
+def _object_cell(store: StateStore, a: Access) -> tuple[tuple[int, str, int], int]:
+    """((table, column, key), reason) of an object access."""
+    ti = store.index.get(a.table)
+    if ti is None:
+        return (0, "", 0), REASON_TABLE
+    cols = store.tables[ti].objects
+    if not cols or (a.column is not None and a.column not in cols):
+        return (0, "", 0), REASON_TABLE
+    if not _is_key(a.key):
+        return (0, "", 0), REASON_KEY
+    return (ti, a.column or cols[0], int(a.key)), 0
+
+
+@dataclass
+class CompiledEvents:
+    """Events packed into a batch: ``details`` of refused events, and for each op of the batch
+    (then each object access) its position among its event's accesses."""
+
+    batch: OpBatch
+    details: dict[int, str]
+    op_pos: np.ndarray
+
+
 def compile_events(
     store: StateStore, events: Sequence[Any], fn: Callable[[Any], Sequence[Access]],
     ts: Sequence[int] | np.ndarray,
-) -> tuple[OpBatch, dict[int, str]]:
-    """Call ``fn`` per event and pack the accesses; also details of refused events."""
+) -> CompiledEvents:
+    """Call ``fn`` per event and pack the accesses (numeric ops as columns, object accesses
+    aside); also details of refused events and each access's position in its event."""
     b = OpBatchBuilder(np.asarray(ts, np.int64))
     details: dict[int, str] = {}
-    cols: dict[str, list[Any]] = {k: [] for k in ("txn", "cell", "kind", "opnd", "cond", "carg")}
-    sums: dict[str, list[Any]] = {k: [] for k in ("txn", "cell", "kind", "opnd", "src")}
+    cols: dict[str, list[Any]] = {k: [] for k in ("txn", "cell", "kind", "opnd", "cond", "carg", "pos")}
+    sums: dict[str, list[Any]] = {k: [] for k in ("txn", "cell", "kind", "opnd", "src", "pos")}
+    udfs: dict[str, list[Any]] = {k: [] for k in ("txn", "cell", "params", "pos")}
+    objs = ObjectOps()
     name = getattr(fn, "__name__", repr(fn))
     for t, ev in enumerate(events):
         try:
@@ -168,10 +221,19 @@ def compile_events(
             details[t] = f"{name} raised {type(exc).__name__}: {exc}"
             continue
         staged: list[tuple[Any, ...]] = []
+        staged_obj: list[tuple[Any, ...]] = []
         reason = 0
-        for a in accesses:
+        for pos, a in enumerate(accesses):
             if not isinstance(a, Access):
                 raise PlanError(f"{name} must return Access objects, got {type(a).__name__}")
+            if a.kind in ("read_object", "update_object"):
+                where, reason = _object_cell(store, a)
+                if reason:
+                    details[t] = f"{a.table!r}[{a.key!r}] object column {a.column!r}"
+                    break
+                staged_obj.append((*where, a.operand if a.kind == "update_object" else None,
+                                   a.params, pos))
+                continue
             kind = _KIND.get(a.kind)
             if kind is None or a.cond not in _COND:
                 raise PlanError(f"{name}: unknown access kind {a.kind!r} or condition {a.cond!r}")
@@ -181,10 +243,15 @@ def compile_events(
                 break
             opnd = _number(a.operand)
             carg = _number(a.cond_arg) if a.cond is not None else 0.0
-            if opnd is None or carg is None:
+            params = [_number(x) for x in a.params]
+            if opnd is None or carg is None or None in params:
                 reason = REASON_OPERAND
-                details[t] = f"operand {a.operand!r} / condition {a.cond_arg!r}"
+                details[t] = (f"operand {a.operand!r} / condition {a.cond_arg!r}" if not a.params
+                              else f"parameters {a.params!r}")
                 break
+            if kind == UDF:
+                staged.append((cell, kind, params, COND_NONE, 0.0, [], pos))
+                continue
             srcs = []
             for st, sk in a.sources:
                 sc, reason = _cell(store, st, sk, None)
@@ -194,25 +261,45 @@ def compile_events(
                 srcs.append(sc)
             if reason:
                 break
-            staged.append((cell, kind, opnd, _COND[a.cond], carg, srcs))
+            staged.append((cell, kind, opnd, _COND[a.cond], carg, srcs, pos))
         if reason:
             b.abort([t], reason)
             continue
-        for cell, kind, opnd, cond, carg, srcs in staged:
-            if srcs:
+        for ti, col, key, f, args, pos in staged_obj:
+            objs.txn.append(t)
+            objs.table.append(ti)
+            objs.column.append(col)
+            objs.key.append(key)
+            objs.fn.append(f)
+            objs.args.append(args)
+            objs.pos.append(pos)
+        for cell, kind, opnd, cond, carg, srcs, pos in staged:
+            if kind == UDF:
+                for k, v in zip(udfs, (t, cell, opnd, pos), strict=True):
+                    udfs[k].append(v)
+            elif srcs:
                 if cond != COND_NONE:
                     raise PlanError(f"{name}: conditions on sum accesses are not supported")
-                sums["txn"].append(t)
-                sums["cell"].append(cell)
-                sums["kind"].append(kind)
-                sums["opnd"].append(opnd)
-                sums["src"].append(srcs)
+                for k, v in zip(sums, (t, cell, kind, opnd, srcs, pos), strict=True):
+                    sums[k].append(v)
             else:
-                for k, v in zip(cols, (t, cell, kind, opnd, cond, carg), strict=True):
+                for k, v in zip(cols, (t, cell, kind, opnd, cond, carg, pos), strict=True):
                     cols[k].append(v)
+    order_txn: list[Any] = []
+    order_pos: list[Any] = []
     if cols["txn"]:
         b.add(cols["txn"], cols["cell"], np.array(cols["kind"], np.int8), cols["opnd"],
               np.array(cols["cond"], np.int8), cols["carg"])
+        order_txn += cols["txn"]
+        order_pos += cols["pos"]
+    if udfs["txn"]:  # parameter rows padded with zeros to the widest
+        width = max(1, max(len(p) for p in udfs["params"]))
+        rows = np.zeros((len(udfs["txn"]), width), np.float64)
+        for j, p in enumerate(udfs["params"]):
+            rows[j, : len(p)] = p
+        b.add_udf(udfs["txn"], udfs["cell"], rows)
+        order_txn += udfs["txn"]
+        order_pos += udfs["pos"]
     # sum accesses grouped by source count (the builder takes rectangular sources)
     by_len: dict[int, list[int]] = {}
     for j, s in enumerate(sums["src"]):
@@ -221,14 +308,23 @@ def compile_events(
         b.add([sums["txn"][j] for j in js], [sums["cell"][j] for j in js],
               np.array([sums["kind"][j] for j in js], np.int8), [sums["opnd"][j] for j in js],
               sources=[sums["src"][j] for j in js])
-    return b.build(), details
+        order_txn += [sums["txn"][j] for j in js]
+        order_pos += [sums["pos"][j] for j in js]
+    batch = b.build()
+    if objs:
+        batch.objects = objs
+    # the builder sorts ops by transaction, stably: the same permutation orders the positions
+    o = np.argsort(np.asarray(order_txn, np.int64), kind="stable")
+    op_pos = np.concatenate([np.asarray(order_pos, np.int64)[o], np.asarray(objs.pos, np.int64)])
+    return CompiledEvents(batch, details, op_pos)
 
 
 def run_events(
     engine: TxnEngine, events: Sequence[Any], fn: Callable[[Any], Sequence[Access]],
     ts: Sequence[int] | None = None,
 ) -> list[EventOutcome]:
-    """Run ``events`` as one batch (their own punctuation interval); outcomes in event order.
+    """Run ``events`` as one batch (their own punctuation interval); outcomes in event order,
+    each event's results in the order of its accesses.
 
     Timestamps default to the progress controller's next ones (after the last punctuation).
     """
@@ -237,15 +333,23 @@ def run_events(
         stamps = np.arange(start, start + len(events), dtype=np.int64)
     else:
         stamps = np.asarray(ts, np.int64)
-    batch, details = compile_events(engine.store, events, fn, stamps)
+    ce = compile_events(engine.store, events, fn, stamps)
+    batch = ce.batch
     res = engine.execute(batch)
+    txns = batch.op_txn.tolist()
+    values: list[Any] = res.op_result.tolist()
+    if batch.objects:
+        txns += batch.objects.txn
+        values += res.object_results or [None] * len(batch.objects)
+    per_txn: dict[int, list[tuple[int, Any]]] = {}
+    for t, p, v in zip(txns, ce.op_pos.tolist(), values, strict=True):
+        per_txn.setdefault(t, []).append((p, v))
     out: list[EventOutcome] = []
-    per_txn: dict[int, list[float]] = {}
-    for i, t in enumerate(batch.op_txn.tolist()):
-        per_txn.setdefault(t, []).append(float(res.op_result[i]))
     for t in range(batch.num_txns):
         reason = REASONS[int(res.reason[t])]
-        if t in details:
-            reason = f"{reason}: {details[t]}"
-        out.append(EventOutcome(bool(res.committed[t]), reason, tuple(per_txn.get(t, ()))))
+        detail = ce.details.get(t) or res.details.get(t)
+        if detail:
+            reason = f"{reason}: {detail}"
+        results = tuple(v for _, v in sorted(per_txn.get(t, ()), key=lambda pv: pv[0]))
+        out.append(EventOutcome(bool(res.committed[t]), reason, results))
     return out

@@ -16,15 +16,19 @@ the baselines ``"serial"``, ``"sstore"``, ``"tstream"``, or ``nested`` per trans
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from numba.core.registry import CPUDispatcher as Dispatcher
 
 from splice.core.errors import PlanError
+from splice.txn import _kernels as K
 from splice.txn.executor import (
     Execution,
     SStorePrep,
@@ -36,6 +40,7 @@ from splice.txn.executor import (
     run_tpg,
     run_tstream,
 )
+from splice.txn.objects import run_with_objects
 from splice.txn.ops import REASON_CONDITION, REASON_LATE, OpBatch
 from splice.txn.scheduler import Strategy, choose_strategy
 from splice.txn.state import StateStore, StateTable
@@ -60,6 +65,10 @@ class BatchResult:
     times: dict[str, float] = field(default_factory=dict)
     memory_bytes: int = 0
     resolved: np.ndarray | None = None
+    #: object accesses' results (aligned with ``OpBatch.objects``; ``None`` where not committed)
+    object_results: list[Any] | None = None
+    #: transaction -> detail of its abort reason (object functions)
+    details: dict[int, str] = field(default_factory=dict)
 
 
 def subset_batch(batch: OpBatch, txn_mask: np.ndarray) -> tuple[OpBatch, np.ndarray]:
@@ -79,6 +88,8 @@ def subset_batch(batch: OpBatch, txn_mask: np.ndarray) -> tuple[OpBatch, np.ndar
         op_cond_arg=batch.op_cond_arg[op_keep], src_ptr=ptr, src_cell=batch.src_cell[flat],
         txn_reason=batch.txn_reason[txn_mask],
         txn_group=batch.txn_group[txn_mask] if batch.txn_group.shape[0] else batch.txn_group,
+        udf_params=batch.udf_params,
+        objects=batch.objects.subset(txn_mask, new_id) if batch.objects is not None else None,
     )
     return sub, op_keep
 
@@ -114,6 +125,7 @@ class _Prep:
     tpg: TPG | None = None
     sstore: SStorePrep | None = None
     nested: bool = False
+    objects: bool = False
     construct: float = 0.0
 
 
@@ -138,9 +150,16 @@ class TxnEngine:
         scheduler: str = "auto",
         complexity_us: float = 0.0,
         nested: Mapping[int, str] | None = None,
+        udf: Any = None,
     ) -> None:
         if threads < 1:
             raise PlanError(f"threads must be >= 1, got {threads}")
+        if udf is not None and not isinstance(udf, Dispatcher):
+            raise PlanError(f"udf {getattr(udf, '__name__', udf)!r} must be a numba @njit function "
+                            "(value: float, params: float64[:]) -> (float, bool)")
+        self.udf = udf if udf is not None else K.no_udf
+        self._udf_given = udf is not None
+        self._udf_widths: set[int] = set()
         self.store = StateStore(tables)
         self.threads = threads
         self.scheduler = scheduler
@@ -178,6 +197,8 @@ class TxnEngine:
         """Run one batch (a punctuation interval) and apply its committed writes."""
         if nondeterministic is None or nondeterministic.slot.shape[0] == 0:
             return self._execute(batch)
+        if batch.objects:
+            raise PlanError("a batch cannot mix non-deterministic accesses and object accesses")
         return self._execute_nd(batch, nondeterministic)
 
     def _execute_nd(self, batch: OpBatch, nd: NonDeterministic) -> BatchResult:
@@ -220,7 +241,7 @@ class TxnEngine:
             mask[lo:hi] = True
             full = OpBatch(batch.txn_ts, batch.op_txn, op_cell, batch.op_kind, batch.op_operand,
                            batch.op_cond, batch.op_cond_arg, batch.src_ptr, src_cell,
-                           batch.txn_reason, batch.txn_group)
+                           batch.txn_reason, batch.txn_group, batch.udf_params, batch.objects)
             sub, op_keep = subset_batch(full, mask)
             r = self._execute(sub)
             committed[lo:hi] = r.committed
@@ -256,7 +277,7 @@ class TxnEngine:
         pending: tuple[_Prep, Future[tuple[Execution, str]]] | None = None
         for batch, nd in batches:
             simple = (nd is None or nd.slot.shape[0] == 0) and not (
-                self.nested and batch.txn_group.shape[0])
+                self.nested and batch.txn_group.shape[0]) and not batch.objects
             if self.threads == 1 or self.scheduler == "serial" or not simple:
                 if pending is not None:
                     yield self._complete(pending[0], *pending[1].result())
@@ -275,6 +296,8 @@ class TxnEngine:
     def _prepare(self, batch: OpBatch) -> _Prep:
         """Progress check and construction: everything that does not read the state."""
         t0 = time.perf_counter()
+        if batch.has_udf:
+            self._check_udf(batch.udf_params.shape[1])
         reason = batch.txn_reason.copy()
         if batch.num_txns and self.last_punctuation is not None:
             late = batch.txn_ts <= self.last_punctuation
@@ -285,7 +308,9 @@ class TxnEngine:
                 self.last_punctuation = top
         refused = reason != 0
         prep = _Prep(batch, reason, refused, t0, self.last_punctuation or 0)
-        if self.nested and batch.txn_group.shape[0]:
+        if batch.objects:
+            prep.objects = True
+        elif self.nested and batch.txn_group.shape[0]:
             prep.nested = True
         elif self.scheduler == "sstore":
             prep.sstore = prepare_sstore(batch, refused, self.threads)
@@ -297,24 +322,28 @@ class TxnEngine:
     def _launch(self, prep: _Prep) -> Callable[[], tuple[Execution, str]]:
         """Read the starting state, decide the strategy; return the execution to run."""
         batch, refused = prep.batch, prep.refused
+        udf = self.udf
+        if prep.objects:
+            return lambda: (run_with_objects(batch, refused, self.store, self.busy, udf),
+                            "serial-objects")
         if self.scheduler == "serial":
-            return lambda: (run_serial(batch, refused, self.store, self.busy), "serial")
+            return lambda: (run_serial(batch, refused, self.store, self.busy, udf), "serial")
         if prep.sstore is not None:
-            go = exec_sstore(prep.sstore, self.store, self.team, self.busy)
+            go = exec_sstore(prep.sstore, self.store, self.team, self.busy, udf)
             return lambda: (go(), "sstore")
         tpg = prep.tpg
         assert tpg is not None
         refresh_tpg(tpg, self.store)
         if self.scheduler == "tstream":
-            return lambda: (run_tstream(batch, refused, tpg, self.team, self.busy, self.history),
-                            "tstream")
+            return lambda: (run_tstream(batch, refused, tpg, self.team, self.busy, self.history,
+                                        udf), "tstream")
         if self.scheduler == "auto":
             strategy = choose_strategy(tpg_stats(tpg), self.threads, self.complexity_us,
                                        self.abort_ema)
         else:
             strategy = Strategy.parse(self.scheduler)
         return lambda: (run_tpg(batch, refused, tpg, strategy, self.team, self.busy,
-                                self.history), strategy.name)
+                                self.history, udf), strategy.name)
 
     def _complete(self, prep: _Prep, ex: Execution, name: str) -> BatchResult:
         """Apply committed writes and versions; account outcomes and times."""
@@ -324,6 +353,10 @@ class TxnEngine:
         self.store.scatter(ex.cells, ex.final)
         self.store.log_versions(ex.version_cell, ex.version_ts, ex.version_value, prep.now)
         seconds = time.perf_counter() - prep.t0
+        obj_reason = ex.info.get("object_reason")
+        if obj_reason is not None:
+            m = (reason == 0) & (obj_reason != 0)
+            reason[m] = obj_reason[m]
         reason[~ex.committed & (reason == 0)] = REASON_CONDITION
         committed = int(ex.committed.sum())
         self.committed += committed
@@ -338,7 +371,8 @@ class TxnEngine:
         self.strategies[name] += 1
         self.peak_batch_bytes = max(self.peak_batch_bytes, ex.memory_bytes)
         return BatchResult(ex.committed, reason, ex.op_result, name, seconds, ex.times,
-                           ex.memory_bytes)
+                           ex.memory_bytes, object_results=ex.info.get("object_results"),
+                           details=ex.info.get("details", {}))
 
     def _run(self, batch: OpBatch, refused: np.ndarray, scheduler: str) -> tuple[Execution, str]:
         """One batch under ``scheduler`` (used for the groups of a nested configuration)."""
@@ -394,6 +428,24 @@ class TxnEngine:
             times=times, memory_bytes=sum(p.memory_bytes for p in parts),
         )
         return out, "nested(" + ";".join(names) + ")"
+
+    def _check_udf(self, width: int) -> None:
+        """Call the user function once from Python per parameter width: a clear error here
+        instead of a crash inside the executor threads."""
+        if width in self._udf_widths:
+            return
+        if not self._udf_given:
+            raise PlanError("the batch has UDF operations but the engine was built without udf=")
+        name = getattr(self.udf, "__name__", repr(self.udf))
+        try:
+            out = self.udf(0.0, np.zeros(width, np.float64))
+        except Exception as exc:
+            raise PlanError(f"udf {name!r} failed on (0.0, {width} zero parameters): "
+                            f"{type(exc).__name__}: {exc}") from exc
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], numbers.Real)
+                and isinstance(out[1], (bool, np.bool_))):
+            raise PlanError(f"udf {name!r} must return (new value: float, ok: bool), got {out!r}")
+        self._udf_widths.add(width)
 
     # ------------------------------------------------------------------ reporting
     def breakdown(self) -> dict[str, float]:

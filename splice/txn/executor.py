@@ -118,7 +118,7 @@ class _Run:
         self.excluded = np.zeros(tpg.n_txn, np.bool_)
 
     def go(self, team: ThreadTeam, tpg: TPG, wo: WorkOrder, eager: bool, skip_done: bool,
-           busy: int) -> tuple[float, float]:
+           busy: int, udf: Any, udf_params: np.ndarray) -> tuple[float, float]:
         bar = np.zeros(1, np.int64)
 
         def one(t: int) -> tuple[int, int, float]:
@@ -127,7 +127,7 @@ class _Run:
                 self.before, self.after, self.result, self.failed, tpg.pred, tpg.chain, tpg.init,
                 tpg.kind, tpg.operand, tpg.cond, tpg.cond_arg, tpg.ts, tpg.txn, tpg.src_ptr,
                 tpg.src_op, tpg.chk_ptr, tpg.chk_op, tpg.hist, self.excluded, eager, skip_done,
-                busy)
+                busy, udf, udf_params)
 
         res = team.run(one)
         cps = cycles_per_second()
@@ -166,14 +166,14 @@ _EMPTY_F = np.zeros(0, np.float64)
 
 
 def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
-            team: ThreadTeam, busy: int, history: bool = True) -> Execution:
+            team: ThreadTeam, busy: int, history: bool = True, udf: Any = K.no_udf) -> Execution:
     """Execute ``tpg`` under ``strategy`` on ``team`` (exact: equals serial execution)."""
     t0 = time.perf_counter()
     eager = strategy.abort == "e"
     wo = work_order(tpg, strategy, team.threads)
     t1 = time.perf_counter()
     run = _Run(tpg)
-    sync, barrier = run.go(team, tpg, wo, eager, False, busy)
+    sync, barrier = run.go(team, tpg, wo, eager, False, busy, udf, batch.udf_params)
     t2 = time.perf_counter()
     abort_time = 0.0
     redo_ops = 0
@@ -197,7 +197,7 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
             run.state[aff] = 0
             run.failed[aff] = False
             run.excluded = new
-            s2, b2 = run.go(team, tpg, wo, False, True, busy)
+            s2, b2 = run.go(team, tpg, wo, False, True, busy, udf, batch.udf_params)
             sync += s2
             barrier += b2
             rounds += 1
@@ -221,7 +221,7 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
 
 
 def run_tstream(batch: OpBatch, refused: np.ndarray, tpg: TPG, team: ThreadTeam,
-                busy: int, history: bool = True) -> Execution:
+                busy: int, history: bool = True, udf: Any = K.no_udf) -> Execution:
     """TStream-like: operation chains per key run in parallel (PD waits only); when any
     transaction fails, the whole batch is redone with the aborted transactions excluded.
 
@@ -234,7 +234,7 @@ def run_tstream(batch: OpBatch, refused: np.ndarray, tpg: TPG, team: ThreadTeam,
     wo = work_order(tpg, Strategy("ns", "f", "l"), team.threads)
     t1 = time.perf_counter()
     run = _Run(tpg)
-    sync, _ = run.go(team, tpg, wo, False, False, busy)
+    sync, _ = run.go(team, tpg, wo, False, False, busy, udf, batch.udf_params)
     t2 = time.perf_counter()
     rounds = 0
     while True:
@@ -247,7 +247,7 @@ def run_tstream(batch: OpBatch, refused: np.ndarray, tpg: TPG, team: ThreadTeam,
         new[first] = fails[first]
         new[first + 1:] = fails[first + 1:]
         run = _reset(run, tpg, new)
-        s, _ = run.go(team, tpg, wo, False, False, busy)
+        s, _ = run.go(team, tpg, wo, False, False, busy, udf, batch.udf_params)
         sync += s
         rounds += 1
     t3 = time.perf_counter()
@@ -321,7 +321,8 @@ def _serial_finish(batch: OpBatch, d: _Dense, refused: np.ndarray, cur: np.ndarr
     )
 
 
-def run_serial(batch: OpBatch, refused: np.ndarray, store: StateStore, busy: int) -> Execution:
+def run_serial(batch: OpBatch, refused: np.ndarray, store: StateStore, busy: int,
+               udf: Any = K.no_udf) -> Execution:
     """One thread, transactions in timestamp order: the reference and the single-core limit."""
     t0 = time.perf_counter()
     d = _dense(batch, store)
@@ -329,7 +330,8 @@ def run_serial(batch: OpBatch, refused: np.ndarray, store: StateStore, busy: int
     t1 = time.perf_counter()
     K.run_serial(d.txn_ptr, d.cell, batch.op_kind, batch.op_operand, batch.op_cond,
                  batch.op_cond_arg, batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist,
-                 last, vprev, vts, vval, committed, result, 0, batch.num_txns, busy)
+                 last, vprev, vts, vval, committed, result, 0, batch.num_txns, busy, udf,
+                 batch.udf_params)
     t2 = time.perf_counter()
     ex = _serial_finish(batch, d, refused, cur, committed, result)
     ex.times = {"construct": t1 - t0, "explore": 0.0, "sync": 0.0, "lock": 0.0, "abort": 0.0,
@@ -368,7 +370,8 @@ def prepare_sstore(batch: OpBatch, refused: np.ndarray, threads: int) -> SStoreP
     return SStorePrep(batch, refused, d, txn_part, time.perf_counter() - t0)
 
 
-def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int) -> Any:
+def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int,
+                udf: Any = K.no_udf) -> Any:
     """Read the state the batch starts from; return a callable that runs it (any thread)."""
     batch, refused, d, txn_part = prep.batch, prep.refused, prep.dense, prep.txn_part
     _window_hist(batch, d, store)
@@ -383,7 +386,8 @@ def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int
             return K.run_partitioned(t, T, bar, txn_part, d.txn_ptr, d.cell, batch.op_kind,
                                      batch.op_operand, batch.op_cond, batch.op_cond_arg,
                                      batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist,
-                                     last, vprev, vts, vval, committed, result, busy)
+                                     last, vprev, vts, vval, committed, result, busy, udf,
+                                     batch.udf_params)
 
         res = team.run(one)
         t2 = time.perf_counter()
@@ -399,9 +403,9 @@ def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int
 
 
 def run_sstore(batch: OpBatch, refused: np.ndarray, store: StateStore, team: ThreadTeam,
-               busy: int) -> Execution:
+               busy: int, udf: Any = K.no_udf) -> Execution:
     """S-Store-like: cells hash-partitioned over threads, one partition lock per thread;
     single-partition transactions run in parallel, multi-partition ones take every lock."""
     result: Execution = exec_sstore(prepare_sstore(batch, refused, team.threads), store, team,
-                                    busy)()
+                                    busy, udf)()
     return result

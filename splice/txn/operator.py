@@ -5,7 +5,8 @@ Each input row is an event; ``fn(row) -> [Access, ...]`` declares its transactio
 :mod:`splice.txn.api`). Every ``punctuation`` rows, and at each watermark and at END, the pending
 events form one batch (a punctuation interval) that runs with the engine's scheduler. Output rows
 are the input rows in arrival order plus ``committed`` (bool), ``abort_reason`` (string, empty when
-committed) and ``results`` (the value each access read or wrote), i.e. the post-processing input.
+committed) and ``results`` (the value each access read or wrote; null for object accesses), i.e.
+the post-processing input. Snapshots hold the tables (object columns pickled) and pending rows.
 
 >>> import pyarrow as pa
 >>> from splice.testing.harness import OperatorHarness
@@ -26,7 +27,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
@@ -58,6 +58,7 @@ class TransactionalOperator(OperatorSpec):
     threads: int = 1
     scheduler: str = "auto"
     name: str = "transactions"
+    udf: Any = None  # the engine's numba user function for ``update`` accesses
 
     def __post_init__(self) -> None:
         if self.punctuation < 1:
@@ -82,23 +83,18 @@ class _TransactionalLogic(OperatorLogic):
     def __init__(self, spec: TransactionalOperator, schema: pa.Schema, state: Any) -> None:
         self.spec = spec
         self.schema = schema
-        self.engine = TxnEngine(spec.tables, threads=spec.threads, scheduler=spec.scheduler)
+        self.engine = TxnEngine(spec.tables, threads=spec.threads, scheduler=spec.scheduler,
+                                udf=spec.udf)
         self.pending: list[dict[str, Any]] = []
         if state is not None:
             self._restore(state)
 
     def _restore(self, state: Any) -> None:
         try:
-            store = self.engine.store
-            for ti, vals in enumerate(state["values"]):
-                store.grow(ti, vals.shape[0])
-                store.values[ti][: vals.shape[0]] = vals
-            store.used[:] = state["used"]
-            for log, (cell, ts, value) in zip(store.logs, state["logs"], strict=True):
-                log.append(cell, ts, value, np.iinfo(np.int64).min)
+            self.engine.store.restore(state)
             self.engine.last_punctuation = state["last_punctuation"]
             self.pending = list(state["pending"])
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, StateError) as exc:
             raise StateError(f"{self.spec.name}: cannot restore state: {exc}") from exc
 
     def _run(self, rows: list[dict[str, Any]]) -> pa.RecordBatch:
@@ -107,7 +103,9 @@ class _TransactionalLogic(OperatorLogic):
                 if f.name not in ("committed", "abort_reason", "results")}
         cols["committed"] = [o.committed for o in outcomes]
         cols["abort_reason"] = [o.reason for o in outcomes]
-        cols["results"] = [list(o.results) for o in outcomes]
+        # object accesses' results are Python objects: null in the float list
+        cols["results"] = [[v if isinstance(v, float) else None for v in o.results]
+                           for o in outcomes]
         return pa.RecordBatch.from_pydict(cols, schema=self.schema)
 
     def _flush(self, force: bool) -> list[pa.RecordBatch]:
@@ -131,14 +129,8 @@ class _TransactionalLogic(OperatorLogic):
         return out
 
     def snapshot(self) -> Any:
-        store = self.engine.store
-        return {
-            "values": [v[: int(u)].copy() for v, u in zip(store.values, store.used, strict=True)],
-            "used": store.used.copy(),
-            "logs": [(lg.cell.copy(), lg.ts.copy(), lg.value.copy()) for lg in store.logs],
-            "last_punctuation": self.engine.last_punctuation,
-            "pending": list(self.pending),
-        }
+        return {**self.engine.store.snapshot(), "last_punctuation": self.engine.last_punctuation,
+                "pending": list(self.pending)}
 
     def state_bytes(self) -> int:
         return self.engine.store.nbytes()

@@ -23,20 +23,29 @@ Operation kinds (``f_kind``)::
     WINDOW_READ pre                      (result: sum of committed versions with ts in [t-w, t),
                                           w = operand; a read over the multi-version table)
     MAX         max(pre, operand)
+    UDF         new, ok = udf(pre, params)   (the engine's user function, a numba ``@njit``
+                                          function called inside the executor kernels;
+                                          ``params`` is the op's row of ``OpBatch.udf_params``,
+                                          ``operand`` holds that row's index)
 
-Conditions (on ``pre``): ``NONE``, ``GE`` (``pre >= cond_arg``), ``LE`` (``pre <= cond_arg``).
+Conditions (on ``pre``): ``NONE``, ``GE`` (``pre >= cond_arg``), ``LE`` (``pre <= cond_arg``),
+``UDF`` (every ``UDF`` op: ``ok`` and a finite ``new``, as the user function decides).
 A failed condition aborts the whole transaction, never just the operation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from splice.core.errors import PlanError
 from splice.txn._kernels import duplicate_writes, sort_by_txn
+
+if TYPE_CHECKING:
+    from splice.txn.objects import ObjectOps
 
 __all__ = [
     "READ",
@@ -46,9 +55,11 @@ __all__ = [
     "SUM_ADD",
     "WINDOW_READ",
     "MAX",
+    "UDF",
     "COND_NONE",
     "COND_GE",
     "COND_LE",
+    "COND_UDF",
     "BLK",
     "RDY",
     "EXE",
@@ -68,9 +79,9 @@ __all__ = [
     "OpBatchBuilder",
 ]
 
-READ, WRITE, ADD, SUM_WRITE, SUM_ADD, WINDOW_READ, MAX = 0, 1, 2, 3, 4, 5, 6
-KIND_NAMES = ("read", "write", "add", "sum_write", "sum_add", "window_read", "max")
-COND_NONE, COND_GE, COND_LE = 0, 1, 2
+READ, WRITE, ADD, SUM_WRITE, SUM_ADD, WINDOW_READ, MAX, UDF = 0, 1, 2, 3, 4, 5, 6, 7
+KIND_NAMES = ("read", "write", "add", "sum_write", "sum_add", "window_read", "max", "udf")
+COND_NONE, COND_GE, COND_LE, COND_UDF = 0, 1, 2, 3
 
 #: Operation states (the seed's state machine): blocked, ready, executed, aborted.
 BLK, RDY, EXE, ABT = 0, 1, 2, 3
@@ -95,7 +106,7 @@ REASONS = {
     REASON_DUPLICATE: "two writes to one cell in one transaction",
 }
 
-_WRITE_KINDS = np.array([False, True, True, True, True, False, True])
+_WRITE_KINDS = np.array([False, True, True, True, True, False, True, True])
 
 
 def is_write_kind(kind: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
@@ -111,6 +122,7 @@ class OpBatch:
     transaction ``op_txn[i]`` (non-decreasing), touches cell ``op_cell[i]`` and, for ``SUM_*`` kinds,
     sums the pre-values of cells ``src_cell[src_ptr[i]:src_ptr[i+1]]``. ``txn_reason[t]`` is non-zero
     for a transaction refused before execution (bad input): it aborts with that reason.
+    A ``UDF`` op's parameters are row ``int(op_operand[i])`` of ``udf_params`` (rows x width).
     """
 
     txn_ts: npt.NDArray[np.int64]
@@ -124,6 +136,12 @@ class OpBatch:
     src_cell: npt.NDArray[np.int64]
     txn_reason: npt.NDArray[np.int8]
     txn_group: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
+    udf_params: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 1), np.float64))
+    objects: ObjectOps | None = None
+
+    @property
+    def has_udf(self) -> bool:
+        return bool(self.udf_params.shape[0])
 
     @property
     def num_txns(self) -> int:
@@ -135,7 +153,7 @@ class OpBatch:
 
     def nbytes(self) -> int:
         """Bytes held by the columns."""
-        return int(sum(getattr(self, f).nbytes for f in self.__dataclass_fields__))
+        return int(sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray)))
 
 
 class OpBatchBuilder:
@@ -157,6 +175,8 @@ class OpBatchBuilder:
         self.group = np.zeros(self.txn_ts.shape[0], np.int32)
         self._cols: list[tuple[np.ndarray, ...]] = []
         self._srcs: list[tuple[np.ndarray, np.ndarray]] = []
+        self._params: list[np.ndarray] = []
+        self._param_rows = 0
 
     def abort(self, txns: npt.ArrayLike, reason: int) -> None:
         """Refuse transactions ``txns`` with ``reason`` (the first reason recorded wins)."""
@@ -181,7 +201,10 @@ class OpBatchBuilder:
             raise PlanError("operation refers to a transaction outside the batch")
         k = np.broadcast_to(np.asarray(kind, dtype=np.int8), (n,))
         if n and (k.min() < READ or k.max() > MAX):
-            raise PlanError(f"unknown operation kind in {sorted(set(k.tolist()))}")
+            bad_kinds = sorted(set(k.tolist()))
+            if UDF in bad_kinds:
+                raise PlanError("UDF operations take parameter rows: use OpBatchBuilder.add_udf")
+            raise PlanError(f"unknown operation kind in {bad_kinds}")
         c = np.broadcast_to(np.asarray(cond, dtype=np.int8), (n,))
         if n and (c.min() < COND_NONE or c.max() > COND_LE):
             raise PlanError(f"unknown condition in {sorted(set(c.tolist()))}")
@@ -201,6 +224,38 @@ class OpBatchBuilder:
         self._cols.append((t, cells.copy(), k.copy(), np.where(bad, 0.0, opnd),
                            c.copy(), np.where(bad, 0.0, carg)))
         self._srcs.append((np.full(n, src.shape[1], np.int64), src.reshape(-1).copy()))
+
+    def add_udf(self, txn: npt.ArrayLike, cell: npt.ArrayLike, params: npt.ArrayLike) -> None:
+        """Append one ``UDF`` operation per row of ``txn``: ``cell, ok = udf(cell, params[row])``.
+
+        ``params`` is (rows, width) (a 1-d array is one parameter per row); every ``add_udf`` of a
+        batch uses one width. A row with a non-finite parameter aborts its transaction
+        (``REASON_OPERAND``).
+        """
+        t = np.ascontiguousarray(txn, dtype=np.int64)
+        n = t.shape[0]
+        if n == 0:
+            return
+        if t.min() < 0 or t.max() >= self.txn_ts.shape[0]:
+            raise PlanError("operation refers to a transaction outside the batch")
+        p = np.asarray(params, dtype=np.float64)
+        p = p.reshape(n, -1) if p.ndim == 1 else p
+        if p.ndim != 2 or p.shape[0] != n:
+            raise PlanError(f"UDF parameters must be (rows, width) with {n} rows, got {p.shape}")
+        if self._params and p.shape[1] != self._params[0].shape[1]:
+            raise PlanError(f"UDF parameter width {p.shape[1]} differs from this batch's "
+                            f"{self._params[0].shape[1]}")
+        bad = np.asarray(~np.isfinite(p).all(axis=1), np.bool_)
+        if bad.any():
+            self.abort(t[bad], REASON_OPERAND)
+            p = np.where(bad.reshape(-1, 1), 0.0, p)
+        rows = self._param_rows + np.arange(n, dtype=np.float64)
+        cells = np.broadcast_to(np.asarray(cell, dtype=np.int64), (n,))
+        self._cols.append((t, cells.copy(), np.full(n, UDF, np.int8), rows,
+                           np.full(n, COND_UDF, np.int8), np.zeros(n, np.float64)))
+        self._srcs.append((np.zeros(n, np.int64), np.zeros(0, np.int64)))
+        self._params.append(np.ascontiguousarray(p))
+        self._param_rows += n
 
     def build(self) -> OpBatch:
         """Stable-sort operations by transaction and return the batch."""
@@ -226,4 +281,6 @@ class OpBatchBuilder:
             txn_ts=self.txn_ts, op_txn=txn, op_cell=cell, op_kind=kind, op_operand=cols[3],
             op_cond=cols[4], op_cond_arg=cols[5], src_ptr=ptr, src_cell=flat,
             txn_reason=self.reason, txn_group=self.group,
+            udf_params=(np.ascontiguousarray(np.concatenate(self._params)) if self._params
+                        else np.zeros((0, 1), np.float64)),
         )

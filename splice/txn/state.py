@@ -5,6 +5,9 @@ and ``columns``; every cell holds one float64 (integers are exact up to 2**53). 
 addressed globally as ``table_index << 40 | key * len(columns) + column``, so one int64 names a
 cell of any table and the TPG builder sorts them directly.
 
+Object columns (``objects``, with ``object_initial`` making a key's first value) hold one Python
+object per key, kept in a dict per column: the slow path of :mod:`splice.txn.objects`.
+
 Multi-version: while a batch executes, each write's result is a version of its cell, ordered by
 timestamp along the cell's operation chain (the TPG keeps them; rollback recomputes them). After
 the batch, committed versions of tables declared with ``history > 0`` are appended to a per-table
@@ -14,8 +17,11 @@ version log, kept for ``history`` timestamps, which window reads query.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import pickle
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -34,13 +40,17 @@ MAX_KEY = 1 << 31
 @dataclass(frozen=True)
 class StateTable:
     """Declaration of a shared table: ``keys`` preallocated, ``columns`` per key, ``initial`` value,
-    and ``history``, the span of timestamps of versions retained for window reads (0: none)."""
+    and ``history``, the span of timestamps of versions retained for window reads (0: none);
+    ``objects`` names Python-object columns, whose keys start as ``object_initial()`` (``None``
+    without it; a picklable callable such as ``list`` or ``dict``)."""
 
     name: str
     keys: int
     columns: tuple[str, ...] = ("value",)
     initial: float = 0.0
     history: int = 0
+    objects: tuple[str, ...] = ()
+    object_initial: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -49,6 +59,11 @@ class StateTable:
             raise PlanError(f"table {self.name!r}: keys must be in 1..{MAX_KEY}, got {self.keys}")
         if not self.columns or len(set(self.columns)) != len(self.columns):
             raise PlanError(f"table {self.name!r}: columns must be distinct and non-empty")
+        if len(set(self.objects)) != len(self.objects) or set(self.objects) & set(self.columns):
+            raise PlanError(f"table {self.name!r}: object columns must be distinct from each other "
+                            "and from the numeric columns")
+        if self.object_initial is not None and not callable(self.object_initial):
+            raise PlanError(f"table {self.name!r}: object_initial must be callable (e.g. list)")
         if self.history < 0:
             raise PlanError(f"table {self.name!r}: history must be >= 0")
 
@@ -92,6 +107,10 @@ class StateStore:
         self.used = np.zeros(len(self.tables), np.int64)
         self.logs = [_VersionLog() for _ in self.tables]
         self.batch_stamp = 0
+        #: object columns: objects[table][column][key] (keys never written are absent)
+        self.objects: list[dict[str, dict[int, Any]]] = [{c: {} for c in t.objects}
+                                                         for t in self.tables]
+        self.has_objects = any(t.objects for t in self.tables)
 
     def _layout(self, old: list[np.ndarray] | None = None) -> None:
         """One flat float64 array holds every table (``offsets`` per table), so kernels address
@@ -183,6 +202,55 @@ class StateStore:
             out[m] = window_history(log.cell, log.ts, log.csum, cells[m], from_ts[m])
         return out
 
+    def get_object(self, table: int, column: str, key: int) -> Any:
+        """The object in ``(table, column, key)`` (the table's initial object when never set)."""
+        col = self.objects[table][column]
+        if key in col:
+            return col[key]
+        init = self.tables[table].object_initial
+        return init() if init is not None else None
+
+    def set_object(self, table: int, column: str, key: int, value: Any) -> None:
+        self.objects[table][column][key] = value
+
+    def object_value(self, table: str, key: int, column: str | None = None) -> Any:
+        """Current object of one key (for tests and post-processing)."""
+        ti = self.table_index(table)
+        cols = self.tables[ti].objects
+        if not cols or (column is not None and column not in cols):
+            raise PlanError(f"table {table!r} has no object column {column!r}: {cols}")
+        return self.get_object(ti, column or cols[0], key)
+
+    def snapshot(self) -> dict[str, Any]:
+        """An immutable copy of every table: values, versions and (pickled) objects."""
+        return {
+            "values": [v[: int(u)].copy() for v, u in zip(self.values, self.used, strict=True)],
+            "used": self.used.copy(),
+            "logs": [(lg.cell.copy(), lg.ts.copy(), lg.value.copy()) for lg in self.logs],
+            "objects": pickle.dumps(self.objects, protocol=pickle.HIGHEST_PROTOCOL)
+            if self.has_objects else None,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load a :meth:`snapshot` into this (freshly declared) store."""
+        try:
+            if len(state["values"]) != len(self.tables):
+                raise ValueError(f"the snapshot holds {len(state['values'])} tables, "
+                                 f"{len(self.tables)} are declared")
+            for ti, vals in enumerate(state["values"]):
+                self.grow(ti, vals.shape[0])
+                self.values[ti][: vals.shape[0]] = vals
+            self.used[:] = state["used"]
+            for log, (cell, ts, value) in zip(self.logs, state["logs"], strict=True):
+                log.append(cell, ts, value, np.iinfo(np.int64).min)
+            if state.get("objects") is not None:
+                objects = pickle.loads(state["objects"])
+                if [sorted(o) for o in objects] != [sorted(o) for o in self.objects]:
+                    raise ValueError("object columns differ from the declared tables")
+                self.objects = objects
+        except (KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:
+            raise StateError(f"cannot restore the state tables: {exc}") from exc
+
     def value(self, table: str, key: int, column: str | None = None) -> float:
         """Current value of one cell (for tests and post-processing)."""
         ti = self.table_index(table)
@@ -196,7 +264,14 @@ class StateStore:
         for ti, table in enumerate(self.tables):
             h.update(table.name.encode())
             h.update((self.values[ti][: int(self.used[ti])] + 0.0).tobytes())
+            for col in table.objects:
+                items = self.objects[ti][col]
+                for key in sorted(items):
+                    h.update(pickle.dumps((key, items[key]), protocol=4))
         return h.hexdigest()
 
     def nbytes(self) -> int:
-        return int(self.flat.nbytes + sum(lg.nbytes() for lg in self.logs))
+        """Bytes of the numeric cells and version logs, plus the objects' shallow sizes."""
+        objs = sum(sys.getsizeof(v) for t in self.objects for col in t.values()
+                   for v in col.values()) if self.has_objects else 0
+        return int(self.flat.nbytes + sum(lg.nbytes() for lg in self.logs) + objs)

@@ -22,17 +22,24 @@ from splice.txn.state import StateStore
 
 
 def random_batch(rng: np.random.Generator, store: StateStore, ts0: int, n_txn: int, keys: int,
-                 skew: float, abort_bias: float, max_ops: int = 4) -> OpBatch:
-    """Mixed kinds, conditions near current magnitudes, Zipf-ish keys over two tables."""
+                 skew: float, abort_bias: float, max_ops: int = 4, udf_ratio: float = 0.0) -> OpBatch:
+    """Mixed kinds, conditions near current magnitudes, Zipf-ish keys over two tables; with
+    ``udf_ratio``, that share of ops are ``UDF`` ops for :func:`tests.txn.udfs.ledger_udf`."""
     ts = ts0 + np.cumsum(rng.integers(1, 3, n_txn))
     b = OpBatchBuilder(ts)
     p = 1.0 / np.arange(1, keys + 1) ** skew
     p /= p.sum()
     rows: list[tuple[int, int, int, int, float, int, float, list[int]]] = []
+    udf_rows: list[tuple[int, int, list[float]]] = []
     for t in range(n_txn):
         for _ in range(int(rng.integers(1, max_ops + 1))):
             table = int(rng.integers(0, 2))
             key = int(rng.choice(keys, p=p))
+            if rng.random() < udf_ratio:
+                which = int(rng.choice([0, 0, 1, 3, 2 if rng.random() < 0.1 else 1]))
+                a = float(rng.choice([-1.0, 0.5, 2.0])) if which == 1 else float(rng.integers(0, 15))
+                udf_rows.append((t, int(store.cells(table, [key])[0]), [which, a, float(rng.integers(0, 4))]))
+                continue
             kind = int(rng.choice([READ, WRITE, ADD, ADD, SUM_WRITE, SUM_ADD, WINDOW_READ, MAX]))
             operand = float(rng.integers(-20, 21))
             if kind == WINDOW_READ:
@@ -53,6 +60,8 @@ def random_batch(rng: np.random.Generator, store: StateStore, ts0: int, n_txn: i
     if plain:
         b.add([r[0] for r in plain], [r[1] for r in plain], [r[2] for r in plain],
               [r[4] for r in plain], [r[5] for r in plain], [r[6] for r in plain])
+    if udf_rows:
+        b.add_udf([r[0] for r in udf_rows], [r[1] for r in udf_rows], [r[2] for r in udf_rows])
     if summed:
         b.add([r[0] for r in summed], [r[1] for r in summed], [r[2] for r in summed],
               [r[4] for r in summed], [r[5] for r in summed], [r[6] for r in summed],
