@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from splice.core.errors import SpliceError
+from splice.core.errors import PlanError, SpliceError
 
 __all__ = ["main", "build_parser"]
 
@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_checkpoint_options(join)
 
     txn = sub.add_parser("txn", help="transactional workloads on shared state")
-    txn.add_argument("app", choices=["sl", "gs", "tp"], help="Streaming Ledger, GrepSum, Toll Processing")
+    txn.add_argument("app", choices=["sl", "gs", "tp", "sej"],
+                     help="Streaming Ledger, GrepSum, Toll Processing, stock exchange hash window join")
     txn.add_argument("--events", type=_positive_int, default=100_000)
     txn.add_argument("--keys", type=_positive_int, default=10_000)
     txn.add_argument("--skew", type=float, default=0.0, help="Zipf exponent, 0 = uniform")
@@ -125,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="auto | <explore>,<granularity>,<abort> | serial | sstore | tstream")
     txn.add_argument("--seed", type=int, default=0)
     txn.add_argument("--json", action="store_true")
+    txn.add_argument("--input", default=None,
+                     help="sl/tp/sej: events from a .parquet/.csv file with the app's columns")
+    txn.add_argument("--bad-input", default=None, choices=["fail", "dead-letter"],
+                     help="with --input: fail on bad rows (default) or route them to --dead-letter")
+    txn.add_argument("--dead-letter", default=None,
+                     help="JSON-lines file receiving bad input rows with their reason")
     _add_checkpoint_options(txn)
     return parser
 
@@ -164,6 +171,8 @@ def _run_join(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "txn" and args.checkpoint_dir is not None and args.input is not None:
+            raise PlanError("txn --checkpoint-dir runs the generated workload, not --input")
         if args.command in ("join", "tpch", "txn") and args.checkpoint_dir is not None:
             from splice.state import commands
 

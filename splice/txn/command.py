@@ -1,4 +1,11 @@
-"""``splice txn sl|gs|tp``: run a transactional application and report throughput and latency.
+"""``splice txn sl|gs|tp|sej``: run a transactional application and report throughput and latency.
+
+Events come from the application's generator, or with ``--input FILE`` from a Parquet/CSV file
+with the application's columns (``sl``, ``tp``, ``sej``; see
+:data:`~splice.workloads.txn_apps.EVENT_COLUMNS`), checked at the edge under ``--bad-input
+fail|dead-letter`` (default ``fail``): bad rows fail with an error naming the stream, the column
+and the problem, or go with their reason to ``--dead-letter`` and are counted
+(``dead_letter_rows``, ``dead_letter_reasons``).
 
 Prints throughput (events/s), latency percentiles (an event's latency is the time from the
 start of its batch's construction to the end of its post-processing: events wait for their
@@ -14,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +29,7 @@ import numpy as np
 from splice.core.errors import PlanError
 from splice.txn.engine import TIME_KEYS, TxnEngine
 from splice.txn.memory import keep_freed_memory
-from splice.workloads.txn_apps import TxnApp, TxnWorkload, make_app, run_app
+from splice.workloads.txn_apps import TxnApp, TxnWorkload, events_from_file, make_app, run_app
 
 __all__ = ["run_txn", "run_workload", "latency_percentiles", "warm_kernels"]
 
@@ -85,6 +93,30 @@ def run_workload(app: TxnApp, w: TxnWorkload, scheduler: str, threads: int,
     return metrics
 
 
+def _app_with_events(args: argparse.Namespace, w: TxnWorkload) -> tuple[TxnApp, dict[str, Any]]:
+    """The application with generated events, or with ``--input``'s checked events."""
+    policy = getattr(args, "bad_input", None)
+    dead_letter = getattr(args, "dead_letter", None)
+    path = getattr(args, "input", None)
+    if path is None:
+        if policy is not None or dead_letter is not None:
+            raise PlanError("--bad-input and --dead-letter apply to --input")
+        return make_app(args.app, w), {}
+    from splice.state.deadletter import DeadLetterSink
+
+    if dead_letter is not None and policy != "dead-letter":
+        raise PlanError("--dead-letter needs --bad-input dead-letter")
+    mode = "dead_letter" if policy == "dead-letter" else "fail"
+    sink = DeadLetterSink(dead_letter) if mode == "dead_letter" else None
+    events = events_from_file(args.app, path, args.keys, mode, sink)
+    app = make_app(args.app, replace(w, events=0))
+    app.events = events
+    extra: dict[str, Any] = {}
+    if sink is not None:
+        extra = {"dead_letter_rows": sink.total, "dead_letter_reasons": dict(sink.counts)}
+    return app, extra
+
+
 def run_txn(args: argparse.Namespace) -> int:
     """Entry point of ``splice txn``; returns the exit code."""
     if not 0.0 <= args.abort_ratio <= 1.0:
@@ -95,12 +127,13 @@ def run_txn(args: argparse.Namespace) -> int:
                     abort_ratio=args.abort_ratio, punctuation=args.punctuation, seed=args.seed)
     keep_freed_memory()
     t0 = time.perf_counter()
-    app = make_app(args.app, w)
+    app, bad = _app_with_events(args, w)
     warm_kernels(args.app, w, "auto" if args.scheduler == "nested" else args.scheduler, args.threads,
           args.complexity)
     load_seconds = time.perf_counter() - t0
     m = run_workload(app, w, args.scheduler, args.threads, args.complexity)
     m["load_seconds"] = round(load_seconds, 6)
+    m.update(bad)
     if args.json:
         print(json.dumps({"metrics": m}))
         return 0

@@ -32,11 +32,13 @@ phases of the dynamic workload.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from numba import njit
 
 from splice.core.errors import PlanError
@@ -54,7 +56,8 @@ from splice.txn.ops import (
 )
 from splice.txn.state import StateTable
 
-__all__ = ["TxnWorkload", "TxnApp", "zipf_keys", "make_app", "phased_sl", "APPS", "run_app"]
+__all__ = ["TxnWorkload", "TxnApp", "zipf_keys", "make_app", "phased_sl", "APPS", "run_app",
+           "events_from_file", "EVENT_COLUMNS"]
 
 #: A condition argument no balance reaches: events chosen to abort carry it.
 NEVER = 1e15
@@ -438,3 +441,109 @@ def run_app(app: TxnApp, engine: TxnEngine, punctuation: int,
     seconds = time.perf_counter() - t_start
     return {"seconds": seconds, "latency": lat, "committed": committed, "aborted": aborted,
             "build_seconds": build_s}
+
+
+# ------------------------------------------------------------------ events from a file
+
+#: Columns an input file gives per application: required and optional (with their defaults).
+EVENT_COLUMNS: dict[str, tuple[dict[str, pa.DataType], dict[str, pa.DataType]]] = {
+    "sl": ({"deposit": pa.bool_(), "src": pa.int64(), "dst": pa.int64(), "amount": pa.float64()},
+           {"ts": pa.int64(), "book_amount": pa.float64(), "abort": pa.bool_()}),
+    "tp": ({"segment": pa.int64(), "speed": pa.float64()},
+           {"ts": pa.int64(), "group": pa.int32(), "abort": pa.bool_()}),
+    "sej": ({"traded": pa.bool_(), "stock": pa.int64(), "volume": pa.float64()},
+            {"ts": pa.int64()}),
+}
+#: Key columns: never null, ids in ``0..keys-1``.
+KEY_COLUMNS = {"sl": ("src", "dst"), "tp": ("segment",), "sej": ("stock",)}
+
+
+def events_from_file(app: str, path: str, keys: int, policy: str = "fail",
+                     sink: Any = None) -> dict[str, np.ndarray]:
+    """Read application ``app``'s events from a ``.parquet``/``.csv`` file and check them.
+
+    Bad rows — malformed CSV rows, a missing column or a value of the wrong type, a null key,
+    a NaN or infinite amount, an id outside ``0..keys-1``, a timestamp not after the previous
+    event's — fail with a :class:`~splice.core.errors.SchemaError` naming the stream (the app),
+    the column and the problem (``policy="fail"``), or go to ``sink`` (a
+    :class:`~splice.state.deadletter.DeadLetterSink`) with their reason, counted
+    (``policy="dead_letter"``). Without ``ts`` events are numbered 1, 2, ... in file order.
+    """
+    from pathlib import Path
+
+    from splice.core.errors import SchemaError
+    from splice.io.files import read_table
+    from splice.state.deadletter import DeadLetterSink, EdgeValidator, read_csv_checked
+
+    if app not in EVENT_COLUMNS:
+        raise PlanError(f"--input is supported for {sorted(EVENT_COLUMNS)}, not {app!r}")
+    if policy == "dead_letter" and sink is None:
+        sink = DeadLetterSink()
+    p = Path(path)
+    if p.suffix.lower() == ".csv" and p.exists():
+        table = read_csv_checked(p, app, policy, sink)  # type: ignore[arg-type]
+    else:
+        table = read_table(p)
+    required, optional = EVENT_COLUMNS[app]
+    fields = [pa.field(n, t) for n, t in required.items()]
+    fields += [pa.field(n, t) for n, t in optional.items() if n in table.schema.names]
+    schema = pa.schema(fields)
+    validator = EdgeValidator(app, schema, keys=KEY_COLUMNS[app], policy=policy,  # type: ignore[arg-type]
+                              sink=sink)
+    batch = validator.check(table)
+    keep = np.ones(batch.num_rows, np.bool_)
+    cols = {n: batch.column(n) for n in schema.names}
+
+    def bad(mask: np.ndarray, column: str, problem: str) -> None:
+        if not mask.any():
+            return
+        if policy == "fail":
+            first = int(np.flatnonzero(mask)[0])
+            raise SchemaError(f"stream {app!r}: column {column!r}: {problem} (row {first} of the "
+                              "checked input; use --bad-input dead-letter to route such rows)")
+        rows = batch.filter(pa.array(mask)).to_pylist()
+        sink.add(app, f"column {column}: {problem}", [json.dumps(r, default=str) for r in rows])
+
+    for k in KEY_COLUMNS[app]:
+        v = cols[k].to_numpy(zero_copy_only=False)
+        out = keep & ((v < 0) | (v >= keys))
+        bad(out, k, f"id out of range 0..{keys - 1}")
+        keep &= ~out
+    for n in schema.names:
+        if n not in KEY_COLUMNS[app] and n != "ts" and cols[n].null_count:
+            nulls = keep & np.asarray(cols[n].is_null())
+            bad(nulls, n, "null value")
+            keep &= ~nulls
+    if "ts" in cols:
+        ts = cols["ts"].to_numpy(zero_copy_only=False)
+        nulls = keep & np.asarray(cols["ts"].is_null())
+        bad(nulls, "ts", "null timestamp")
+        keep &= ~nulls
+        idx = np.flatnonzero(keep)
+        t = ts[idx]
+        prev = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(t)[:-1]])
+        late = np.zeros(batch.num_rows, np.bool_)
+        late[idx[t <= prev]] = True
+        bad(late, "ts", "timestamp not after the previous event's")
+        keep &= ~late
+    good = batch.filter(pa.array(keep)) if not keep.all() else batch
+    n = good.num_rows
+
+    def col(name: str, default: Any, dtype: Any) -> np.ndarray:
+        if name in good.schema.names:
+            # a writable copy: Arrow's buffers are read-only, which numba compiles for anew
+            return np.array(good.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
+        return np.full(n, default, dtype)
+
+    ts = col("ts", 0, np.int64) if "ts" in good.schema.names else np.arange(1, n + 1, dtype=np.int64)
+    if app == "sl":
+        amount = col("amount", 0.0, np.float64)
+        book = col("book_amount", 0.0, np.float64) if "book_amount" in good.schema.names else amount
+        return {"ts": ts, "deposit": col("deposit", False, np.bool_), "src": col("src", 0, np.int64),
+                "dst": col("dst", 0, np.int64), "amount": amount, "book_amount": book.copy(),
+                "abort": col("abort", False, np.bool_)}
+    if app == "tp":
+        return {"ts": ts, "segment": col("segment", 0, np.int64), "speed": col("speed", 0.0, np.float64),
+                "group": col("group", 0, np.int32), "abort": col("abort", False, np.bool_)}
+    return {"ts": ts, "traded": col("traded", False, np.bool_), "stock": col("stock", 0, np.int64),
+            "volume": col("volume", 0.0, np.float64)}

@@ -14,7 +14,7 @@ def _metrics(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
 
 
-@pytest.mark.parametrize("app", ["sl", "gs", "tp"])
+@pytest.mark.parametrize("app", ["sl", "gs", "tp", "sej"])
 def test_txn_command_metrics_agree_across_schedulers(capsys: pytest.CaptureFixture[str],
                                                      app: str) -> None:
     base = ["txn", app, "--events", "3000", "--keys", "200", "--skew", "0.8",
