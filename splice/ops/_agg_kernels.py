@@ -17,6 +17,8 @@ from numba import njit
 __all__ = [
     "assign_groups",
     "py_assign_groups",
+    "lookup_rows",
+    "py_lookup_rows",
     "decimal_low_words",
     "max_abs",
     "py_max_abs",
@@ -488,3 +490,27 @@ def py_normalize128(hi: np.ndarray, lo: np.ndarray) -> None:
     for g in range(len(hi)):
         hi[g] += lo[g] >> 32
         lo[g] &= 0xFFFFFFFF
+
+
+@njit(cache=True, nogil=True)
+def lookup_rows(keys: np.ndarray, slots: np.ndarray, gkeys: np.ndarray) -> np.ndarray:
+    """Group id of each row of ``keys`` in the table ``(slots, gkeys)``, ``-1`` where absent.
+
+    The read-only probe of :func:`assign_groups`: no group is created.
+    """
+    n = keys.shape[0]
+    out = np.full(n, -1, dtype=np.int64)
+    mask = slots.shape[0] - 1
+    for i in range(n):
+        j = _hash_row(keys, i) & mask
+        g = slots[j]
+        while g >= 0 and not _same_key(gkeys, g, keys, i):
+            j = (j + 1) & mask
+            g = slots[j]
+        out[i] = g
+    return out
+
+
+def py_lookup_rows(keys: np.ndarray, table: dict[tuple[int, ...], int]) -> np.ndarray:
+    """Twin of :func:`lookup_rows` over a dict table."""
+    return np.array([table.get(tuple(int(x) for x in row), -1) for row in keys], dtype=np.int64)

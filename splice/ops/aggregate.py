@@ -59,6 +59,8 @@ __all__ = [
     "AggFunc",
     "GroupBy",
     "GroupAggregator",
+    "KeyCoder",
+    "BackedGroupAggregator",
     "AggPlan",
     "plan_aggregates",
     "decimal_avg",
@@ -376,6 +378,10 @@ class _KeyCoder:
         return sum(c.nbytes for c in self.chunks)
 
 
+#: the key coder, for other operators that key state by column values (deduplication)
+KeyCoder = _KeyCoder
+
+
 def _hashable(v: Any) -> Any:
     # NaN != NaN would put every NaN in a group of its own; SQL groups them together.
     if isinstance(v, float) and v != v:
@@ -556,11 +562,15 @@ class GroupAggregator:
 
     def update(self, batch: pa.RecordBatch, skip: np.ndarray | None = None) -> None:
         """Fold the rows of ``batch`` (except those where ``skip`` is true) into the state."""
-        n = batch.num_rows
-        if n == 0:
+        if batch.num_rows == 0:
             return
         gids = self.group_ids(batch, skip)
         self._reserve(self.n_groups)
+        self.fold(batch, gids)
+
+    def fold(self, batch: pa.RecordBatch, gids: np.ndarray) -> None:
+        """Fold the rows of ``batch`` into the groups ``gids`` (-1: no group) already reserved."""
+        n = batch.num_rows
         arrays = self.arrays
         K.count_rows(gids, _EMPTY_BOOL, arrays["rows"])
         cache: dict[str, Values] = {}
@@ -696,8 +706,121 @@ class GroupAggregator:
         )
 
 
+class BackedGroupAggregator:
+    """The per-group accumulators of a :class:`GroupAggregator` kept in a keyed state backend
+    (:mod:`splice.state.keyed`), so that the groups may outnumber what memory holds.
+
+    Per batch: the key columns are coded as in :class:`GroupAggregator`; a batch-local group
+    table (the same numba kernel) gives the batch's distinct keys in first-seen order; their
+    accumulators are read with one ``get`` of all of them, the batch is folded into them with the
+    same kernels, and they are written back with one ``put``. Each record is ``[seq, rows, ...]``:
+    ``seq`` numbers groups in first-seen order (the output order), then the accumulators in the
+    order of :attr:`GroupAggregator.fills`, floats as their IEEE bits. At END the backend is
+    scanned and sorted by ``seq``: the result is the same as the in-memory aggregator's.
+
+    In memory stay the interned key values (strings longer than 7 bytes, floats, wide decimals:
+    one copy per distinct value) and one batch's worth of accumulators. Min/max of non-numeric
+    inputs (kept as Arrow arrays) are not supported here.
+    """
+
+    def __init__(self, plan: AggPlan, kind: str, directory: str | None = None, state: Any = None):
+        from splice.state.keyed import open_keyed_state
+
+        self.plan = plan
+        self.kind = kind
+        self.local = GroupAggregator(plan)
+        if not plan.keys:
+            raise PlanError("a keyed state backend needs group keys (a global aggregate has one group)")
+        others = [a.name for a in plan.aggs if a.state == "ext_other"]
+        if others:
+            raise PlanError(
+                f"state backend {kind!r}: min/max of non-numeric inputs ({', '.join(others)}) is kept "
+                "in memory only; use the memory backend"
+            )
+        self.fields = list(self.local.fills)
+        self.floats = np.array([isinstance(self.local.fills[f], float) for f in self.fields])
+        words = np.zeros(len(self.fields), dtype=np.int64)
+        for j, f in enumerate(self.fields):
+            v = self.local.fills[f]
+            words[j] = np.float64(v).view(np.int64) if isinstance(v, float) else int(v)
+        self.fill_words = words
+        key_words = len(plan.keys) + 1
+        if state is None:
+            self.n_groups = 0
+            self.store = open_keyed_state(kind, key_words, 1 + len(self.fields), directory)  # type: ignore[arg-type]
+        else:
+            self.n_groups = int(state["n_groups"])
+            self.local.coders = [_KeyCoder(n, t, state["coders"][i]) for i, (n, t) in enumerate(plan.keys)]
+            self.store = open_keyed_state(kind, key_words, 1 + len(self.fields), directory,  # type: ignore[arg-type]
+                                          state["store"])
+
+    def _load(self, vals: np.ndarray, m: int) -> None:
+        loc = self.local
+        loc._reserve(m)
+        for j, f in enumerate(self.fields):
+            col = vals[:, j + 1]
+            loc.arrays[f][:m] = col.view(np.float64) if self.floats[j] else col
+
+    def update(self, batch: pa.RecordBatch, skip: np.ndarray | None = None) -> None:
+        """Fold the rows of ``batch`` (except those where ``skip`` is true) into the backend."""
+        if batch.num_rows == 0:
+            return
+        loc = self.local
+        loc.n_groups = 0
+        loc.slots.fill(-1)
+        gids = loc.group_ids(batch, skip)
+        m = loc.n_groups
+        if m == 0:
+            return
+        keys = loc.gkeys[:m]
+        vals, found = self.store.get(keys)
+        new = np.flatnonzero(~found)
+        if len(new):
+            vals[new, 0] = self.n_groups + np.arange(len(new), dtype=np.int64)
+            vals[new, 1:] = self.fill_words
+            self.n_groups += len(new)
+        self._load(vals, m)
+        loc.fold(batch, gids)
+        loc._normalize()
+        for j, f in enumerate(self.fields):
+            a = loc.arrays[f][:m]
+            vals[:, j + 1] = a.view(np.int64) if self.floats[j] else a
+        self.store.put(keys, vals)
+
+    @property
+    def coders(self) -> list[_KeyCoder]:
+        return self.local.coders
+
+    def result_columns(self) -> list[pa.Array]:
+        """Key columns then aggregate columns, one row per group in first-seen order."""
+        keys, vals = self.store.scan()
+        order = np.argsort(vals[:, 0], kind="stable")
+        keys, vals = keys[order], vals[order]
+        loc = self.local
+        loc.n_groups = len(keys)
+        loc.gkeys = np.ascontiguousarray(keys)
+        self._load(vals, len(keys))
+        return loc.result_columns()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"n_groups": self.n_groups, "coders": [c.snapshot() for c in self.local.coders],
+                "store": self.store.snapshot()}
+
+    def nbytes(self) -> int:
+        """Bytes held in memory: the backend's share, the batch scratch, the interned keys."""
+        loc = self.local
+        return (self.store.memory_bytes() + loc.gkeys.nbytes + loc.slots.nbytes
+                + sum(c.nbytes() for c in loc.coders) + sum(a.nbytes for a in loc.arrays.values()))
+
+    def close(self) -> None:
+        self.store.close()
+
+
 # --------------------------------------------------------------------------------------------
 # the operator
+
+
+_BACKENDS = ("memory", "rocksdb")
 
 
 def _single_input(inputs: InputSchemas, name: str) -> tuple[int, pa.Schema]:
@@ -714,12 +837,20 @@ class GroupBy(OperatorSpec):
     aggregate (one output row). ``where``, a boolean ``pyarrow.compute`` expression, keeps only
     the rows for which it is true (null counts as false) — a selection pushed into the
     aggregate, so that the filtered rows are never copied.
+
+    ``state_backend`` says where the per-group accumulators live: ``"memory"`` (default: NumPy
+    arrays folded in place) or ``"rocksdb"`` (:class:`BackedGroupAggregator` over
+    :class:`~splice.state.keyed.RocksDBKeyedState` in ``state_dir``, a temporary directory when
+    None): more groups than memory holds, and incremental checkpoints. A global aggregate
+    (``keys=[]``) has one group and always stays in memory.
     """
 
     keys: Sequence[str]
     aggregates: Sequence[Agg]
     where: pc.Expression | None = None
     name: str = "group_by"
+    state_backend: str = "memory"
+    state_dir: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.keys, str):
@@ -733,6 +864,10 @@ class GroupBy(OperatorSpec):
                 raise PlanError(f"{self.name}: {a!r} is not an Agg")
         if self.where is not None and not isinstance(self.where, pc.Expression):
             raise PlanError(f"{self.name}: where must be a pyarrow.compute.Expression")
+        if self.state_backend not in _BACKENDS:
+            raise PlanError(
+                f"{self.name}: unknown state backend {self.state_backend!r} (one of {', '.join(_BACKENDS)})"
+            )
 
     def plan(self, inputs: InputSchemas) -> AggPlan:
         sid, schema = _single_input(inputs, self.name)
@@ -777,13 +912,21 @@ class _GroupByLogic(OperatorLogic):
         self.plan = plan
         self.schema = pa.schema(plan.output_fields())
         self.columns = sorted(plan.columns())
-        self.done = False
+        self.done = False if state is None else bool(state.get("done", False))
+        self.agg: GroupAggregator | BackedGroupAggregator
+        backend = spec.state_backend if plan.keys else "memory"
+        groups = None if state is None else state.get("groups")
+        if state is not None and state.get("backend", "memory") != backend:
+            raise StateError(f"{spec.name}: the checkpoint holds {state.get('backend', 'memory')!r} "
+                             f"state, the query asks for the {backend!r} backend")
         try:
-            self.agg = GroupAggregator(plan, None if state is None else state["groups"])
+            if backend == "memory" or (self.done and groups is None):
+                self.agg = GroupAggregator(plan, groups)
+            else:
+                self.agg = BackedGroupAggregator(plan, backend, spec.state_dir, groups)
         except (KeyError, TypeError, IndexError) as exc:
             raise StateError(f"{spec.name}: cannot restore state: {exc}") from exc
-        if state is not None:
-            self.done = bool(state.get("done", False))
+        self.backend = backend
 
     def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         if batch.num_rows == 0:
@@ -812,10 +955,15 @@ class _GroupByLogic(OperatorLogic):
         if self.agg.n_groups == 0:
             return []
         cols = self.agg.result_columns()
+        if isinstance(self.agg, BackedGroupAggregator):
+            self.agg.close()
+            self.agg = GroupAggregator(self.plan)
         return [pa.RecordBatch.from_arrays(cols, schema=self.schema)]
 
     def snapshot(self) -> Any:
-        return {"groups": self.agg.snapshot(), "done": self.done}
+        if self.done:  # answered: nothing left to restore
+            return {"groups": None, "done": True, "backend": self.backend}
+        return {"groups": self.agg.snapshot(), "done": False, "backend": self.backend}
 
     def state_bytes(self) -> int:
         return self.agg.nbytes()

@@ -49,6 +49,8 @@ TXN_SCHEMA = pa.schema([("k", pa.int64()), ("amount", pa.float64())])
 
 OPERATORS: dict[str, Callable[[], tuple[OperatorSpec, dict[int, pa.Schema], list[int]]]] = {
     "group_by": lambda: _one(GroupBy(["k"], [Agg("s", "sum", "v"), Agg("n", "count")])),
+    "group_by_rocksdb": lambda: _one(GroupBy(["k"], [Agg("s", "sum", "v"), Agg("n", "count")],
+                                             state_backend="rocksdb")),
     "order_by": lambda: _one(OrderBy([("v", "descending"), ("t", "ascending")])),
     "top_k": lambda: _one(TopK([("v", "descending"), ("t", "ascending")], 3)),
     "window_aggregate": lambda: _one(WindowAggregate("t", 10, 5, keys=["k"], aggregates=[Agg("s", "sum", "v")])),
