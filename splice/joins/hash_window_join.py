@@ -8,24 +8,33 @@ path. An arriving r is processed as::
 and symmetrically for an arriving s. ``W`` is a count window (the last ``w`` tuples of the
 stream, :class:`~splice.joins.window.CountWindow`) or a time window
 (:class:`~splice.joins.window.TimeWindow`: stored tuples within ``D`` of the arriving tuple's
-event time, evicted by watermark; late tuples go to the late side output). Null keys never match
-(they still occupy their window position) and are counted. Output rows list the left input's
+event time, evicted by watermark; late tuples go to the late side output). The key is one or
+several columns of any hashable type (integers, strings, binaries, dates, timestamps, decimals,
+booleans, ...); per column both inputs' types must agree or cast safely to one type. A key with
+a null in any column never matches (the tuple still occupies its window position) and is
+counted. Output rows list the left input's
 columns then the right input's (a right column whose name is taken gets the suffix ``_right``),
 ordered by the arrival of the later tuple, then by the arrival of the matched one. Results are
 therefore deterministic for a given arrival order, however the input is cut into batches.
 
-Algorithm. Within one batch of one stream the opposite window does not change, so the batch
-probes it in one kernel call, then expires and inserts its tuples in order. Implementations:
+Algorithm. Keys become ``int64`` codes (:mod:`splice.joins.hash_keys`): one integer-like
+column is its own code; strings, several columns and the like are hashed, and every matched
+pair of a hashed key is checked for real key equality before it is emitted. Within one batch
+of one stream the opposite window does not change, so the batch probes it in one kernel call,
+then expires and inserts its tuples in order. Implementations:
 
 * ``impl="fast"`` (:class:`FastIndex`): a ring of window positions threaded by per-bucket FIFO
   chains (``2 w`` buckets): the window's oldest tuple always heads its chain, so expiry and
   insert are O(1) and a probe walks one chain, yielding matches oldest first.
 * ``impl="hbsj"`` (:class:`~splice.joins.hbsj.HBSJIndex`): Diba's four Murmur3 tables and
-  overflow buffer; same results, plus per-table and overflow statistics.
+  overflow buffer; same results, plus per-table and overflow statistics. Over time windows its
+  ordered window grows with the retained tuples, and watermark eviction rebuilds the tables.
 * ``parallel=P`` (:class:`~splice.joins.splitjoin.SplitIndex`): SplitJoin over P PUs.
 
-State: per side the retained rows (:class:`~splice.joins.window.RowStore`), the index (derived:
-rebuilt on restore, not stored), the next sequence number and the null-key count.
+State: per side the retained rows (:class:`~splice.joins.window.RowStore`), the index and the
+key codes (derived: rebuilt from the rows on restore, not stored), the next sequence number and
+the null-key count. Time windows evict a side's tuples with ``time <= W_other - D`` once they
+are at least half of what it holds, so its state stays within twice the live tuples.
 
 >>> import pyarrow as pa
 >>> from splice.testing import OperatorHarness
