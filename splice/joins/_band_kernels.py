@@ -6,8 +6,15 @@ the loop walks a mixed sequence, picking each tuple's own and opposite window by
 
 from __future__ import annotations
 
-from splice._atomics import atomic_cas, spin_lock, spin_unlock
-from splice._atomics import atomic_load_seq_cst as atomic_load
+from splice._atomics import (
+    atomic_cas,
+    cycle_counter,
+    sched_yield,
+    spin_lock,
+    spin_unlock,
+)
+from splice._atomics import atomic_load_acquire as atomic_load
+from splice._atomics import atomic_store_release as store_release
 from splice._atomics import atomic_xchg as atomic_store
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
@@ -23,22 +30,54 @@ from splice.index._window import (
     _pim_route,
     idx_insert,
     idx_search,
+    im_merge,
+    merge_install,
+    merge_into,
     sort_small,
 )
 
 __all__ = [
     "join_seq_run",
     "par_task",
+    "par_worker",
+    "cycles",
     "par_insert_range",
     "advance_edge",
     "try_advance_edge",
     "rr_run",
+    "LOCK_STRIDE",
     "LOW_LEFT_POOL",
     "LOW_RIGHT_POOL",
     "OUT_FULL",
+    "TS_FULL",
+    "C_LEN",
+    "C_ERROR",
+    "C_HEAD",
+    "C_MERGES",
+    "R_LEN",
+    "R_TASK",
+    "R_SPIN_PART",
+    "R_WAIT_MERGE",
 ]
 
 LOW_LEFT_POOL, LOW_RIGHT_POOL, OUT_FULL = 1, 3, 2
+#: :func:`par_worker` status: ``T_S`` too small at a merge (callers size it so it cannot happen)
+TS_FULL = 4
+
+# cells of the parallel join's control array ``ctl`` (see :func:`par_worker`)
+# (the queue cells, the propagation cells and the rest on separate cache lines)
+C_QLOCK, C_NEXT, C_ACTIVE, C_BLOCKED = 0, 1, 2, 3
+C_PLOCK, C_HEAD = 8, 9
+C_ERROR, C_MERGES = 16, 17
+C_LEN = 24
+#: int64 cells between two partition locks (one cache line each: no false sharing)
+LOCK_STRIDE = 8
+# task status in the work queue
+AVAILABLE, ACTIVE, COMPLETED = 0, 1, 2
+# cells of a thread's resume record ``res``
+R_TASK, R_G, R_ALLOW, R_CUR, R_INS = 0, 1, 2, 4, 6
+R_SPIN_PART, R_SPIN_QUEUE, R_WAIT_MERGE, R_YIELDS = 8, 9, 10, 11
+R_LEN = 16
 
 
 @kernel()
@@ -89,8 +128,23 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
 # --------------------------------------------------------------------------------------------
 
 
+@kernel(inline="always")
+def _lock(locks, i, res, cell):
+    # spin lock ``locks[i]`` counting failed attempts in ``res[cell]``; yield after a short spin
+    if atomic_cas(locks, i, 0, 1) == 0:
+        return
+    res[cell] += 1
+    spins = 0
+    while atomic_cas(locks, i, 0, 1) != 0:
+        spins += 1
+        if spins >= 64:
+            res[R_YIELDS] += 1
+            sched_yield()
+            spins = 0
+
+
 @kernel()
-def _par_search(st, locks, lo, hi, plo, phi, out, n_out):
+def _par_search(st, locks, lo, hi, plo, phi, out, n_out, res):
     # T_S is immutable while tasks run: no lock. T_I partitions: one lock each, held per tree.
     sk, sp, si, sl, sc, sm = st[8], st[9], st[10], st[11], st[12], st[13]
     pk, pp, pc, pn, nx, tm, meta = st[0], st[1], st[2], st[3], st[4], st[7], st[15]
@@ -104,9 +158,9 @@ def _par_search(st, locks, lo, hi, plo, phi, out, n_out):
     while q < parts:
         if q > first and _pim_boundary(st, q) >= hi:
             break
-        spin_lock(locks, q)
+        _lock(locks, q * LOCK_STRIDE, res, R_SPIN_PART)
         n_out = bpt_search(pk, pp, pc, pn, nx, tm, q, lo, hi, plo, phi, out, n_out)
-        spin_unlock(locks, q)
+        spin_unlock(locks, q * LOCK_STRIDE)
         if n_out < 0:
             return -1
         q += 1
@@ -114,23 +168,24 @@ def _par_search(st, locks, lo, hi, plo, phi, out, n_out):
 
 
 @kernel()
-def _par_insert(st, locks, k, p, path):
+def _par_insert(st, locks, k, p, path, res):
     q = _pim_route(st, k)
-    spin_lock(locks, q)
+    _lock(locks, q * LOCK_STRIDE, res, R_SPIN_PART)
     bpt_insert(st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], q, k, p, path, True)
-    spin_unlock(locks, q)
+    spin_unlock(locks, q * LOCK_STRIDE)
 
 
 @kernel()
 def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st_l, st_r,
-             locks_l, locks_r, ring_l, ring_r, flags_l, flags_r, edge, elock, limits, allow, path,
-             out_g, out_p, n_out, ins):
+             locks_l, locks_r, ring_l, ring_r, flags_l, flags_r, edge, elock, limits, res, path,
+             out_g, out_p, n_out):
     """Result generation and index update for the tuples ``g0 .. g1-1`` of one task.
 
     A tuple of side ``s`` probes the opposite window ``o`` between ``t_e`` and ``t_l``: the index
     for positions before the edge tuple (read once, a possibly stale but safe value), a linear
-    scan of the window from the edge to ``t_l``. Then, when ``allow[s]`` (no merge phase 1 on
-    its window), it enters its own index and is flagged indexed (``ins[s]`` counts them), and
+    scan of the window from the edge to ``t_l``. Then, when ``res[R_ALLOW + s]`` (no merge phase
+    1 on its window), it enters its own index and is flagged indexed (``res[R_INS + s]`` counts
+    them; lock spins are counted in ``res`` too), and
     the thread tries the edge mutex ``elock`` (test-and-set) to move the edge past it.
     Returns ``(next g, count, status)``; status 2: ``out`` is full (grow it and resume at
     ``next g``), 1: a node pool ran low (the join cannot continue).
@@ -151,7 +206,7 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
             m0 = n_out
             r = n_out
             if e > te:
-                r = _par_search(other, olocks, klo, khi, te, min(tl, e - 1), out_p, n_out)
+                r = _par_search(other, olocks, klo, khi, te, min(tl, e - 1), out_p, n_out, res)
             if r < 0:
                 return g, m0, OUT_FULL
             sort_small(out_p, m0, r)
@@ -172,21 +227,20 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
             n_out = r
             for j in range(m0, n_out):
                 out_g[j] = g
-        if allow[s]:
+        if res[R_ALLOW + s]:
             own = st_l if s == 0 else st_r
             if nodes_free(own[6]) < own[15][M_POOLMIN]:
                 return g, n_out, 1
             olk = locks_l if s == 0 else locks_r
-            _par_insert(own, olk, x, pos[g], path)
+            _par_insert(own, olk, x, pos[g], path, res)
             fl = flags_l if s == 0 else flags_r
-            atomic_store(fl, pos[g] % fl.shape[0], 1)
-            ins[s] += 1
-            try_advance_edge(fl, edge, s, limits[s], elock)
+            store_release(fl, pos[g] % fl.shape[0], 1)
+            res[R_INS + s] += 1
     return g1, n_out, 0
 
 
 @kernel()
-def par_insert_range(st, locks, ring, flags, p0, p1, path):
+def par_insert_range(st, locks, ring, flags, p0, p1, path, res):
     """Merge phase 2: insert positions ``p0 .. p1`` not yet indexed (the pending updates)."""
     r = ring.shape[0]
     n = 0
@@ -194,8 +248,8 @@ def par_insert_range(st, locks, ring, flags, p0, p1, path):
         if atomic_load(flags, p % r) == 0:
             if nodes_free(st[6]) < st[15][M_POOLMIN]:
                 return -1
-            _par_insert(st, locks, ring[p % r], p, path)
-            atomic_store(flags, p % r, 1)
+            _par_insert(st, locks, ring[p % r], p, path, res)
+            store_release(flags, p % r, 1)
             n += 1
     return n
 
@@ -218,8 +272,209 @@ def advance_edge(flags, edge, s, limit):
     r = flags.shape[0]
     while e < limit and atomic_load(flags, e % r) == 1:
         e += 1
-    atomic_store(edge, s, e)
+    store_release(edge, s, e)
     return e
+
+
+@kernel()
+def cycles():
+    """The CPU's cycle counter (to turn the worker's task timestamps into seconds)."""
+    return cycle_counter()
+
+
+@kernel(inline="always")
+def _wait_idle(ctl, res):
+    # the caller has raised C_BLOCKED: wait until no task is active (or an error stops the run)
+    while atomic_load(ctl, C_ACTIVE) > 0 and atomic_load(ctl, C_ERROR) == 0:
+        res[R_WAIT_MERGE] += 1
+        sched_yield()
+
+
+@kernel(inline="always")
+def _block(ctl, d, res):
+    _lock(ctl, C_QLOCK, res, R_SPIN_QUEUE)
+    ctl[C_BLOCKED] += d
+    spin_unlock(ctl, C_QLOCK)
+
+
+@kernel(inline="always")
+def _assigned(ctl, task_size, n, counts, before, s):
+    # arrivals of stream s up to the last tuple assigned so far (counts[s] before the chunk)
+    g = min(ctl[C_NEXT] * task_size, n)
+    return counts[s] + before[s, g]
+
+
+@kernel(inline="always")
+def _propagate(ctl, status, t_prop, tasks):
+    # the caller holds the propagation mutex: move the head past the completed tasks
+    h = ctl[C_HEAD]
+    now = cycle_counter()
+    while h < tasks and atomic_load(status, h) == COMPLETED:
+        t_prop[h] = now
+        h += 1
+    atomic_store(ctl, C_HEAD, h)
+
+
+@kernel()
+def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, task_size,
+               l0, l1, r0, r1, locks_l, locks_r, ring_l, ring_r, flags_l, flags_r, edge, elock,
+               limits, ctl, cur, allow, merging, ti, thresh, before, counts, windows, blocking,
+               status, task_thr, task_off, task_cnt, t_acq, t_prop, res, path, out_g, out_p, n_out):
+    """One thread of the parallel IBWJ: the whole task loop of the seed in one GIL-free call.
+
+    Every thread of a run calls this with its own ``tid``, resume record ``res``, scratch
+    ``path`` and result buffers ``out_g``/``out_p``; everything else is shared. Per task:
+
+    1. *acquisition* — under the queue mutex ``ctl[C_QLOCK]``, unless a merge blocks
+       assignment (``ctl[C_BLOCKED]``), take task ``ctl[C_NEXT]`` (fetch-and-increment), mark it
+       active and snapshot which index buffer is current (``cur``) and whether index updates are
+       allowed (``allow``; 0 during phase 1 of a nonblocking merge of that window);
+    2. *result generation* and 3. *index update* — :func:`par_task` (edge tuple read once per
+       tuple, index search before it, linear scan from it to ``t_l``; insert, flag, test-and-set
+       edge update);
+    4. under the queue mutex the task becomes *completed* and the window's ``T_I`` count grows;
+       the thread that sees a count reach ``thresh`` becomes the merging thread (blocking, or the
+       two phases of the nonblocking merge: build the new ``T_S`` into the spare buffer while the
+       others join without index updates, then swap and insert the pending tuples);
+    5. *propagation* — whoever wins the propagation mutex (test-and-set) moves the queue head
+       past completed tasks and stamps their propagation time.
+
+    Results stay in the thread's buffers; ``task_thr/task_off/task_cnt`` say where each task's
+    rows are, so the caller emits them in queue order. Returns ``(n_out, status)``: 0 — no tasks
+    left; ``OUT_FULL`` — grow the buffers and call again (``res`` resumes the task);
+    1 — a node pool ran low; ``TS_FULL`` — ``T_S`` too small at a merge.
+    """
+    n = keys.shape[0]
+    tasks = status.shape[0]
+    while True:
+        if atomic_load(ctl, C_ERROR) != 0:
+            return n_out, 0
+        t = res[R_TASK]
+        if t < 0:
+            # 1. task acquisition
+            _lock(ctl, C_QLOCK, res, R_SPIN_QUEUE)
+            if ctl[C_BLOCKED] > 0:
+                spin_unlock(ctl, C_QLOCK)
+                res[R_WAIT_MERGE] += 1
+                sched_yield()
+                continue
+            t = ctl[C_NEXT]
+            if t >= tasks:
+                spin_unlock(ctl, C_QLOCK)
+                break
+            ctl[C_NEXT] = t + 1
+            ctl[C_ACTIVE] += 1
+            atomic_store(status, t, ACTIVE)
+            res[R_ALLOW] = allow[0]
+            res[R_ALLOW + 1] = allow[1]
+            res[R_CUR] = cur[0]
+            res[R_CUR + 1] = cur[1]
+            spin_unlock(ctl, C_QLOCK)
+            t_acq[t] = cycle_counter()
+            res[R_TASK] = t
+            res[R_G] = t * task_size
+            res[R_INS] = 0
+            res[R_INS + 1] = 0
+            task_thr[t] = tid
+            task_off[t] = n_out
+        st_l = l0 if res[R_CUR] == 0 else l1
+        st_r = r0 if res[R_CUR + 1] == 0 else r1
+        g1 = min(n, (t + 1) * task_size)
+        # 2. + 3. result generation and index update
+        g, n_out, st = par_task(res[R_G], g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi,
+                                self_join, st_l, st_r, locks_l, locks_r, ring_l, ring_r, flags_l,
+                                flags_r, edge, elock, limits, res, path, out_g, out_p, n_out)
+        res[R_G] = g
+        if st != 0:
+            if st != OUT_FULL:
+                atomic_store(ctl, C_ERROR, 1)
+            return n_out, st
+        task_cnt[t] = n_out - task_off[t]
+        res[R_TASK] = -1
+        # 4. completion; the thread that fills a T_I becomes the merging thread
+        claim = -1
+        _lock(ctl, C_QLOCK, res, R_SPIN_QUEUE)
+        atomic_store(status, t, COMPLETED)
+        ctl[C_ACTIVE] -= 1
+        for s in range(2):
+            ti[s] += res[R_INS + s]
+            if claim < 0 and merging[s] == 0 and ti[s] >= thresh[s]:
+                merging[s] = 1
+                claim = s
+        spin_unlock(ctl, C_QLOCK)
+        try_advance_edge(flags_l, edge, 0, limits[0], elock)
+        if not self_join:
+            try_advance_edge(flags_r, edge, 1, limits[1], elock)
+        if claim >= 0:
+            s = claim
+            flags = flags_l if s == 0 else flags_r
+            ring = ring_l if s == 0 else ring_r
+            locks = locks_l if s == 0 else locks_r
+            if s == 0:
+                now_st = l0 if cur[0] == 0 else l1
+                spare = l1 if cur[0] == 0 else l0
+            else:
+                now_st = r0 if cur[1] == 0 else r1
+                spare = r1 if cur[1] == 0 else r0
+            _block(ctl, 1, res)
+            _wait_idle(ctl, res)
+            lo = max(0, _assigned(ctl, task_size, n, counts, before, s) - windows[s])
+            if blocking:
+                ok = im_merge(now_st, lo)
+                # every assigned tuple was indexed before the merge
+                while not try_advance_edge(flags, edge, s, limits[s], elock):
+                    sched_yield()
+                spin_lock(ctl, C_QLOCK)
+                ti[s] = 0
+                merging[s] = 0
+                ctl[C_MERGES] += 1
+                ctl[C_BLOCKED] -= 1
+                spin_unlock(ctl, C_QLOCK)
+                if not ok:
+                    atomic_store(ctl, C_ERROR, 1)
+                    return n_out, TS_FULL
+            else:
+                # phase 1: the others go on without index updates of window s
+                spin_lock(ctl, C_QLOCK)
+                allow[s] = 0
+                ctl[C_BLOCKED] -= 1
+                spin_unlock(ctl, C_QLOCK)
+                o = merge_into(now_st, spare[8][0], spare[9][0], lo)
+                if o < 0:
+                    atomic_store(ctl, C_ERROR, 1)
+                    _block(ctl, -1, res)
+                    return n_out, TS_FULL
+                merge_install(spare, o)
+                # phase 2: swap the new index in, then insert the pending tuples
+                _block(ctl, 1, res)
+                _wait_idle(ctl, res)
+                spin_lock(ctl, C_QLOCK)
+                cur[s] = 1 - cur[s]
+                allow[s] = 1
+                p0 = atomic_load(edge, s)
+                p1 = _assigned(ctl, task_size, n, counts, before, s) - 1
+                ti[s] = 0
+                ctl[C_BLOCKED] -= 1
+                spin_unlock(ctl, C_QLOCK)
+                done = par_insert_range(spare, locks, ring, flags, p0, p1, path, res)
+                spin_lock(ctl, C_QLOCK)
+                if done >= 0:
+                    ti[s] += done
+                merging[s] = 0
+                ctl[C_MERGES] += 1
+                spin_unlock(ctl, C_QLOCK)
+                if done < 0:
+                    atomic_store(ctl, C_ERROR, 1)
+                    return n_out, 1
+        # 5. result propagation, test-and-set
+        if atomic_cas(ctl, C_PLOCK, 0, 1) == 0:
+            _propagate(ctl, status, t_prop, tasks)
+            atomic_store(ctl, C_PLOCK, 0)
+    # leaving: propagate what is complete (the last thread out propagates the rest)
+    spin_lock(ctl, C_PLOCK)
+    _propagate(ctl, status, t_prop, tasks)
+    spin_unlock(ctl, C_PLOCK)
+    return n_out, 0
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,29 +5,37 @@ arrival of the later tuple, then of its partner) for any number of threads.
 
 **Task-queue join** (:class:`TaskQueueJoin`, for ``imtree``/``pimtree`` windows). Tuples of both
 streams enter one work queue in arrival order; a *task* is ``task_size`` consecutive tuples.
-Each thread loops over four steps:
+Each thread runs the whole task loop inside one GIL-free numba call
+(:func:`splice.joins._band_kernels.par_worker`) and returns to Python only to grow its result
+buffers or at the end of the queue:
 
-1. *task acquisition* — under the queue mutex, take the next available task (its tuples become
-   *active*); ``t_e``/``t_l``, the opposite window's earliest and latest position when the tuple
-   was assigned, are fixed by the arrival order (count windows);
-2. *result generation* — one numba call (GIL released) per task: for each tuple read the
-   opposite window's **edge tuple** (the earliest position not yet indexed) once, search the
-   index for partners before it (``T_S`` lock-free, each ``T_I`` partition under its spin lock)
-   and scan the window linearly from the edge to ``t_l``;
-3. *index update* — in the same call, insert the tuple into its window's PIM-Tree (one
-   partition lock) and flag it indexed; then the thread tries the edge mutex
-   (test-and-set: skip when held) and moves each edge past the indexed tuples;
-4. *result propagation* — tuples are *completed*; a thread that wins the propagation mutex
-   (test-and-set) emits the completed tasks at the queue head, in arrival order.
+1. *task acquisition* — under the queue mutex (a spin lock in a shared control array), take the
+   next available task (its tuples become *active*); ``t_e``/``t_l``, the opposite window's
+   earliest and latest position when the tuple was assigned, are fixed by the arrival order
+   (count windows);
+2. *result generation* — for each tuple read the opposite window's **edge tuple** (the earliest
+   position not yet indexed) once, search the index for partners before it (``T_S`` lock-free,
+   each ``T_I`` partition under its spin lock, one cache line per lock) and scan the window
+   linearly from the edge to ``t_l``;
+3. *index update* — insert the tuple into its window's PIM-Tree (one partition lock) and flag it
+   indexed; after the task, the thread tries the edge mutex (test-and-set: skip when held) and
+   moves each edge past the indexed tuples;
+4. *result propagation* — the task is *completed*; a thread that wins the propagation mutex
+   (test-and-set) moves the queue head past the completed tasks and stamps the time. The rows
+   stay in the thread's buffer; the queue records where each task's rows are, and the caller
+   gathers them in queue order (one vectorized pass per call).
+
+``task_latency`` holds each task's seconds from assignment to propagation, ``waits`` the
+contended lock acquisitions and the yields spent waiting.
 
 **Merges.** When a window's ``T_I`` reaches ``ceil(m * w)`` entries after a task, that thread
 becomes the merging thread. *Blocking*: it stops task assignment, waits for active tasks, merges
 ``T_I`` into ``T_S`` and resumes. *Nonblocking* (two phases): phase 1 stops assignment until the
 active tasks finish, then lets threads go on **without index updates** for that window (its edge
 stays put, probes scan the growing unindexed tail) while it builds the new ``T_S`` (and the
-partitions derived from it) into a second buffer; phase 2 stops assignment again, swaps the new
-index in, resumes, and inserts the pending tuples of phase 1 while the others join. Entries
-before the earliest position a future probe can need are dropped at each merge.
+partitions derived from it) into the window's second buffer; phase 2 stops assignment again,
+swaps the new index in, resumes, and inserts the pending tuples of phase 1 while the others join.
+Entries before the earliest position a future probe can need are dropped at each merge.
 
 **Round-robin baselines** (:class:`RoundRobinJoin`, any index; ``nlwj`` is the partitioned
 nested-loop join): window position ``p`` belongs to thread ``p % T``; every thread sees every
@@ -41,28 +49,35 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, field
+import time
 from typing import Any
 
 import numpy as np
 
 from splice.core.errors import InternalError
-from splice.index._window import M_NEXT, M_THRESH, im_merge, merge_install, merge_into
+from splice.index._window import M_NEXT, M_THRESH
 from splice.index.window import IndexKind, WindowIndex
 from splice.joins._band_kernels import (
+    C_ERROR,
+    C_HEAD,
+    C_LEN,
+    C_MERGES,
+    LOCK_STRIDE,
     LOW_LEFT_POOL,
     OUT_FULL,
+    R_LEN,
+    R_SPIN_PART,
+    R_TASK,
+    R_WAIT_MERGE,
+    TS_FULL,
     advance_edge,
-    par_insert_range,
-    par_task,
+    cycles,
+    par_worker,
     rr_run,
-    try_advance_edge,
 )
 from splice.joins.band_join import probe_offsets
 
 __all__ = ["TaskQueueJoin", "RoundRobinJoin", "make_parallel", "arrival_bounds"]
-
-AVAILABLE, ACTIVE, COMPLETED = 0, 1, 2
 
 #: Tuples per call of ``run`` handled as one queue (longer sequences are cut).
 CHUNK = 65_536
@@ -86,25 +101,6 @@ def arrival_bounds(
     opp = np.where(is0, c1, c0).astype(np.int64)  # opposite arrivals before g
     wo = np.where(is0, windows[1], windows[0])
     return pos, np.maximum(0, opp - wo), opp - 1
-
-
-@dataclass
-class _Run:
-    """Shared state of one queue (one chunk of the arrival sequence)."""
-
-    n: int
-    tasks: int
-    task_size: int
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    prop_lock: threading.Lock = field(default_factory=threading.Lock)
-    next_task: int = 0
-    active: int = 0
-    blocked: int = 0
-    head: int = 0
-    status: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
-    results: list[Any] = field(default_factory=list)
-    output: list[Any] = field(default_factory=list)
-    error: BaseException | None = None
 
 
 class TaskQueueJoin:
@@ -141,27 +137,33 @@ class TaskQueueJoin:
                                insertion_depth=insertion_depth, ts_slack=slack,
                                pool_slack=2 * slack + 8 * self.threads * self.task_size)
 
-        self.cur = [make(s) for s in range(n_streams)]
-        self.spare: list[WindowIndex | None] = [None] * n_streams
-        self._make = make
-        self.thresh = [int(ix.meta[M_THRESH]) for ix in self.cur]
-        self.locks = [np.zeros(ix.state[7].shape[0], np.int64) for ix in self.cur]
+        # two buffers per window: the current index and the one a nonblocking merge builds
+        self.ixs = [[make(s), make(s)] if not self.blocking else [make(s)] * 2
+                    for s in range(n_streams)]
+        self.cur_buf = np.zeros(2, np.int64)  # which of the two is current, per window
+        self.thresh = np.array([int(self.ixs[s][0].meta[M_THRESH]) for s in (0, -1)], np.int64)
+        self.locks = [np.zeros(b[0].state[7].shape[0] * LOCK_STRIDE, np.int64) for b in self.ixs]
         self.rings = [np.zeros(_pow2(windows[s] + slack), self.dtype) for s in range(n_streams)]
         self.flags = [np.zeros(len(r), np.int64) for r in self.rings]
         self.edge = np.zeros(2, np.int64)
         self.elock = np.zeros(1, np.int64)  # the edge mutex (test-and-set in the kernels)
-        self.limit_arr = np.zeros(2, np.int64)
         self.counts = [0, 0]
-        self.ti_count = [0, 0]
-        self.merging = [False, False]
+        self.ti = np.zeros(2, np.int64)  # entries in each window's T_I
+        self.merging = np.zeros(2, np.int64)
         self.allow = np.ones(2, np.int64)
         self.merges = 0
         self.limits = [0, 0]
+        #: per chunk of ``run``: each task's seconds from assignment to propagation
+        self.task_latency: list[np.ndarray] = []
+        #: contended partition-lock and queue-lock acquisitions, yields waiting for a merge,
+        #: yields spinning on a held lock
+        self.waits = np.zeros(4, np.int64)
+        self._stats_lock = threading.Lock()
 
     # -- the OperatorLogic-facing API (same as BandCore) ---------------------------------------
     def start_at(self, positions: tuple[int, int]) -> None:
         """Continue numbering each stream's arrivals from ``positions`` (an empty join only)."""
-        for s in range(len(self.cur)):
+        for s in range(len(self.ixs)):
             self.counts[s] = int(positions[s])
             self.edge[s] = int(positions[s])
 
@@ -179,8 +181,8 @@ class TaskQueueJoin:
         return np.concatenate(gs), np.concatenate(ps)
 
     def nbytes(self) -> int:
-        total = sum(ix.used_bytes() for ix in self.cur)
-        total += sum(ix.used_bytes() for ix in self.spare if ix is not None)
+        distinct = {id(ix): ix for b in self.ixs for ix in b}
+        total = sum(ix.used_bytes() for ix in distinct.values())
         return total + sum(r.nbytes for r in self.rings) + sum(f.nbytes for f in self.flags)
 
     # -- one queue -----------------------------------------------------------------------------
@@ -192,179 +194,96 @@ class TaskQueueJoin:
             sides = np.zeros(n, np.int8)
         counts = (self.counts[0], self.counts[1])
         pos, t_e, t_l = arrival_bounds(sides, counts, self.windows, self.self_join)
-        self._pos, self._t_e, self._t_l = pos, t_e, t_l
-        self._sides, self._keys = sides, keys
         # the tuples arrive in their windows (the sliding windows hold keys by position)
-        for s in range(len(self.cur)):
+        before = np.zeros((2, n + 1), np.int64)
+        for s in range(len(self.ixs)):
             mine = sides == s
             slots = pos[mine] % len(self.rings[s])
             self.rings[s][slots] = keys[mine]
             self.flags[s][slots] = 0
-            self.limits[s] = self.counts[s] + int(mine.sum())
-            self.limit_arr[s] = self.limits[s]
-        # cumulative arrivals per stream before each task start, for merge bounds
-        self._before = [np.concatenate([[0], np.cumsum(sides == s)]) for s in range(2)]
+            np.cumsum(mine, out=before[s, 1:])
+            self.limits[s] = self.counts[s] + int(before[s, n])
+        limits = np.array(self.limits, np.int64)
         tasks = -(-n // self.task_size)
-        run = _Run(n=n, tasks=tasks, task_size=self.task_size)
-        run.status = np.zeros(tasks, np.int8)
-        run.results = [None] * tasks
-        workers = [threading.Thread(target=self._worker, args=(run,), daemon=True)
-                   for _ in range(self.threads - 1)]
-        for t in workers:
-            t.start()
-        self._worker(run)
-        for t in workers:
-            t.join()
-        if run.error is not None:
-            raise run.error
-        self._propagate(run)
-        for s in range(len(self.cur)):
+        ctl = np.zeros(C_LEN, np.int64)
+        status = np.zeros(tasks, np.int64)
+        task_thr = np.zeros(tasks, np.int64)
+        task_off = np.zeros(tasks, np.int64)
+        task_cnt = np.zeros(tasks, np.int64)
+        t_acq = np.zeros(tasks, np.int64)
+        t_prop = np.zeros(tasks, np.int64)
+        st = [ix.state for ix in self.ixs[0]], [ix.state for ix in self.ixs[-1]]
+        shared = (
+            sides, keys, pos, t_e, t_l, self.offs_lo, self.offs_hi, self.self_join,
+            self.task_size, st[0][0], st[0][1], st[1][0], st[1][1], self.locks[0],
+            self.locks[-1], self.rings[0], self.rings[-1], self.flags[0], self.flags[-1],
+            self.edge, self.elock, limits, ctl, self.cur_buf, self.allow, self.merging, self.ti,
+            self.thresh, before, np.array(counts, np.int64), np.array(self.windows, np.int64),
+            self.blocking, status, task_thr, task_off, task_cnt, t_acq, t_prop,
+        )
+        outs: list[tuple[np.ndarray, np.ndarray, int]] = [
+            (np.empty(0, np.int64), np.empty(0, np.int64), 0)
+        ] * self.threads
+        errors: list[BaseException] = []
+
+        def work(tid: int) -> None:
+            try:
+                outs[tid] = self._work(tid, shared, -(-4 * n // self.threads) + 64)
+            except BaseException as exc:  # surfaced by the thread that started the run
+                ctl[C_ERROR] = 1
+                errors.append(exc)
+
+        c0, w0 = cycles(), time.perf_counter()
+        workers = [threading.Thread(target=work, args=(i,), daemon=True)
+                   for i in range(1, self.threads)]
+        for th in workers:
+            th.start()
+        work(0)
+        for th in workers:
+            th.join()
+        c1, w1 = cycles(), time.perf_counter()
+        if errors:
+            raise errors[0]
+        self.merges += int(ctl[C_MERGES])
+        for s in range(len(self.ixs)):
             self.counts[s] = self.limits[s]
+        for s in range(len(self.ixs)):
             advance_edge(self.flags[s], self.edge, s, self.limits[s])
-        if run.head != tasks:
+        if int(ctl[C_HEAD]) != tasks:
             raise InternalError("parallel band join: tasks left unpropagated")
-        if not run.output:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        return (np.concatenate([o[0] for o in run.output]),
-                np.concatenate([o[1] for o in run.output]))
+        if c1 > c0 and w1 > w0:
+            hz = (c1 - c0) / (w1 - w0)
+            self.task_latency.append((t_prop - t_acq) / hz)
+        # the tasks' rows, gathered from the threads' buffers in queue order
+        base = np.cumsum([0] + [o[2] for o in outs])
+        all_g = np.concatenate([o[0][: o[2]] for o in outs])
+        all_p = np.concatenate([o[1][: o[2]] for o in outs])
+        src = base[task_thr] + task_off
+        dst = np.cumsum(task_cnt) - task_cnt
+        idx = np.repeat(src - dst, task_cnt) + np.arange(int(task_cnt.sum()))
+        return all_g[idx], all_p[idx]
 
-    def _worker(self, run: _Run) -> None:
+    def _work(self, tid: int, shared: tuple[Any, ...], cap: int) -> tuple[np.ndarray, np.ndarray, int]:
+        res = np.zeros(R_LEN, np.int64)
+        res[R_TASK] = -1
         path = np.zeros(1024, np.int64)
-        try:
-            self._loop(run, path)
-        except BaseException as exc:  # surfaced by the thread that started the run
-            with run.cond:
-                if run.error is None:
-                    run.error = exc
-                run.next_task = run.tasks
-                run.cond.notify_all()
-
-    def _loop(self, run: _Run, path: np.ndarray) -> None:
-        n_streams = len(self.cur)
+        out_g = np.empty(cap, np.int64)
+        out_p = np.empty(cap, np.int64)
+        m = 0
         while True:
-            # 1. task acquisition
-            with run.cond:
-                while run.blocked and run.error is None:
-                    run.cond.wait()
-                if run.next_task >= run.tasks:
-                    return
-                t = run.next_task
-                run.next_task += 1
-                run.status[t] = ACTIVE
-                run.active += 1
-                allow = self.allow.copy()
-                st_l = self.cur[0].state
-                st_r = self.cur[-1].state
-                locks_l, locks_r = self.locks[0], self.locks[-1]
-            g0 = t * run.task_size
-            g1 = min(run.n, g0 + run.task_size)
-            # 2. + 3. result generation and index update (GIL released)
-            cap = max(64, 4 * (g1 - g0))
-            out_g = np.empty(cap, np.int64)
-            out_p = np.empty(cap, np.int64)
-            ins = np.zeros(2, np.int64)
-            g, m = g0, 0
-            while True:
-                g, m, status = par_task(
-                    g, g1, self._sides, self._keys, self._pos, self._t_e, self._t_l,
-                    self.offs_lo, self.offs_hi, self.self_join, st_l, st_r, locks_l, locks_r,
-                    self.rings[0], self.rings[-1], self.flags[0], self.flags[-1], self.edge,
-                    self.elock, self.limit_arr, allow, path, out_g, out_p, m, ins,
-                )
-                if status == 0:
-                    break
-                if status != OUT_FULL:
-                    raise InternalError("parallel band join: a T_I node pool ran out")
+            m, status = par_worker(tid, *shared, res, path, out_g, out_p, m)
+            if status == 0:
+                with self._stats_lock:
+                    self.waits += res[R_SPIN_PART : R_WAIT_MERGE + 2]
+                return out_g, out_p, m
+            if status == OUT_FULL:
                 cap *= 2
                 out_g = np.concatenate([out_g[:m], np.empty(cap - m, np.int64)])
                 out_p = np.concatenate([out_p[:m], np.empty(cap - m, np.int64)])
-            claim = -1
-            with run.cond:
-                run.results[t] = (out_g[:m], out_p[:m])
-                run.status[t] = COMPLETED
-                run.active -= 1
-                for s in range(n_streams):
-                    self.ti_count[s] += int(ins[s])
-                    if claim < 0 and not self.merging[s] and self.ti_count[s] >= self.thresh[s]:
-                        self.merging[s] = True
-                        claim = s
-                run.cond.notify_all()
-            # 3b. edge tuple update, test-and-set (also tried after each insert in the kernel)
-            for s in range(n_streams):
-                try_advance_edge(self.flags[s], self.edge, s, self.limits[s], self.elock)
-            if claim >= 0:
-                self._merge(run, claim, path)
-            # 4. result propagation, test-and-set
-            self._propagate(run)
-
-    def _propagate(self, run: _Run) -> None:
-        if not run.prop_lock.acquire(blocking=False):
-            return
-        try:
-            while run.head < run.tasks and run.status[run.head] == COMPLETED:
-                run.output.append(run.results[run.head])
-                run.results[run.head] = None
-                run.head += 1
-        finally:
-            run.prop_lock.release()
-
-    def _live_from(self, run: _Run, s: int) -> int:
-        # earliest position of stream s that a tuple not yet assigned may probe
-        g = min(run.next_task * run.task_size, run.n)
-        return max(0, self.counts[s] + int(self._before[s][g]) - self.windows[s])
-
-    def _assigned_until(self, run: _Run, s: int) -> int:
-        g = min(run.next_task * run.task_size, run.n)
-        return self.counts[s] + int(self._before[s][g]) - 1
-
-    def _merge(self, run: _Run, s: int, path: np.ndarray) -> None:
-        ix = self.cur[s]
-        with run.cond:
-            run.blocked += 1
-            while run.active:
-                run.cond.wait()
-            lo = self._live_from(run, s)
-            if not self.blocking:
-                self.allow[s] = 0  # phase 1: tasks go on without index updates of window s
-                run.blocked -= 1
-                run.cond.notify_all()
-        if self.blocking:
-            if not im_merge(ix.state, lo):
+            elif status == TS_FULL:
                 raise InternalError("parallel band join: T_S capacity exceeded at merge")
-            # every assigned tuple was indexed before the merge
-            while not try_advance_edge(self.flags[s], self.edge, s, self.limits[s], self.elock):
-                pass
-            with run.cond:
-                self.ti_count[s] = 0
-                self.merging[s] = False
-                self.merges += 1
-                run.blocked -= 1
-                run.cond.notify_all()
-            return
-        spare = self.spare[s] or self._make(s)
-        o = merge_into(ix.state, spare.state[8][0], spare.state[9][0], lo)
-        if o < 0:
-            raise InternalError("parallel band join: T_S capacity exceeded at merge")
-        merge_install(spare.state, o)
-        with run.cond:  # phase 2
-            run.blocked += 1
-            while run.active:
-                run.cond.wait()
-            self.cur[s], self.spare[s] = spare, ix
-            self.allow[s] = 1
-            p0 = int(self.edge[s])
-            p1 = self._assigned_until(run, s)
-            self.ti_count[s] = 0
-            run.blocked -= 1
-            run.cond.notify_all()
-        done = par_insert_range(spare.state, self.locks[s], self.rings[s], self.flags[s], p0, p1,
-                                path)
-        if done < 0:
-            raise InternalError("parallel band join: a T_I node pool ran out")
-        with run.cond:
-            self.ti_count[s] += done
-            self.merging[s] = False
-            self.merges += 1
+            else:
+                raise InternalError("parallel band join: a T_I node pool ran out")
 
 
 class RoundRobinJoin:

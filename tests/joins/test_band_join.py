@@ -278,3 +278,21 @@ def test_command_threads(tmp_path):
         got = band_run(left, right, _args(window="300", index=index, threads=threads, eps=0.05,
                                           batch_size=1000))
         assert got.equals(want), (index, threads)
+
+
+@pytest.mark.parametrize("threads", [4, 8])
+def test_task_queue_many_threads_and_statistics(threads):
+    # more threads than cores: preempted lock holders and merges under contention
+    rng = np.random.default_rng(threads)
+    n = 6000
+    sides = rng.integers(0, 2, n).astype(np.int8)
+    keys = rng.integers(0, 400, n)
+    ref = BandCore("nlwj", (300, 200), np.dtype(np.int64), -2, 2)
+    g0, p0 = ref.run(sides, keys)
+    join = TaskQueueJoin("pimtree", (300, 200), np.dtype(np.int64), -2, 2, False, 0.5, 1,
+                         threads, 2)
+    g, p = join.run(sides, keys)
+    assert np.array_equal(g, g0) and np.array_equal(p, p0)
+    lat = np.concatenate(join.task_latency)
+    assert len(lat) == n // 2 and (lat >= 0).all()
+    assert join.merges > 0 and join.waits.shape == (4,)
