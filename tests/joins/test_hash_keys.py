@@ -277,3 +277,31 @@ def test_cli_time_window_state_stays_bounded(impl: str, parallel: int) -> None:
     full, fstats = hash_time_join_tables(left2, right2, "k", "t", 16, arrival="pos")
     assert fstats["retained_end"] >= n // 2
     assert sorted(got_ids(got)) == sorted(got_ids(full))
+
+
+@settings(max_examples=25)
+@given(arrivals=st.one_of(arrivals_st, skewed_st), w=st.integers(1, 40), length=st.integers(0, 12),
+       impl=st.sampled_from(["fast", "hbsj"]), parallel=st.integers(1, 2),
+       batch_size=st.sampled_from([1, 7, 50, 65_536]))
+def test_command_paths_equal_nested_loop(arrivals, w, length, impl, parallel, batch_size) -> None:
+    """`hash_join_tables` (count) and `hash_time_join_tables` (time, arriving by time) on
+    two-column string keys with nulls and duplicates, both inputs interleaved."""
+    if not arrivals:
+        return
+    ref = [(s, ref_key(k)) for s, k in arrivals]
+    left, right = _tables(arrivals)
+    got, stats = hash_join_tables(left, right, ["s", "n"], w, arrival="pos", impl=impl, parallel=parallel,
+                                  batch_size=batch_size)
+    assert got_ids(got) == want_ids(arrivals, count_window_join(ref, w))
+    assert stats["null_keys"] == sum(k is None for _, k in ref)
+    # t = arrival index // 3: several tuples per time unit, arrival by time (ties left first)
+    lt = left.set_column(3, "t", pa.array([i // 3 for i in left.column("id").to_pylist()], pa.int64()))
+    rt = right.set_column(3, "t", pa.array([i // 3 for i in right.column("id").to_pylist()], pa.int64()))
+    order = sorted(range(len(arrivals)), key=lambda i: (i // 3, arrivals[i][0]))
+    pairs, late = time_window_join([("row", ref[i][0], ref[i][1], i // 3) for i in order], length)
+    assert not late
+    ordered = [arrivals[i] for i in order]
+    ids = [[order[j] for j, a in enumerate(ordered) if a[0] == s] for s in (0, 1)]
+    out, _ = hash_time_join_tables(lt, rt, ["s", "n"], "t", length, impl=impl, parallel=parallel,
+                                   batch_size=batch_size)
+    assert sorted(got_ids(out)) == sorted((ids[0][a], ids[1][b]) for a, b in pairs)
