@@ -143,6 +143,28 @@ def test_hbsj_overflow_statistics() -> None:
     assert ix.probe(0, np.array([5]), np.array([True]))[1].tolist() == [4, 5, 6, 7]
 
 
+def test_hbsj_time_window_index_grows_and_retains() -> None:
+    """Without a count window HB-SJ's ordered window grows; retain() rebuilds tables and
+    overflow buffer from the survivors and keeps the statistics counters."""
+    ix = HBSJIndex(n_attrs=1, window=None, table_size=2)
+    n = 3000  # past the first capacity of 1,024: the window grows twice
+    keys = np.array([np.arange(n) % 3])
+    ix.insert(np.arange(n), keys, np.ones((1, n), bool))
+    assert ix.cap >= n and len(ix.live_seqs()) == n
+    s = ix.stats()[0]
+    assert sum(s["table_inserts"]) + s["overflow_inserts"] == n and s["overflow_now"] == n - 6
+    keep = np.arange(2000, n)
+    ix.retain(keep)
+    assert ix.live_seqs().tolist() == keep.tolist()
+    s2 = ix.stats()[0]
+    assert s2["table_inserts"] == s["table_inserts"] and s2["overflow_inserts"] == s["overflow_inserts"]
+    assert s2["overflow_now"] == len(keep) - 6 and s2["overflow_peak"] == n - 6
+    _, q = ix.probe(0, np.array([1]), np.array([True]))
+    assert q.tolist() == [x for x in keep.tolist() if x % 3 == 1]
+    with pytest.raises(PlanError, match="retain"):
+        HBSJIndex(1, 4).retain(keep)
+
+
 # -- kernels against their plain-Python twins -------------------------------------------------------
 
 
