@@ -43,11 +43,15 @@ def no_udf(value: float, params: np.ndarray) -> tuple[float, bool]:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _call_udf(udf, b: float, udf_params: np.ndarray, row: float) -> tuple[float, bool]:
-    """``udf(b, params[row])``; a non-finite value fails the op (its transaction aborts)."""
-    v, ok = udf(b, udf_params[int(row)])
+def _call_udf(udf, b: float, udf_params: np.ndarray, row: float) -> tuple[float, bool, bool]:
+    """``udf(b, params[row])`` as (value, ok, raised): a non-finite value or an exception fails
+    the op (its transaction aborts); an exception is caught here, so no thread is left waiting."""
+    try:
+        v, ok = udf(b, udf_params[int(row)])
+    except Exception:
+        return np.nan, False, True
     v = float(v)
-    return v, bool(ok) and np.isfinite(v)
+    return v, bool(ok) and np.isfinite(v), False
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -355,7 +359,7 @@ def split_stages(stage: np.ndarray, nthreads: int) -> np.ndarray:
 def run_ops(
     work: np.ndarray, wlo: int, whi: int, nthreads: int, bar: np.ndarray,
     state: np.ndarray, before: np.ndarray, after: np.ndarray, result: np.ndarray,
-    failed: np.ndarray,
+    failed: np.ndarray, raised: np.ndarray,
     pred: np.ndarray, chain: np.ndarray, init: np.ndarray, kind: np.ndarray,
     operand: np.ndarray, cond: np.ndarray, cond_arg: np.ndarray, ts: np.ndarray,
     txn: np.ndarray, src_ptr: np.ndarray, src_op: np.ndarray, chk_ptr: np.ndarray,
@@ -409,7 +413,8 @@ def run_ops(
         if busy_iters > 0:
             sink += busy_work(busy_iters, b)
         if k == _UDF:
-            uv, ok = _call_udf(udf, b, udf_params, operand[i])
+            uv, ok, rz = _call_udf(udf, b, udf_params, operand[i])
+            raised[i] = rz
         else:
             uv = 0.0
             ok = _cond_ok(cond[i], b, cond_arg[i])
@@ -467,7 +472,7 @@ def run_serial(
     txn_ts: np.ndarray, refused: np.ndarray, cur: np.ndarray, hist: np.ndarray,
     last: np.ndarray, vprev: np.ndarray, vts: np.ndarray, vval: np.ndarray,
     committed: np.ndarray, result: np.ndarray, lo_t: int, hi_t: int, busy_iters: int,
-    udf, udf_params: np.ndarray,
+    udf, udf_params: np.ndarray, raised: np.ndarray,
 ) -> float:
     """Serial execution in timestamp order of transactions ``lo_t..hi_t`` on dense cells ``cur``.
 
@@ -483,7 +488,12 @@ def run_serial(
             b = cur[cell[i]]
             if busy_iters > 0:
                 sink += busy_work(busy_iters, b)
-            if not _op_ok(udf, kind[i], cond[i], b, cond_arg[i], operand[i], udf_params):
+            if kind[i] == _UDF:
+                _, uok, rz = _call_udf(udf, b, udf_params, operand[i])
+                raised[i] = rz
+                if not uok:
+                    ok = False
+            elif not _cond_ok(cond[i], b, cond_arg[i]):
                 ok = False
         committed[t] = ok
         for i in range(txn_ptr[t], txn_ptr[t + 1]):
@@ -526,6 +536,7 @@ def run_partitioned(
     txn_ts: np.ndarray, refused: np.ndarray, cur: np.ndarray, hist: np.ndarray,
     last: np.ndarray, vprev: np.ndarray, vts: np.ndarray, vval: np.ndarray,
     committed: np.ndarray, result: np.ndarray, busy_iters: int, udf, udf_params: np.ndarray,
+    raised: np.ndarray,
 ) -> tuple[int, float]:
     """S-Store-like: thread ``tid`` owns partition ``tid``; it runs that partition's transactions in
     timestamp order, and a multi-partition transaction (``txn_part == -1``) takes every partition
@@ -549,7 +560,8 @@ def run_partitioned(
             if tid == 0:
                 sink += run_serial(txn_ptr, cell, kind, operand, cond, cond_arg, src_ptr,
                                    src_cell, txn_ts, refused, cur, hist, last, vprev, vts, vval,
-                                   committed, result, t, t + 1, busy_iters, udf, udf_params)
+                                   committed, result, t, t + 1, busy_iters, udf, udf_params,
+                                   raised)
             c0 = cycle_counter()
             k_bar += 1
             atomic_add(bar, 0, 1)
@@ -562,7 +574,7 @@ def run_partitioned(
         elif pt == tid or (pt == -1 and nthreads == 1):
             sink += run_serial(txn_ptr, cell, kind, operand, cond, cond_arg, src_ptr, src_cell,
                                txn_ts, refused, cur, hist, last, vprev, vts, vval, committed,
-                               result, t, t + 1, busy_iters, udf, udf_params)
+                               result, t, t + 1, busy_iters, udf, udf_params, raised)
     return lock, sink
 
 

@@ -41,7 +41,7 @@ from splice.txn.executor import (
     run_tstream,
 )
 from splice.txn.objects import run_with_objects
-from splice.txn.ops import REASON_CONDITION, REASON_LATE, OpBatch
+from splice.txn.ops import REASON_CONDITION, REASON_LATE, REASON_UDF, OpBatch
 from splice.txn.scheduler import Strategy, choose_strategy
 from splice.txn.state import StateStore, StateTable
 from splice.txn.tpg import TPG, build_tpg, refresh_tpg, tpg_stats
@@ -357,6 +357,8 @@ class TxnEngine:
         if obj_reason is not None:
             m = (reason == 0) & (obj_reason != 0)
             reason[m] = obj_reason[m]
+        if ex.udf_raised is not None:
+            reason[~ex.committed & ex.udf_raised & (reason == 0)] = REASON_UDF
         reason[~ex.committed & (reason == 0)] = REASON_CONDITION
         committed = int(ex.committed.sum())
         self.committed += committed
@@ -406,6 +408,7 @@ class TxnEngine:
             return self._run(batch, refused, self.scheduler)
         n = batch.num_txns
         committed = np.zeros(n, np.bool_)
+        raised = np.zeros(n, np.bool_)
         op_result = np.full(batch.num_ops, np.nan)
         parts: list[Execution] = []
         names = []
@@ -414,6 +417,8 @@ class TxnEngine:
             sub, op_keep = subset_batch(batch, mask)
             ex, name = self._run(sub, refused[mask], self.nested.get(g, self.scheduler))
             committed[mask] = ex.committed
+            if ex.udf_raised is not None:
+                raised[mask] = ex.udf_raised
             op_result[op_keep] = ex.op_result
             parts.append(ex)
             names.append(f"{g}:{name}")
@@ -425,7 +430,7 @@ class TxnEngine:
             version_cell=np.concatenate([p.version_cell for p in parts]),
             version_ts=np.concatenate([p.version_ts for p in parts]),
             version_value=np.concatenate([p.version_value for p in parts]),
-            times=times, memory_bytes=sum(p.memory_bytes for p in parts),
+            times=times, memory_bytes=sum(p.memory_bytes for p in parts), udf_raised=raised,
         )
         return out, "nested(" + ";".join(names) + ")"
 

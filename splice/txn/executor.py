@@ -80,6 +80,7 @@ class Execution:
     version_value: np.ndarray
     times: dict[str, float] = field(default_factory=dict)
     op_state: np.ndarray | None = None  # per TPG op: EXE (2) or ABT (3) once resolved
+    udf_raised: np.ndarray | None = None  # per transaction: a user function raised
     memory_bytes: int = 0
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -115,6 +116,7 @@ class _Run:
         self.after = np.zeros(n, np.float64)
         self.result = np.zeros(n, np.float64)
         self.failed = np.zeros(n, np.bool_)
+        self.raised = np.zeros(n, np.bool_)
         self.excluded = np.zeros(tpg.n_txn, np.bool_)
 
     def go(self, team: ThreadTeam, tpg: TPG, wo: WorkOrder, eager: bool, skip_done: bool,
@@ -124,7 +126,7 @@ class _Run:
         def one(t: int) -> tuple[int, int, float]:
             return K.run_ops(
                 wo.work, int(wo.ptr[t]), int(wo.ptr[t + 1]), team.threads, bar, self.state,
-                self.before, self.after, self.result, self.failed, tpg.pred, tpg.chain, tpg.init,
+                self.before, self.after, self.result, self.failed, self.raised, tpg.pred, tpg.chain, tpg.init,
                 tpg.kind, tpg.operand, tpg.cond, tpg.cond_arg, tpg.ts, tpg.txn, tpg.src_ptr,
                 tpg.src_op, tpg.chk_ptr, tpg.chk_op, tpg.hist, self.excluded, eager, skip_done,
                 busy, udf, udf_params)
@@ -153,6 +155,7 @@ def _finish(tpg: TPG, run: _Run, committed_valid: np.ndarray, batch: OpBatch,
     ex = Execution(committed=committed, op_result=op_result, cells=tpg.cells, final=final,
                    version_cell=_EMPTY_I, version_ts=_EMPTY_I, version_value=_EMPTY_F,
                    op_state=run.state)
+    ex.udf_raised = K.txn_failures(tpg.txn, run.raised, tpg.n_txn)
     if history:
         wmask = is_write_kind(tpg.kind) & committed[tpg.txn]
         ex.version_cell = tpg.cells[tpg.cell[wmask]]
@@ -196,6 +199,7 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
             redo_ops += int(aff.sum())
             run.state[aff] = 0
             run.failed[aff] = False
+            run.raised[aff] = False
             run.excluded = new
             s2, b2 = run.go(team, tpg, wo, False, True, busy, udf, batch.udf_params)
             sync += s2
@@ -306,19 +310,22 @@ def _serial_arrays(batch: OpBatch, d: _Dense, store: StateStore) -> tuple[np.nda
     vval = np.zeros(n, np.float64)
     committed = np.zeros(batch.num_txns, np.bool_)
     result = np.full(n, np.nan)
-    return cur, last, vprev, vts, vval, committed, result
+    raised = np.zeros(n, np.bool_)
+    return cur, last, vprev, vts, vval, committed, result, raised
 
 
 def _serial_finish(batch: OpBatch, d: _Dense, refused: np.ndarray, cur: np.ndarray,
-                   committed: np.ndarray, result: np.ndarray) -> Execution:
+                   committed: np.ndarray, result: np.ndarray, raised: np.ndarray) -> Execution:
     committed = committed & ~refused
     wmask = is_write_kind(batch.op_kind) & committed[batch.op_txn]
     result = np.where(refused[batch.op_txn], np.nan, result)
-    return Execution(
+    ex = Execution(
         committed=committed, op_result=result, cells=d.cells, final=cur,
         version_cell=batch.op_cell[wmask], version_ts=batch.txn_ts[batch.op_txn[wmask]],
         version_value=result[wmask],
     )
+    ex.udf_raised = K.txn_failures(batch.op_txn, raised, batch.num_txns)
+    return ex
 
 
 def run_serial(batch: OpBatch, refused: np.ndarray, store: StateStore, busy: int,
@@ -326,14 +333,14 @@ def run_serial(batch: OpBatch, refused: np.ndarray, store: StateStore, busy: int
     """One thread, transactions in timestamp order: the reference and the single-core limit."""
     t0 = time.perf_counter()
     d = _dense(batch, store)
-    cur, last, vprev, vts, vval, committed, result = _serial_arrays(batch, d, store)
+    cur, last, vprev, vts, vval, committed, result, raised = _serial_arrays(batch, d, store)
     t1 = time.perf_counter()
     K.run_serial(d.txn_ptr, d.cell, batch.op_kind, batch.op_operand, batch.op_cond,
                  batch.op_cond_arg, batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist,
                  last, vprev, vts, vval, committed, result, 0, batch.num_txns, busy, udf,
-                 batch.udf_params)
+                 batch.udf_params, raised)
     t2 = time.perf_counter()
-    ex = _serial_finish(batch, d, refused, cur, committed, result)
+    ex = _serial_finish(batch, d, refused, cur, committed, result, raised)
     ex.times = {"construct": t1 - t0, "explore": 0.0, "sync": 0.0, "lock": 0.0, "abort": 0.0,
                 "useful": t2 - t1}
     ex.memory_bytes = batch.nbytes() + 4 * batch.num_ops * 8
@@ -375,7 +382,7 @@ def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int
     """Read the state the batch starts from; return a callable that runs it (any thread)."""
     batch, refused, d, txn_part = prep.batch, prep.refused, prep.dense, prep.txn_part
     _window_hist(batch, d, store)
-    cur, last, vprev, vts, vval, committed, result = _serial_arrays(batch, d, store)
+    cur, last, vprev, vts, vval, committed, result, raised = _serial_arrays(batch, d, store)
     T = team.threads
 
     def go() -> Execution:
@@ -387,12 +394,12 @@ def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int
                                      batch.op_operand, batch.op_cond, batch.op_cond_arg,
                                      batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist,
                                      last, vprev, vts, vval, committed, result, busy, udf,
-                                     batch.udf_params)
+                                     batch.udf_params, raised)
 
         res = team.run(one)
         t2 = time.perf_counter()
         lock = sum(r[0] for r in res) / cycles_per_second() / T
-        ex = _serial_finish(batch, d, refused, cur, committed, result)
+        ex = _serial_finish(batch, d, refused, cur, committed, result, raised)
         ex.times = {"construct": prep.construct, "explore": 0.0, "sync": 0.0, "lock": lock,
                     "abort": 0.0, "useful": max(t2 - t1 - lock, 0.0)}
         ex.memory_bytes = batch.nbytes() + 4 * batch.num_ops * 8 + txn_part.nbytes

@@ -106,7 +106,7 @@ def run_with_objects(batch: OpBatch, refused: np.ndarray, store: Any, busy: int,
     assert objs is not None
     t0 = time.perf_counter()
     d = _dense(batch, store)
-    cur, last, vprev, vts, vval, committed, result = _serial_arrays(batch, d, store)
+    cur, last, vprev, vts, vval, committed, result, raised = _serial_arrays(batch, d, store)
     obj_reason = np.zeros(batch.num_txns, np.int8)
     details: dict[int, str] = {}
     obj_results: list[Any] = [None] * len(objs)
@@ -117,7 +117,7 @@ def run_with_objects(batch: OpBatch, refused: np.ndarray, store: Any, busy: int,
         K.run_serial(d.txn_ptr, d.cell, batch.op_kind, batch.op_operand, batch.op_cond,
                      batch.op_cond_arg, batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur,
                      d.hist, last, vprev, vts, vval, committed, result, lo_t, hi_t, busy, udf,
-                     batch.udf_params)
+                     batch.udf_params, raised)
 
     run_lo = 0
     for t in np.flatnonzero(starts[1:] > starts[:-1]).tolist():
@@ -149,7 +149,7 @@ def run_with_objects(batch: OpBatch, refused: np.ndarray, store: Any, busy: int,
     if run_lo < batch.num_txns:
         kernel(run_lo, batch.num_txns)
     t2 = time.perf_counter()
-    ex = _serial_finish(batch, d, refused, cur, committed, result)
+    ex = _serial_finish(batch, d, refused, cur, committed, result, raised)
     ex.times = {"construct": t1 - t0, "explore": 0.0, "sync": 0.0, "lock": 0.0, "abort": 0.0,
                 "useful": t2 - t1}
     ex.memory_bytes = batch.nbytes() + 4 * batch.num_ops * 8

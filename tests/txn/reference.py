@@ -16,6 +16,7 @@ from splice.txn.ops import (
     REASON_CONDITION,
     REASON_DUPLICATE,
     REASON_LATE,
+    REASON_UDF,
     SUM_ADD,
     SUM_WRITE,
     UDF,
@@ -58,13 +59,16 @@ class SerialReference:
                 reasons.append(reason)
                 continue
             ok = True
+            raised = False
             for i in ops:
                 b = self.get(int(batch.op_cell[i]))
                 c, arg = int(batch.op_cond[i]), float(batch.op_cond_arg[i])
                 if (c == COND_GE and not b >= arg) or (c == COND_LE and not b <= arg):
                     ok = False
-                if int(batch.op_kind[i]) == UDF and not self._udf(batch, i, b)[1]:
-                    ok = False
+                if int(batch.op_kind[i]) == UDF:
+                    _, uok, rz = self._udf(batch, i, b)
+                    ok = ok and uok
+                    raised = raised or rz
             new: dict[int, float] = {}
             for i in ops:
                 cell = int(batch.op_cell[i])
@@ -91,7 +95,7 @@ class SerialReference:
                     results[i] = v if ok else b
                     new[cell] = v
             committed.append(ok)
-            reasons.append(0 if ok else REASON_CONDITION)
+            reasons.append(0 if ok else REASON_UDF if raised else REASON_CONDITION)
             if ok:
                 for cell, v in new.items():
                     self.state[cell] = v
@@ -102,10 +106,13 @@ class SerialReference:
                 pass
         return committed, reasons, results
 
-    def _udf(self, batch: OpBatch, i: int, b: float) -> tuple[float, bool]:
-        v, ok = self.udf(b, batch.udf_params[int(batch.op_operand[i])])
+    def _udf(self, batch: OpBatch, i: int, b: float) -> tuple[float, bool, bool]:
+        try:
+            v, ok = self.udf(b, batch.udf_params[int(batch.op_operand[i])])
+        except Exception:
+            return math.nan, False, True
         v = float(v)
-        return v, bool(ok) and math.isfinite(v)
+        return v, bool(ok) and math.isfinite(v), False
 
     def values(self, cells: np.ndarray) -> np.ndarray:
         return np.array([self.get(int(c)) for c in cells])

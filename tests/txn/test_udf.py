@@ -93,6 +93,22 @@ def test_udf_results_in_window_reads_and_operator_results() -> None:
     eng.close()
 
 
+@pytest.mark.parametrize("scheduler,threads", [("serial", 1), ("ns,f,l", 2), ("ns,f,e", 2),
+                                               ("s,f,e", 2), ("tstream", 2), ("sstore", 2)])
+def test_udf_that_raises_aborts_its_transaction_and_the_engine_goes_on(scheduler: str,
+                                                                       threads: int) -> None:
+    eng = TxnEngine([StateTable("acct", keys=2, initial=5.0)], threads=threads,
+                    scheduler=scheduler, udf=ledger_udf)
+    limit = {"ok": 100.0, "raise": 0.0}
+    out = run_events(eng, [{"k": 0, "m": "ok"}, {"k": 0, "m": "raise"}, {"k": 1, "m": "ok"}],
+                     lambda e: [update("acct", e["k"], 4, limit[e["m"]]),
+                                add("acct", 1 - e["k"], 1.0)])
+    assert [o.committed for o in out] == [True, False, True]
+    assert [o.reason for o in out] == ["", "user function raised", ""]
+    assert [eng.store.value("acct", k) for k in range(2)] == [7.0, 7.0]
+    eng.close()
+
+
 def test_udf_programming_mistakes_are_plan_errors() -> None:
     with pytest.raises(PlanError, match="numba @njit"):
         TxnEngine([StateTable("acct", keys=2)], udf=lambda v, p: (v, True))

@@ -36,7 +36,7 @@ def random_batch(rng: np.random.Generator, store: StateStore, ts0: int, n_txn: i
             table = int(rng.integers(0, 2))
             key = int(rng.choice(keys, p=p))
             if rng.random() < udf_ratio:
-                which = int(rng.choice([0, 0, 1, 3, 2 if rng.random() < 0.1 else 1]))
+                which = int(rng.choice([0, 0, 1, 3, 4, 2 if rng.random() < 0.1 else 1]))
                 a = float(rng.choice([-1.0, 0.5, 2.0])) if which == 1 else float(rng.integers(0, 15))
                 udf_rows.append((t, int(store.cells(table, [key])[0]), [which, a, float(rng.integers(0, 4))]))
                 continue
