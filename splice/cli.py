@@ -76,6 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
     tpch.add_argument("--data-dir", default=None,
                       help="cache directory for generated TPC-H data (default ~/.cache/splice/tpch)")
     tpch.add_argument("--json", action="store_true", help="one JSON object per row, then metrics")
+    tpch.add_argument("--state-backend", default="memory", choices=["memory", "rocksdb"],
+                      help="q1: where the group-by's per-group state lives (rocksdb: larger than memory)")
+    tpch.add_argument("--bad-input", default=None, choices=["fail", "dead-letter"],
+                      help="check the tables read from --data-dir at the edge: fail, or route bad rows to --dead-letter")
+    tpch.add_argument("--dead-letter", default=None,
+                      help="JSON-lines file receiving bad rows with their reason (with --bad-input dead-letter)")
+    tpch.add_argument("--dedupe-on", default=None,
+                      help="id column(s), comma separated: a repeated id is bad input (reason 'duplicate')")
+    tpch.add_argument("--max-row-bytes", type=_positive_int, default=None,
+                      help="a row over this many bytes is bad input")
     _add_checkpoint_options(tpch)
 
     join = sub.add_parser("join", help="run one join over Parquet/CSV inputs")
@@ -87,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--arrival", default=None, help="global arrival position column on both inputs")
     join.add_argument("--time", default=None, help="event-time column on both inputs")
     join.add_argument("--window", default=None, help="hash/band: count window w (rows per stream)")
-    join.add_argument("--window-time", type=int, default=None, help="hash: time window length")
+    join.add_argument("--window-time", type=int, default=None, help="hash/band: time window length")
     join.add_argument("--impl", default="fast", choices=["fast", "hbsj"], help="hash: implementation")
     join.add_argument("--parallel", type=_positive_int, default=1, help="hash: join PUs (SplitJoin)")
     join.add_argument("--eps", type=float, default=None, help="band: |l.x - r.x| <= eps")

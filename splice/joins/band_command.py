@@ -5,7 +5,11 @@
 [--merge-ratio m] [--insertion-depth D] --out OUT.parquet [--json]``
 
 pairs ``(l, r)`` with ``|l.X - r.X| <= E`` (or ``--lower A --upper B``: ``A <= r.X - l.X <= B``)
-over count windows of the last N tuples of each input (``--window N,M``: N left, M right).
+over count windows of the last N tuples of each input (``--window N,M``: N left, M right), or,
+with ``--time TS --window-time D`` instead of ``--window``, over time windows: pairs whose
+``TS`` differ by at most D (:mod:`splice.joins.band_time`, one thread). Arriving by time,
+nothing is late and each input's watermark trails its largest time by one, retiring the other
+input's tuples as the join goes; with ``--arrival`` there are no watermarks.
 Arrival order is :func:`splice.io.arrival.arrival_positions`: by ``--arrival``, else by ``--time``
 (ties left first), else row i of the left input just before row i of the right. The whole
 arrival sequence runs through the join in chunks of ``--batch-size`` tuples (one kernel call
@@ -24,10 +28,11 @@ import numpy as np
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError
+from splice.core.time import MIN_TIME, time_values
 from splice.io.arrival import arrival_positions
 from splice.joins.band_join import BandJoin, band_bounds, key_dtype, key_values
 from splice.joins.hash_window_join import join_output_schema
-from splice.joins.window import parse_count_window
+from splice.joins.window import TimeWindow, parse_count_window
 
 __all__ = ["run", "band_join_tables", "parse_windows"]
 
@@ -82,9 +87,30 @@ def band_join_tables(
     keys[~is_left] = rk[rows[~is_left]]
     sides8 = sides.astype(np.int8)
     core = spec.make_core(dtype)
+    tw = spec.time_window
+    times = None
+    if tw is not None:
+        lt = time_values(left, tw.column, "left")
+        rt = time_values(right, tw.column, "right")
+        times = np.empty(len(sides), np.int64)
+        times[is_left] = lt[rows[is_left]]
+        times[~is_left] = rt[rows[~is_left]]
     gs, ps = [], []
+    wm = [MIN_TIME, MIN_TIME]
     for c0 in range(0, len(keys), batch_size):
-        g, p = core.run(sides8[c0 : c0 + batch_size], keys[c0 : c0 + batch_size])
+        c1 = min(len(keys), c0 + batch_size)
+        if times is None:
+            g, p = core.run(sides8[c0:c1], keys[c0:c1])
+        else:
+            g, p = core.run(sides8[c0:c1], keys[c0:c1], times[c0:c1])
+            if tw is not None and time is not None and arrival is None:
+                # arriving by time nothing is late; each input's watermark trails its largest
+                # time by one, and the other input's tuples a window behind it are retired
+                for s in (0, 1):
+                    mine = times[c0:c1][sides8[c0:c1] == s]
+                    if len(mine):
+                        wm[s] = max(wm[s], int(mine.max()) - 1)
+                        core.evict(1 - s, wm[s] - tw.length)
         gs.append(g + c0)
         ps.append(p)
     g = np.concatenate(gs) if gs else np.empty(0, np.int64)
@@ -107,7 +133,19 @@ def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:
     """The ``splice join --kind band`` entry point (see the module docstring)."""
     on = _key_column(args.on)
     lower, upper = band_bounds(args.eps, getattr(args, "lower", None), getattr(args, "upper", None))
-    windows = parse_windows(args.window)
+    window_time = getattr(args, "window_time", None)
+    window: tuple[int, int] | TimeWindow
+    if window_time is not None:
+        if args.time is None:
+            raise PlanError("--window-time needs --time COL (the event-time column of both inputs)")
+        if args.window is not None:
+            raise PlanError("give either --window N (count) or --window-time D (time), not both")
+        if window_time < 0:
+            raise PlanError(f"--window-time must be >= 0, got {window_time}")
+        window = TimeWindow(int(window_time), args.time)
+        windows = (1 << 20, 1 << 20)
+    else:
+        window = windows = parse_windows(args.window)
     if args.threads < 1:
         raise PlanError(f"--threads must be >= 1, got {args.threads}")
     depth: int | None = args.insertion_depth
@@ -121,7 +159,7 @@ def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:
         on=on,
         lower=lower,
         upper=upper,
-        window=windows,
+        window=window,
         index=args.index,
         merge_ratio=args.merge_ratio,
         insertion_depth=depth if args.index == "pimtree" else None,

@@ -10,6 +10,10 @@ band join ``|r.x - s.x| <= eps`` is ``lower = -eps, upper = eps``. A **self-join
 pairs each arriving tuple ``a`` with the earlier tuples ``b`` of its window (the last ``w``
 before ``a``) with ``lower <= b.x - a.x <= upper``; its rows are ``a``'s columns then ``b``'s.
 
+**Time windows** (``window=TimeWindow(D, column)``): partners within ``D`` of the arriving
+tuple's event time instead of the last ``w`` arrivals, evicted by watermark; a tuple at or
+before its stream's watermark goes to the late side output (:mod:`splice.joins.band_time`).
+
 Output rows list the left input's columns then the right input's (a right column whose name is
 taken gets the suffix ``_right``), ordered by the arrival of the later tuple, then by the arrival
 of its partner — the same for every index and thread count, however the input is batched.
@@ -51,11 +55,12 @@ import pyarrow.compute as pc
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.core.time import MIN_TIME, time_values
 from splice.index._window import M_NEXT, join_run
 from splice.index.window import INDEX_KINDS, IndexKind, WindowIndex, max_insertion_depth
 from splice.joins._band_kernels import LOW_LEFT_POOL, LOW_RIGHT_POOL, OUT_FULL, join_seq_run
 from splice.joins.hash_window_join import join_output_schema
-from splice.joins.window import RowStore
+from splice.joins.window import RowStore, TimeWindow
 
 __all__ = [
     "BandJoin",
@@ -221,7 +226,9 @@ class BandCore:
         return sum(ix.used_bytes() for ix in self.indexes)
 
 
-def _windows(window: int | tuple[int, int]) -> tuple[int, int]:
+def _windows(window: int | tuple[int, int] | TimeWindow) -> tuple[int, int]:
+    if isinstance(window, TimeWindow):
+        raise PlanError("band join: a time window has no count sizes")
     if isinstance(window, tuple | list):
         if len(window) != 2:
             raise PlanError(f"band join: window is w or (w_left, w_right), got {window!r}")
@@ -239,7 +246,10 @@ class BandJoin(OperatorSpec):
     """IBWJ of streams ``left`` and ``right`` (``right=None``: self-join of ``left``) on ``on``.
 
     ``eps`` or ``lower``/``upper`` give the predicate (module docstring); ``window`` is ``w`` or
-    ``(w_left, w_right)``; ``index`` one of ``nlwj bptree bchain ibchain imtree pimtree``.
+    ``(w_left, w_right)`` (count windows), or a :class:`~splice.joins.window.TimeWindow`
+    ``(D, column)``: partners within ``D`` of the arriving tuple's event time, evicted by
+    watermark, late tuples to the late side output (:mod:`splice.joins.band_time`; one thread);
+    ``index`` one of ``nlwj bptree bchain ibchain imtree pimtree``.
     IM/PIM-Tree: ``merge_ratio`` m in (0, 1]; PIM-Tree: ``insertion_depth`` D_I (``None``: the
     smaller of 1 and the deepest level of a full window's ``T_S``). Chains: ``chain_length`` >= 2.
     ``threads`` >= 1, ``task_size`` tuples per task and ``merge`` mode of the parallel join;
@@ -253,7 +263,7 @@ class BandJoin(OperatorSpec):
     eps: float | None = None
     lower: float | None = None
     upper: float | None = None
-    window: int | tuple[int, int] = 1024
+    window: int | tuple[int, int] | TimeWindow = 1024
     index: IndexKind = "pimtree"
     merge_ratio: float = 0.125
     insertion_depth: int | None = None
@@ -267,7 +277,15 @@ class BandJoin(OperatorSpec):
 
     def __post_init__(self) -> None:
         band_bounds(self.eps, self.lower, self.upper)
-        windows = _windows(self.window)
+        if isinstance(self.window, TimeWindow):
+            if int(self.threads) > 1:
+                raise PlanError(
+                    "band join: time windows run on one thread (threads=1); the parallel join "
+                    "fixes each probe's window bounds by arrival count"
+                )
+            windows = (1 << 20, 1 << 20)  # a time window's T_S may reach any depth
+        else:
+            windows = _windows(self.window)
         if self.index not in INDEX_KINDS:
             raise PlanError(
                 f"band join: unknown index {self.index!r} (choose one of {', '.join(INDEX_KINDS)})"
@@ -310,6 +328,10 @@ class BandJoin(OperatorSpec):
         return _windows(self.window)
 
     @property
+    def time_window(self) -> TimeWindow | None:
+        return self.window if isinstance(self.window, TimeWindow) else None
+
+    @property
     def bounds(self) -> tuple[float, float]:
         return band_bounds(self.eps, self.lower, self.upper)
 
@@ -325,6 +347,8 @@ class BandJoin(OperatorSpec):
             )
         if self.insertion_depth is not None:
             return int(self.insertion_depth)
+        if self.time_window is not None:
+            return 1
         return min(1, max_insertion_depth(max(self.windows)))
 
     def _columns(self) -> tuple[str, str]:
@@ -348,6 +372,12 @@ class BandJoin(OperatorSpec):
                     f"stream {sid}: band join key column {col!r} is missing "
                     f"(columns: {', '.join(schema.names)})"
                 )
+            tw = self.time_window
+            if tw is not None and tw.column not in schema.names:
+                raise SchemaError(
+                    f"stream {sid}: band join time column {tw.column!r} is missing "
+                    f"(columns: {', '.join(schema.names)})"
+                )
         return ls, rs
 
     def key_dtype(self, inputs: InputSchemas) -> np.dtype:
@@ -369,6 +399,12 @@ class BandJoin(OperatorSpec):
     def make_core(self, dtype: np.dtype) -> Any:
         """The join engine: :class:`BandCore`, or the parallel join for ``threads > 1``."""
         lower, upper = self.bounds
+        tw = self.time_window
+        if tw is not None:
+            from splice.joins.band_time import TimeBandCore
+
+            return TimeBandCore(self.index, dtype, lower, upper, tw.length, self.self_join,
+                                self.merge_ratio, self.depth, self.chain_length)
         if self.threads > 1:
             from splice.joins.parallel_band import make_parallel
 
@@ -390,9 +426,13 @@ class BandJoinLogic(OperatorLogic):
         self.out_schema, _ = join_output_schema(ls, rs)
         self.cols = spec._columns()
         self.dtype = spec.key_dtype(inputs)
-        self.windows = spec.windows
+        self.windows = spec.windows if spec.time_window is None else (0, 0)
         self.rows = [RowStore(ls)] if spec.self_join else [RowStore(ls), RowStore(rs)]
         self.core = spec.make_core(self.dtype)
+        self.time = spec.time_window
+        self.watermarks = [MIN_TIME] * len(self.rows)
+        self.late = [0] * len(self.rows)
+        self._late: list[pa.RecordBatch] = []
         if state is not None:
             self._restore(state)
 
@@ -415,11 +455,18 @@ class BandJoinLogic(OperatorLogic):
             for b in table.to_batches():
                 self.rows[s].append(b)
             starts.append(first)
+        if self.time is not None:
+            self.watermarks = [int(t) for t in state["watermarks"]]
+            self.late = [int(n) for n in state["late"]]
         self.core.start_at(tuple(starts))
         for s, table in enumerate(tables):
             if table.num_rows:
                 keys = key_values(table.column(self.cols[s]), self.dtype, str(s), self.cols[s])
-                self.core.run(np.full(len(keys), s, np.int8), keys)  # rebuilds the windows
+                sides = np.full(len(keys), s, np.int8)
+                if self.time is not None:  # rebuilds the windows
+                    self.core.run(sides, keys, time_values(table, self.time.column, str(s)))
+                else:
+                    self.core.run(sides, keys)
 
     def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         side = self._side(stream_id)
@@ -428,11 +475,26 @@ class BandJoinLogic(OperatorLogic):
         schema = self.schemas[side]
         if not batch.schema.equals(schema, check_metadata=False):
             batch = batch.select(schema.names)
+        times = None
+        if self.time is not None:
+            times = time_values(batch, self.time.column, str(stream_id))
+            late = times <= self.watermarks[side]
+            if late.any():  # the late side output: joined with nothing, never dropped silently
+                self._late.append(batch.filter(pa.array(late)))
+                self.late[side] += int(late.sum())
+                batch = batch.filter(pa.array(~late))
+                times = times[~late]
+                if batch.num_rows == 0:
+                    return []
         keys = key_values(batch.column(self.cols[side]), self.dtype, str(stream_id),
                           self.cols[side])
         store = self.rows[side if not self.spec.self_join else 0]
         store.append(batch)
-        g, partner = self.core.run(np.full(len(keys), side, np.int8), keys)
+        sides = np.full(len(keys), side, np.int8)
+        if times is not None:
+            g, partner = self.core.run(sides, keys, times)
+        else:
+            g, partner = self.core.run(sides, keys)
         other = self.rows[0] if (side == 1 or self.spec.self_join) else self.rows[1]
         out: list[pa.RecordBatch] = []
         if len(g):
@@ -441,15 +503,37 @@ class BandJoinLogic(OperatorLogic):
             left, right = (part, probe) if side == 1 else (probe, part)
             cols = left.columns + right.columns
             out = pa.Table.from_arrays(cols, schema=self.out_schema).combine_chunks().to_batches()
-        w = self.windows[side if not self.spec.self_join else 0]
-        store.evict_before(store.end - w)
+        if self.time is None:
+            w = self.windows[side if not self.spec.self_join else 0]
+            store.evict_before(store.end - w)
         return [b for b in out if b.num_rows]
+
+    def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
+        side = self._side(stream_id)
+        if self.time is None or time <= self.watermarks[side]:
+            return []
+        self.watermarks[side] = int(time)
+        # later tuples of this stream have times > time: the other's tuples at or before
+        # time - D can never match again
+        other = 0 if self.spec.self_join else 1 - side
+        first = self.core.evict(other, int(time) - self.time.length)
+        self.rows[other].evict_before(first)
+        return []
+
+    def drain_late(self) -> list[pa.RecordBatch]:
+        out, self._late = self._late, []
+        return out
 
     def snapshot(self) -> Any:
         tables = []
         for s, store in enumerate(self.rows):
-            tables.append(store.rows_from(store.end - self.windows[s]))
-        return {"rows": tables, "next": [store.end for store in self.rows]}
+            start = store.start if self.time is not None else store.end - self.windows[s]
+            tables.append(store.rows_from(start))
+        state: dict[str, Any] = {"rows": tables, "next": [store.end for store in self.rows]}
+        if self.time is not None:
+            state["watermarks"] = list(self.watermarks)
+            state["late"] = list(self.late)
+        return state
 
     def state_bytes(self) -> int:
         return sum(r.nbytes() for r in self.rows) + int(self.core.nbytes())

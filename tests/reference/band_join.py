@@ -35,3 +35,32 @@ def nested_loop_band_join(
                 out.append((g, pos))
         seen[s].append(x)
     return out
+
+
+def nested_loop_band_time_join(
+    sides: list[int],
+    keys: list[float],
+    times: list[int],
+    length: int,
+    lower: float,
+    upper: float,
+    self_join: bool = False,
+) -> list[tuple[int, int]]:
+    """Time windows: ``(g, partner position)`` pairs in arrival order, partners oldest first.
+
+    Tuple ``g`` pairs with every earlier tuple of the other stream (its own for a self-join)
+    whose key satisfies the band predicate as in :func:`nested_loop_band_join` and whose time
+    differs from ``g``'s by at most ``length``. Positions count each stream's tuples.
+    """
+    seen: list[list[tuple[float, int]]] = [[], []]
+    out: list[tuple[int, int]] = []
+    for g, (s, x, t) in enumerate(zip(sides, keys, times, strict=True)):
+        if self_join:
+            s = 0
+        other = seen[0] if self_join else seen[1 - s]
+        for pos, (y, ty) in enumerate(other):
+            d = (y - x) if s == 0 else (x - y)
+            if lower <= d <= upper and abs(t - ty) <= length:
+                out.append((g, pos))
+        seen[s].append((x, t))
+    return out

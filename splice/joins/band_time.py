@@ -1,0 +1,171 @@
+"""The band join over time-based windows: partners within ``D`` of the arriving tuple's event time.
+
+Semantics. An arriving tuple ``x`` (event time ``t``) of one stream pairs with every earlier,
+not late tuple ``y`` of the other stream (for a self-join: of its own stream) with::
+
+    lower <= y.x - x.x <= upper   (mirrored for the right stream)   and   |t - y.t| <= D
+
+A tuple whose time is at or before its own stream's watermark is late: it goes to the late side
+output and joins nothing. Output order is that of the count-window join: by arrival of the later
+tuple, then of its partner.
+
+Algorithm. Each stream keeps the index of the count-window join (:class:`WindowIndex`, any kind)
+over the positions it retains, ``first .. next - 1``, with a capacity ``C >= next - first``, so
+the count expiry of the index never drops a retained tuple. A probe searches the key range over
+the retained positions and keeps the candidates within ``D`` in time (one vectorized filter per
+call). When a watermark ``W`` arrives on one stream, the other stream's tuples with time
+``<= W - D`` can never match again (later tuples of the watermarked stream have times > ``W``);
+the longest such prefix of positions is evicted once it is at least half of what the stream
+retains, by rebuilding the index over the rest (amortized O(1) per tuple, as the hash join's
+time windows). Dead tuples behind a not yet evicted prefix stay until then and are filtered
+by time. When arrivals would exceed ``C``, the index is rebuilt with ``C`` doubled.
+
+State: per stream the keys and times of the retained positions and the index (derived: rebuilt
+from the retained rows on restore).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from splice.index._window import M_NEXT
+from splice.index.window import IndexKind, WindowIndex
+from splice.joins.band_join import BandCore
+
+__all__ = ["TimeBandCore"]
+
+#: Smallest index capacity of a time window (tuples).
+MIN_CAPACITY = 1024
+
+
+class TimeBandCore:
+    """Single-threaded IBWJ over time windows of length ``length`` (module docstring).
+
+    ``run(sides, keys, times)`` joins a sequence in which no tuple is late (the operator sends
+    late tuples to the side output first); ``evict(stream, upto)`` drops the stream's tuples
+    with time ``<= upto`` when enough are dead, and returns the first position it still holds.
+    """
+
+    def __init__(
+        self,
+        index: IndexKind,
+        dtype: np.dtype,
+        lower: float,
+        upper: float,
+        length: int,
+        self_join: bool = False,
+        merge_ratio: float = 0.125,
+        insertion_depth: int = 1,
+        chain_length: int = 2,
+    ) -> None:
+        self.length = int(length)
+        self.index = index
+        self.dtype = np.dtype(dtype)
+        self.self_join = self_join
+        self.opts: dict[str, Any] = dict(
+            merge_ratio=merge_ratio, insertion_depth=insertion_depth, chain_length=chain_length
+        )
+        n = 1 if self_join else 2
+        self.core = BandCore(index, (MIN_CAPACITY, MIN_CAPACITY), self.dtype, lower, upper,
+                             self_join, merge_ratio, insertion_depth, chain_length)
+        self.first = [0] * n  # first retained position per stream
+        # keys and times of the retained positions, by position - first (buffers, cnt used)
+        self._keys = [np.zeros(MIN_CAPACITY, self.dtype) for _ in range(n)]
+        self._times = [np.zeros(MIN_CAPACITY, np.int64) for _ in range(n)]
+        self.cnt = [0] * n
+        self.rebuilds = 0
+
+    def keys_of(self, s: int) -> np.ndarray:
+        """Keys of stream ``s``'s retained positions."""
+        return self._keys[s][: self.cnt[s]]
+
+    def times_of(self, s: int) -> np.ndarray:
+        """Event times of stream ``s``'s retained positions."""
+        return self._times[s][: self.cnt[s]]
+
+    def _append(self, s: int, keys: np.ndarray, times: np.ndarray) -> None:
+        c, n = self.cnt[s], len(keys)
+        if c + n > len(self._keys[s]):
+            cap = max(2 * (c + n), MIN_CAPACITY)
+            for bufs in (self._keys, self._times):
+                grown = np.empty(cap, bufs[s].dtype)
+                grown[:c] = bufs[s][:c]
+                bufs[s] = grown
+        self._keys[s][c : c + n] = keys
+        self._times[s][c : c + n] = times
+        self.cnt[s] = c + n
+
+    def _next(self, s: int) -> int:
+        return int(self.core.indexes[s].meta[M_NEXT])
+
+    def start_at(self, positions: tuple[int, int]) -> None:
+        """Continue numbering each stream's arrivals from ``positions`` (an empty core only)."""
+        self.core.start_at(positions)
+        for s in range(len(self.first)):
+            self.first[s] = int(positions[s])
+
+    def _rebuild(self, s: int, first: int, capacity: int) -> None:
+        """Index positions ``first .. next - 1`` of stream ``s`` afresh, with ``capacity``."""
+        drop = first - self.first[s]
+        keys, times = self.keys_of(s)[drop:].copy(), self.times_of(s)[drop:].copy()
+        ix = WindowIndex(self.index, max(capacity, MIN_CAPACITY), self.dtype, **self.opts)
+        ix.meta[M_NEXT] = first
+        ix.insert(keys)
+        self.core.indexes[s] = ix
+        self.first[s] = first
+        self.cnt[s] = 0
+        self._append(s, keys, times)
+        self.rebuilds += 1
+
+    def run(
+        self, sides: np.ndarray, keys: np.ndarray, times: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Join ``(sides[g], keys[g], times[g])`` in order; return ``(g, partner position)``."""
+        sides = np.ascontiguousarray(sides, np.int8)
+        keys = np.ascontiguousarray(keys, self.dtype)
+        times = np.ascontiguousarray(times, np.int64)
+        if self.self_join:
+            sides = np.zeros(len(keys), np.int8)
+        for s in range(len(self.first)):
+            mine = sides == s
+            n_s = int(mine.sum())
+            if not n_s:
+                continue
+            held = self._next(s) + n_s - self.first[s]
+            if held > self.core.indexes[s].window:
+                self._rebuild(s, self.first[s], 2 * held)
+            self._append(s, keys[mine], times[mine])
+        g, p = self.core.run(sides, keys)
+        if not len(g):
+            return g, p
+        # keep the candidates within the time window
+        other = np.zeros(len(g), np.int64) if self.self_join else 1 - sides[g].astype(np.int64)
+        tp = np.empty(len(g), np.int64)
+        for o in range(len(self.first)):
+            sel = other == o
+            tp[sel] = self._times[o][p[sel] - self.first[o]]
+        ok = np.abs(times[g] - tp) <= self.length
+        return g[ok], p[ok]
+
+    def evict(self, s: int, upto: int) -> int:
+        """Drop stream ``s``'s oldest tuples with time ``<= upto`` when they are at least half of
+        what it retains; return the first position still held."""
+        t = self.times_of(s)
+        if not len(t):
+            return self.first[s]
+        alive = t > upto
+        dead = int(np.argmax(alive)) if alive.any() else len(t)
+        if dead and 2 * dead >= len(t):
+            held = len(t) - dead
+            self._rebuild(s, self.first[s] + dead, 2 * held)
+        return self.first[s]
+
+    def held(self) -> int:
+        """Tuples retained (both streams)."""
+        return sum(self.cnt)
+
+    def nbytes(self) -> int:
+        return int(self.core.nbytes() + sum(k.nbytes + t.nbytes
+                                            for k, t in zip(self._keys, self._times, strict=True)))

@@ -1,0 +1,214 @@
+"""Band joins over time windows against the nested-loop reference (watermarks, late tuples)."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splice.cli import main
+from splice.core.errors import PlanError, SchemaError
+from splice.core.records import Data, End, Watermark
+from splice.index import INDEX_KINDS
+from splice.joins.band_command import run as band_run
+from splice.joins.band_join import BandJoin
+from splice.joins.band_time import TimeBandCore
+from splice.joins.window import TimeWindow
+from splice.testing import check_operator, run_operator
+from tests.reference.band_join import nested_loop_band_time_join
+
+
+@settings(max_examples=60)
+@given(
+    index=st.sampled_from(list(INDEX_KINDS)),
+    data=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 30), st.integers(0, 12)),
+                  max_size=300),
+    length=st.integers(0, 40),
+    eps=st.sampled_from([0, 1, 3]),
+    self_join=st.booleans(),
+    chunk=st.sampled_from([1, 2, 7, 49, 50, 51, 100]),
+    merge_ratio=st.sampled_from([0.05, 0.5, 1.0]),
+)
+def test_time_core_matches_nested_loops(index, data, length, eps, self_join, chunk, merge_ratio):
+    # times drift upward with bounded disorder; watermarks trail each stream's future minimum
+    sides = [0 if self_join else s for s, _, _ in data]
+    keys = [k for _, k, _ in data]
+    times = [i // 3 + j for i, (_, _, j) in enumerate(data)]
+    core = TimeBandCore(index, np.dtype(np.int64), -eps, eps, length, self_join, merge_ratio, 1, 3)
+    n = len(keys)
+    got = []
+    streams = 1 if self_join else 2
+    for c0 in range(0, n, chunk):
+        c1 = min(n, c0 + chunk)
+        g, p = core.run(np.array(sides[c0:c1], np.int8), np.array(keys[c0:c1]),
+                        np.array(times[c0:c1]))
+        got += list(zip((g + c0).tolist(), p.tolist(), strict=True))
+        for s in range(streams):
+            future = [t for t, side in zip(times[c1:], sides[c1:], strict=True) if side == s]
+            if not future:
+                continue
+            wm = min(future) - 1
+            o = 0 if self_join else 1 - s
+            upto = wm - length
+            first = core.evict(o, upto)
+            # state: every tuple of o that can still match is held, and the held count is
+            # exactly what arrived from `first` on
+            mine = [t for t, side in zip(times[:c1], sides[:c1], strict=True) if side == o]
+            live = [pos for pos, t in enumerate(mine) if t > upto]
+            assert not live or first <= live[0]
+            assert core.cnt[o] == len(mine) - first
+    assert got == nested_loop_band_time_join(sides, keys, times, length, -eps, eps, self_join)
+
+
+def _schemas():
+    return {2: pa.schema([("x", pa.int64()), ("ts", pa.int64()), ("a", pa.int64())]),
+            3: pa.schema([("x", pa.float64()), ("ts", pa.int64()), ("b", pa.int64())])}
+
+
+def _records(rng, n_batches, self_join=False):
+    recs = []
+    row = 0
+    clock = [0, 0]
+    for _ in range(n_batches):
+        sid = 2 if self_join or rng.random() < 0.5 else 3
+        s = sid - 2
+        m = int(rng.integers(0, 6))
+        ts = clock[s] + rng.integers(-6, 8, m)  # some rows fall behind the watermark
+        clock[s] += 3
+        xs = rng.integers(0, 25, m)
+        ids = np.arange(row, row + m)
+        row += m
+        if sid == 2:
+            b = pa.record_batch({"x": pa.array(xs, pa.int64()), "ts": pa.array(ts, pa.int64()),
+                                 "a": pa.array(ids, pa.int64())})
+        else:
+            b = pa.record_batch({"x": pa.array(xs, pa.float64()), "ts": pa.array(ts, pa.int64()),
+                                 "b": pa.array(ids, pa.int64())})
+        recs.append(Data(sid, b))
+        if rng.random() < 0.4:
+            recs.append(Watermark(sid, int(clock[s] - 4)))
+    return recs + [End()]
+
+
+def _reference(recs, length, eps, self_join):
+    """Ids of (left, right) pairs, and ids of late rows, tuple at a time."""
+    wm = {2: -(1 << 62), 3: -(1 << 62)}
+    sides, keys, times, ids, late = [], [], [], [], []
+    for r in recs:
+        if isinstance(r, Watermark):
+            wm[r.stream_id] = max(wm[r.stream_id], r.time)
+        elif isinstance(r, Data):
+            idc = "a" if r.stream_id == 2 else "b"
+            for row in r.batch.to_pylist():
+                if row["ts"] <= wm[r.stream_id]:
+                    late.append(row[idc])
+                    continue
+                sides.append(r.stream_id - 2)
+                keys.append(float(row["x"]))
+                times.append(row["ts"])
+                ids.append(row[idc])
+    pairs = nested_loop_band_time_join(sides, keys, times, length, -eps, eps, self_join)
+    per = [[i for s, i in zip(sides, ids, strict=True) if s == k] for k in (0, 1)]
+    out = []
+    for g, p in pairs:
+        o = 0 if self_join else 1 - sides[g]
+        partner = per[o][p]
+        out.append((ids[g], partner) if sides[g] == 0 else (partner, ids[g]))
+    return out, sorted(late)
+
+
+@settings(max_examples=25)
+@given(seed=st.integers(0, 10_000), length=st.integers(0, 12), eps=st.sampled_from([0.0, 2.0]),
+       index=st.sampled_from(["pimtree", "bptree", "ibchain", "nlwj"]), self_join=st.booleans())
+def test_time_operator_matches_reference(seed, length, eps, index, self_join):
+    rng = np.random.default_rng(seed)
+    recs = _records(rng, 40, self_join)
+    spec = BandJoin(left=2, right=None if self_join else 3, on="x", eps=eps,
+                    window=TimeWindow(length, "ts"), index=index, merge_ratio=0.25)
+    schemas = _schemas() if not self_join else {2: _schemas()[2]}
+    out, h = run_operator(spec, schemas, recs)
+    want, late = _reference(recs, length, eps, self_join)
+    right = "a_right" if self_join else "b"
+    assert list(zip(out.column("a").to_pylist(), out.column(right).to_pylist(), strict=True)) == want
+    got_late = []
+    for b in h.late:
+        got_late += b.column("a" if "a" in b.schema.names else "b").to_pylist()
+    assert sorted(got_late) == late
+    check_operator(spec, schemas, recs, restore_points=[0, len(recs) // 3, len(recs) - 2])
+
+
+def test_time_window_eviction_bounds_state():
+    # times in order, a watermark after every batch: the state stays about one window
+    spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=TimeWindow(50, "ts"), index="pimtree")
+    schemas = _schemas()
+    logic = spec.build(schemas)
+    held = []
+    for i in range(200):
+        sid = 2 + i % 2
+        ts = pa.array(np.arange(i * 10, i * 10 + 10), pa.int64())
+        cols = {"x": pa.array(np.arange(10), schemas[sid].field("x").type), "ts": ts,
+                "a" if sid == 2 else "b": pa.array(np.arange(10), pa.int64())}
+        logic.on_batch(sid, pa.record_batch(cols))
+        logic.on_watermark(sid, i * 10 + 9)
+        held.append(logic.core.held())
+    assert max(held[50:]) <= 4 * 60  # twice the live tuples of both windows, at most
+    assert logic.core.rebuilds > 10
+
+
+def test_time_window_bad_input():
+    with pytest.raises(PlanError, match="one thread"):
+        BandJoin(left=2, right=3, on="x", eps=1.0, window=TimeWindow(5, "ts"), threads=2)
+    spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=TimeWindow(5, "t"))
+    with pytest.raises(SchemaError, match="time column 't'"):
+        spec.output_schema(_schemas())
+    with pytest.raises(PlanError, match=">= 0"):
+        TimeWindow(-1, "ts")
+
+
+def _args(**kw):
+    base = dict(on="x", eps=None, lower=None, upper=None, window=None, arrival=None, time=None,
+                index="pimtree", threads=1, task_size=8, merge_ratio=0.25, insertion_depth=2,
+                batch_size=65_536, window_time=None)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_command_time_window(tmp_path):
+    rng = np.random.default_rng(9)
+    left = pa.table({"x": rng.integers(0, 50, 400), "ts": np.sort(rng.integers(0, 2000, 400))})
+    right = pa.table({"x": rng.integers(0, 50, 300), "ts": np.sort(rng.integers(0, 2000, 300))})
+    got = band_run(left, right, _args(eps=1.0, time="ts", window_time=30, batch_size=37))
+    # the reference in the command's arrival order: by time, ties left first
+    seq = sorted([(t, 0, i) for i, t in enumerate(left["ts"].to_pylist())]
+                 + [(t, 1, i) for i, t in enumerate(right["ts"].to_pylist())])
+    tabs = [left.to_pylist(), right.to_pylist()]
+    sides = [s for _, s, _ in seq]
+    keys = [tabs[s][i]["x"] for _, s, i in seq]
+    times = [t for t, _, _ in seq]
+    rows = [i for _, _, i in seq]
+    pairs = nested_loop_band_time_join(sides, keys, times, 30, -1.0, 1.0)
+    per = [[i for s, i in zip(sides, rows, strict=True) if s == k] for k in (0, 1)]
+    want = []
+    for g, p in pairs:
+        other = per[1 - sides[g]][p]
+        li, ri = (rows[g], other) if sides[g] == 0 else (other, rows[g])
+        want.append((tabs[0][li]["x"], tabs[0][li]["ts"], tabs[1][ri]["x"], tabs[1][ri]["ts"]))
+    assert got.schema.names == ["x", "ts", "x_right", "ts_right"]
+    assert list(zip(*[got.column(i).to_pylist() for i in range(4)], strict=True)) == want
+    lp, rp, op = tmp_path / "l.parquet", tmp_path / "r.parquet", tmp_path / "o.parquet"
+    pq.write_table(left, lp)
+    pq.write_table(right, rp)
+    rc = main(["join", "--kind", "band", "--left", str(lp), "--right", str(rp), "--on", "x",
+               "--eps", "1", "--time", "ts", "--window-time", "30", "--index", "ibchain",
+               "--out", str(op), "--json"])
+    assert rc == 0
+    assert pq.read_table(op).equals(got)
+    with pytest.raises(PlanError, match="--time"):
+        band_run(left, right, _args(eps=1.0, window_time=30))
+    with pytest.raises(PlanError, match="not both"):
+        band_run(left, right, _args(eps=1.0, time="ts", window_time=30, window="10"))
