@@ -12,7 +12,7 @@ import numpy as np
 
 from splice.joins.band_join import BandJoin
 
-__all__ = ["workload", "measure", "emit", "plot", "machine_parallelism", "OUT"]
+__all__ = ["workload", "measure", "measure_core", "emit", "plot", "machine_parallelism", "OUT"]
 
 OUT = Path(__file__).parent / "out"
 
@@ -51,21 +51,26 @@ def measure(spec: BandJoin, sides: np.ndarray, keys: np.ndarray, warm: int,
     """Warm the windows with the first ``warm`` tuples (untimed), then time the rest.
 
     Returns throughput in input tuples per wall second and per CPU second of this process,
-    the output rows, and the result arrays (asserted equal to ``check`` when given).
+    the output rows, the result arrays (asserted equal to ``check`` when given) and the core.
     """
-    core = _core(spec)
+    return measure_core(_core(spec), sides, keys, warm, check, f"{spec.index}/{spec.threads}")
+
+
+def measure_core(core: Any, sides: np.ndarray, keys: np.ndarray, warm: int,
+                 check: tuple[np.ndarray, np.ndarray] | None = None, name: str = "") -> dict[str, Any]:
+    """:func:`measure` for a join core built by the caller."""
     core.run(sides[:warm], keys[:warm])
     t0, c0 = time.perf_counter(), time.process_time()
     g, p = core.run(sides[warm:], keys[warm:])
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     if check is not None:
         assert np.array_equal(g, check[0]) and np.array_equal(p, check[1]), \
-            f"{spec.index}/{spec.threads}: result differs from the baseline"
+            f"{name}: result differs from the baseline"
     n = len(keys) - warm
     return {"tuples": n, "seconds": round(wall, 4), "cpu_seconds": round(cpu, 4),
             "rows_per_s": round(n / wall), "cpu_rows_per_s": round(n / max(cpu, 1e-9)),
             "output_rows": int(len(g)), "match_rate": round(len(g) / n, 3),
-            "state_bytes": int(core.nbytes()), "_result": (g, p)}
+            "state_bytes": int(core.nbytes()), "_result": (g, p), "_core": core}
 
 
 def emit(record: dict[str, Any]) -> None:

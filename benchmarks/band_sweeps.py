@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from benchmarks._band import OUT, emit, measure, plot, workload
+import numpy as np
+
+from benchmarks._band import OUT, emit, measure, measure_core, plot, workload
 from splice.joins.band_join import BandJoin
 
-SWEEPS = ["merge_ratio", "depth", "match_rate", "chain_length", "skew", "task_size"]
+SWEEPS = ["merge_ratio", "depth", "match_rate", "chain_length", "skew", "task_size", "latency"]
 
 
 def _spec(eps: float, w: int, **kw: Any) -> BandJoin:
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tuples", type=int, default=200_000)
     ap.add_argument("--only", default=",".join(SWEEPS))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--depth", type=int, default=None, help="latency: PIM-Tree insertion depth")
     ap.add_argument("--plot", action="store_true")
     args = ap.parse_args(argv)
     w = 1 << args.log_w
@@ -87,10 +90,40 @@ def main(argv: list[str] | None = None) -> int:
                   {f"pimtree_{args.threads}t": _spec(eps, w, index="pimtree", merge_ratio=1.0,
                                                      threads=args.threads, task_size=task,
                                                      parallel="task_queue")}, {})
+    if "latency" in only:
+        # task sizes 1..10 (seed Fig. 10c/d): throughput and the time from a task's assignment
+        # to the propagation of its results, on 1 and --threads threads of the task-queue join
+        from benchmarks._band import machine_parallelism
+
+        emit({"bench": "band_sweeps", "sweep": "latency",
+              "machine_parallelism": machine_parallelism(args.threads)})
+        base = measure(_spec(eps, w, index="pimtree", merge_ratio=1.0), sides, keys, 2 * w)
+        for task in range(1, 11):
+            for threads in sorted({1, args.threads}):
+                from splice.joins.parallel_band import TaskQueueJoin
+
+                core = TaskQueueJoin("pimtree", (w, w), keys.dtype, -eps, eps, False, 1.0,
+                                     _spec(eps, w).depth if args.depth is None else args.depth,
+                                     threads, task)
+                m = measure_core(core, sides, keys, 2 * w, base["_result"])
+                lat = np.concatenate(core.task_latency[1:] or core.task_latency) * 1e6
+                rec = {"bench": "band_sweeps", "sweep": "latency", "x": task, "threads": threads,
+                       "index": "pimtree", "log_w": args.log_w,
+                       "latency_us_p50": round(float(np.percentile(lat, 50)), 1),
+                       "latency_us_p99": round(float(np.percentile(lat, 99)), 1), **m}
+                emit(rec)
+                for name, val in ((f"{threads}t throughput (wall)", m["rows_per_s"]),
+                                  (f"{threads}t latency p50 (us)", rec["latency_us_p50"])):
+                    xs, ys = series.setdefault("latency" if "latency" in name else "task_rate",
+                                               {}).setdefault(name, ([], []))
+                    xs.append(task)
+                    ys.append(val)
     if args.plot:
         for sweep, s in series.items():
-            plot(OUT / f"band_{sweep}.png", s, sweep, "tuples / s",
-                 f"IBWJ: {sweep} (w = 2^{args.log_w})", logx=sweep not in ("depth", "skew"))
+            ylabel = "microseconds" if sweep == "latency" else "tuples / s"
+            plot(OUT / f"band_{sweep}.png", s, "task size" if sweep in ("latency", "task_rate")
+                 else sweep, ylabel, f"IBWJ: {sweep} (w = 2^{args.log_w})",
+                 logx=sweep not in ("depth", "skew", "latency", "task_rate"))
     return 0
 
 
