@@ -46,8 +46,9 @@ def coordinator_for(job: Job, args: argparse.Namespace) -> CheckpointCoordinator
 
 
 def tpch_job(tables: dict[str, pa.Table], query: str, window: int | None, order: str,
-             batch_size: int) -> Job:
-    """The job of ``splice tpch <query>`` over loaded ``tables``."""
+             batch_size: int, state_backend: str = "memory", state_dir: str | None = None) -> Job:
+    """The job of ``splice tpch <query>`` over loaded ``tables``; ``state_backend`` and
+    ``state_dir`` place q1's group-by state (RocksDB state lives in ``state_dir``)."""
     if query == "q3":
         from splice.workloads.tpch_plans import q3_query
         from splice.workloads.tpch_q3 import q3_arrival
@@ -60,7 +61,7 @@ def tpch_job(tables: dict[str, pa.Table], query: str, window: int | None, order:
     from splice.workloads import tpch_queries
 
     lineitem = tables["lineitem"]
-    specs = tpch_queries.q1() if query == "q1" else tpch_queries.q6()
+    specs = tpch_queries.q1(state_backend=state_backend, state_dir=state_dir) if query == "q1" else tpch_queries.q6()
     return Job([SourceStream("lineitem", lineitem.schema)], [Query.chain(query, "lineitem", *specs)],
                lambda pos: table_source("lineitem", lineitem, batch_size, skip=pos))
 
@@ -172,9 +173,12 @@ def _emit(metrics: dict[str, Any], as_json: bool) -> None:
 
 def run_tpch_checkpointed(args: argparse.Namespace) -> int:
     """``splice tpch ... --checkpoint-dir D``: the query as an engine plan with checkpoints."""
-    from splice.io.rows import json_rows, print_table
-    from splice.io.tpch import load_table
+    from pathlib import Path
 
+    from splice.io.rows import json_rows, print_table
+    from splice.workloads.tpch_command import check_state_backend, load_tpch_inputs
+
+    backend = check_state_backend(args)
     window: int | None = None
     if args.window != "unbounded":
         if args.query != "q3":
@@ -185,9 +189,10 @@ def run_tpch_checkpointed(args: argparse.Namespace) -> int:
             raise PlanError(f"--window must be 'unbounded' or an integer, got {args.window!r}") from None
     t0 = time.perf_counter()
     names = ("customer", "orders", "lineitem") if args.query == "q3" else ("lineitem",)
-    tables = {n: load_table(n, args.sf, args.data_dir) for n in names}
+    tables, bad = load_tpch_inputs(names, args)
     load_seconds = time.perf_counter() - t0
-    job = tpch_job(tables, args.query, window, args.order, args.batch_size)
+    state_dir = str(Path(args.checkpoint_dir) / "keyed-state" / args.query)
+    job = tpch_job(tables, args.query, window, args.order, args.batch_size, backend, state_dir)
     _, out, metrics = run_checkpointed(job, args)
     answer = out[args.query]
     if args.query == "q3":  # the column order of the fused command's answer
@@ -196,7 +201,9 @@ def run_tpch_checkpointed(args: argparse.Namespace) -> int:
     seconds = metrics.pop("seconds")
     metrics = {"query": args.query, "sf": args.sf, "input_rows": input_rows, "output_rows": answer.num_rows,
                "seconds": seconds, "load_seconds": round(load_seconds, 6),
-               "rows_per_s": round(input_rows / seconds, 1) if seconds > 0 else None, **metrics}
+               "rows_per_s": round(input_rows / seconds, 1) if seconds > 0 else None, **metrics, **bad}
+    if backend != "memory":
+        metrics["state_backend"] = backend
     if args.json:
         for line in json_rows(answer):
             print(line)

@@ -39,15 +39,15 @@ import pyarrow.csv as pacsv
 
 from splice.core.errors import PlanError, SchemaError
 
-__all__ = ["BadInputPolicy", "DeadLetterSink", "EdgeValidator", "load_checked", "read_csv_checked",
-           "read_json_lines_checked"]
+__all__ = ["BadInputPolicy", "DeadLetterSink", "EdgeValidator", "check_policy", "load_checked", "read_csv_checked",
+           "read_json_lines_checked", "row_bytes", "rows_json"]
 
 BadInputPolicy = Literal["fail", "dead_letter"]
 
 DEAD_LETTER_SCHEMA = pa.schema([("stream", pa.string()), ("reason", pa.string()), ("record", pa.string())])
 
 
-def _check_policy(policy: str) -> None:
+def check_policy(policy: str) -> None:
     if policy not in get_args(BadInputPolicy):
         raise PlanError(f"bad-input policy must be one of {get_args(BadInputPolicy)}, got {policy!r}")
 
@@ -59,6 +59,13 @@ class DeadLetterSink:
     path: str | Path | None = None
     batches: list[pa.RecordBatch] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # a run reads its inputs whole, so its dead letters are the file's whole content: a rerun
+        # (after a crash) writes them again instead of appending a second copy
+        if self.path is not None:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.path).write_text("", encoding="utf-8")
 
     def add(self, stream: str, reason: str, records: Sequence[str]) -> None:
         """Route ``records`` (JSON text or raw lines) of ``stream``, bad for ``reason``."""
@@ -82,7 +89,7 @@ class DeadLetterSink:
         return pa.Table.from_batches(self.batches, schema=DEAD_LETTER_SCHEMA)
 
 
-def _rows_json(batch: pa.RecordBatch | pa.Table, mask: np.ndarray) -> list[str]:
+def rows_json(batch: pa.RecordBatch | pa.Table, mask: np.ndarray) -> list[str]:
     # the bad rows only: Python per *bad* row, on the error path
     return [json.dumps(r, default=str) for r in batch.filter(pa.array(mask)).to_pylist()]
 
@@ -92,7 +99,9 @@ class EdgeValidator:
     """Checks batches of source ``stream`` against ``schema`` before they enter the engine.
 
     ``keys`` and ``time_column`` must not be null; float columns must be finite. Schema drift
-    (missing columns, values the declared type cannot hold) is checked first, per batch.
+    (missing columns, values the declared type cannot hold) is checked first, per batch. With
+    ``max_row_bytes``, a row whose values take more bytes than that (strings and binaries by
+    their length plus a 4-byte offset, fixed-width values by their width) is bad too.
     """
 
     stream: str
@@ -101,9 +110,12 @@ class EdgeValidator:
     time_column: str | None = None
     policy: BadInputPolicy = "fail"
     sink: DeadLetterSink | None = None
+    max_row_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        _check_policy(self.policy)
+        check_policy(self.policy)
+        if self.max_row_bytes is not None and self.max_row_bytes < 1:
+            raise PlanError(f"stream {self.stream!r}: max_row_bytes must be >= 1, got {self.max_row_bytes}")
         if self.policy == "dead_letter" and self.sink is None:
             self.sink = DeadLetterSink()
         for c in [*self.keys, *([self.time_column] if self.time_column else [])]:
@@ -116,7 +128,7 @@ class EdgeValidator:
             raise SchemaError(f"stream {self.stream!r}: {reason} (row {first} of the batch; use the "
                               "dead-letter policy to route such rows instead of failing)")
         assert self.sink is not None
-        rows = _rows_json(batch, mask if mask is not None else np.ones(batch.num_rows, bool))
+        rows = rows_json(batch, mask if mask is not None else np.ones(batch.num_rows, bool))
         self.sink.add(self.stream, reason, rows)
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
@@ -166,6 +178,11 @@ class EdgeValidator:
             return pa.RecordBatch.from_pylist([], schema=self.schema)
         batch = conformed
         keep = np.ones(batch.num_rows, bool)
+        if self.max_row_bytes is not None and batch.num_rows:
+            big = row_bytes(batch) > self.max_row_bytes
+            if big.any():
+                self._bad(f"row over {self.max_row_bytes} bytes", batch, big)
+                keep &= ~big
         for c in [*self.keys, *([self.time_column] if self.time_column else [])]:
             col = batch.column(c)
             if col.null_count:
@@ -186,10 +203,31 @@ class EdgeValidator:
         return batch if keep.all() else batch.filter(pa.array(keep))
 
 
+def row_bytes(batch: pa.RecordBatch) -> np.ndarray:
+    """Bytes each row of ``batch`` takes: string/binary values by length (+4 for the offset),
+    fixed-width values by width, other types by their column's average per row (vectorized)."""
+    n = batch.num_rows
+    size = np.zeros(n, dtype=np.int64)
+    for col in batch.columns:
+        t = col.type
+        if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) \
+                or pa.types.is_large_binary(t):
+            lengths = pc.fill_null(pc.binary_length(col), 0)
+            size += np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64) + 4
+        elif pa.types.is_boolean(t):
+            continue
+        else:
+            try:
+                size += max(t.bit_width // 8, 1)
+            except ValueError:  # nested or dictionary: the column's average
+                size += col.nbytes // max(n, 1)
+    return size
+
+
 def read_csv_checked(path: str | Path, stream: str, policy: BadInputPolicy = "fail",
                      sink: DeadLetterSink | None = None) -> pa.Table:
     """Read a CSV file; a malformed row (wrong number of fields) fails or goes to ``sink``."""
-    _check_policy(policy)
+    check_policy(policy)
     bad: list[str] = []
 
     def handler(row: pacsv.InvalidRow) -> str:
@@ -218,7 +256,7 @@ def read_json_lines_checked(path: str | Path, stream: str, schema: pa.Schema, po
     """
     import pyarrow.json as pajson
 
-    _check_policy(policy)
+    check_policy(policy)
     options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     try:
         return pajson.read_json(path, parse_options=options)
@@ -261,7 +299,7 @@ def load_checked(path: str | Path, stream: str, keys: Sequence[str] = (), time_c
     from splice.core.stream import normalize_schema
     from splice.io.files import read_table
 
-    _check_policy(policy)
+    check_policy(policy)
     if policy == "dead_letter" and sink is None:
         sink = DeadLetterSink()
     p = Path(path)

@@ -19,7 +19,37 @@ from splice.io.tpch import load_table
 from splice.runtime import Engine, Query
 from splice.workloads import tpch_queries
 
-__all__ = ["run_tpch", "stream_lineitem_query"]
+__all__ = ["run_tpch", "stream_lineitem_query", "load_tpch_inputs", "check_state_backend"]
+
+
+def _columns(text: str | None) -> tuple[str, ...]:
+    return tuple(c.strip() for c in (text or "").split(",") if c.strip())
+
+
+def check_state_backend(args: argparse.Namespace) -> str:
+    """The ``--state-backend`` option, refused where nothing would use it."""
+    backend: str = getattr(args, "state_backend", "memory")
+    if backend != "memory" and args.query != "q1" and not _columns(getattr(args, "dedupe_on", None)):
+        raise PlanError(f"--state-backend {backend} applies to q1's group-by and to --dedupe-on; "
+                        f"{args.query}'s state stays in memory")
+    return backend
+
+
+def load_tpch_inputs(names: tuple[str, ...], args: argparse.Namespace) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    """The command's input tables; with ``--bad-input``, ``--dedupe-on`` or ``--max-row-bytes``
+    checked at the edge as they are read (:func:`splice.io.tpch.load_tables_checked`)."""
+    from splice.io.tpch import load_tables_checked
+
+    policy = getattr(args, "bad_input", None)
+    dedupe = _columns(getattr(args, "dedupe_on", None))
+    max_row = getattr(args, "max_row_bytes", None)
+    if policy is None and not dedupe and max_row is None:
+        if getattr(args, "dead_letter", None):
+            raise PlanError("--dead-letter needs --bad-input dead-letter")
+        return {n: load_table(n, args.sf, args.data_dir) for n in names}, {}
+    mode = "dead_letter" if policy == "dead-letter" else "fail"
+    return load_tables_checked(names, args.sf, args.data_dir, mode, getattr(args, "dead_letter", None), dedupe,
+                               max_row, getattr(args, "state_backend", "memory"), args.batch_size)
 
 
 def stream_lineitem_query(
@@ -43,6 +73,9 @@ def stream_lineitem_query(
 def run_tpch(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     metrics: dict[str, Any]
+    backend = check_state_backend(args)
+    names = ("customer", "orders", "lineitem") if args.query == "q3" else ("lineitem",)
+    tables, bad = load_tpch_inputs(names, args)
     if args.query == "q3":
         from splice.workloads.tpch_q3 import run_q3
 
@@ -53,7 +86,6 @@ def run_tpch(args: argparse.Namespace) -> int:
                 raise PlanError(f"--window must be 'unbounded' or an integer, got {args.window!r}") from None
         else:
             window = None
-        tables = {n: load_table(n, args.sf, args.data_dir) for n in ("customer", "orders", "lineitem")}
         load_seconds = time.perf_counter() - t0
         answer, extra = run_q3(tables, window, args.order, args.batch_size)
         seconds = float(extra.pop("seconds"))
@@ -61,9 +93,9 @@ def run_tpch(args: argparse.Namespace) -> int:
     else:
         if args.window != "unbounded":
             raise PlanError(f"--window applies to q3 only, not {args.query}")
-        lineitem = load_table("lineitem", args.sf, args.data_dir)
+        lineitem = tables["lineitem"]
         load_seconds = time.perf_counter() - t0
-        specs = tpch_queries.q1() if args.query == "q1" else tpch_queries.q6()
+        specs = tpch_queries.q1(state_backend=backend) if args.query == "q1" else tpch_queries.q6()
         answer, seconds = stream_lineitem_query(lineitem, args.query, specs, args.batch_size,
                                                 getattr(args, "executor", "pipelined"))
         input_rows = lineitem.num_rows
@@ -77,7 +109,10 @@ def run_tpch(args: argparse.Namespace) -> int:
         "load_seconds": round(load_seconds, 6),
         "rows_per_s": round(input_rows / seconds, 1) if seconds > 0 else None,
         **extra,
+        **bad,
     }
+    if backend != "memory":
+        metrics["state_backend"] = backend
     if args.json:
         import json
 

@@ -61,8 +61,11 @@ def q1_predicate(delta: int = 90) -> pc.Expression:
     return pc.field("l_shipdate") <= pc.scalar(pa.scalar(cutoff, type=pa.date32()))
 
 
-def q1_group_by() -> GroupBy:
-    """Q1's aggregation step alone (input: lineitem rows that passed the date filter)."""
+def q1_group_by(state_backend: str = "memory", state_dir: str | None = None) -> GroupBy:
+    """Q1's aggregation step alone (input: lineitem rows that passed the date filter).
+
+    ``state_backend``/``state_dir``: where its per-group accumulators live (see
+    :class:`~splice.ops.aggregate.GroupBy`)."""
     disc_price = "l_extendedprice * (1 - l_discount)"
     return GroupBy(
         keys=["l_returnflag", "l_linestatus"],
@@ -77,19 +80,24 @@ def q1_group_by() -> GroupBy:
             Agg("count_order", "count"),
         ],
         name="q1_group_by",
+        state_backend=state_backend,
+        state_dir=state_dir,
     )
 
 
-def q1(delta: int = 90, pushdown: bool = False) -> list[OperatorSpec]:
+def q1(delta: int = 90, pushdown: bool = False, state_backend: str = "memory",
+       state_dir: str | None = None) -> list[OperatorSpec]:
     """TPC-H Q1 (``DELTA`` days, 90 by default) as Select → GroupBy → OrderBy.
 
     With ``pushdown`` the selection becomes the GroupBy's ``where`` (GroupBy → OrderBy): the
     same answer without materializing the filtered batch, which is most of Select's cost.
+    ``state_backend``/``state_dir`` place the GroupBy's per-group state (memory or RocksDB).
     """
     order = OrderBy(["l_returnflag", "l_linestatus"], name="q1_order_by")
-    g = q1_group_by()
+    g = q1_group_by(state_backend, state_dir)
     if pushdown:
-        return [GroupBy(g.keys, g.aggregates, where=q1_predicate(delta), name=g.name), order]
+        return [GroupBy(g.keys, g.aggregates, where=q1_predicate(delta), name=g.name,
+                        state_backend=state_backend, state_dir=state_dir), order]
     return [Select(q1_predicate(delta)), g, order]
 
 
