@@ -5,9 +5,10 @@
 For each ``w = 2^k``: a seeded two-stream workload with uniform keys and match rate 2, windows
 warmed with ``2w`` tuples (untimed), then ``--tuples`` tuples timed through the single-threaded
 IBWJ on every structure, the B+-Tree as the same-run baseline (NLWJ up to ``2^--nlwj-max-log``),
-and the parallel PIM-Tree join on 1 and ``--threads`` threads (nonblocking merge, merge ratio 1
-as the seed uses for the parallel join). Every result is asserted equal to the B+-Tree's before
-its time counts. One JSON line per run, then a summary line with the goals of the seed:
+and the PIM-Tree join on 1 thread (the serial join, no concurrency control) and on ``--threads``
+threads (the task-queue join: nonblocking merge, merge ratio 1 as the seed uses for the
+parallel join, insertion depth ``--par-depth``, by default the deepest level of ``T_S``).
+Every result is asserted equal to the B+-Tree's before its time counts. One JSON line per run, then a summary line with the goals of the seed:
 IM-Tree >= 1.5x and PIM-Tree >= 1.6x the B+-Tree, IB-chain >= 1.5x B-chain (averaged over
 window sizes), the PIM-Tree's rate at 2^20, and the parallel speedup for w >= 2^16 next to the
 machine's own 2-thread ceiling measured in the same run. ``--plot`` writes
@@ -22,6 +23,7 @@ import json
 import numpy as np
 
 from benchmarks._band import OUT, emit, machine_parallelism, measure, plot, workload
+from splice.index import max_insertion_depth
 from splice.joins.band_join import BandJoin
 
 SERIAL = ["bptree", "imtree", "pimtree", "bchain", "ibchain", "nlwj"]
@@ -34,19 +36,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tuples", type=int, default=300_000, help="timed tuples per run")
     ap.add_argument("--nlwj-max-log", type=int, default=12)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--task-size", type=int, default=512)
+    ap.add_argument("--task-size", type=int, default=64)
     ap.add_argument("--merge-ratio", type=float, default=0.125, help="single-thread IM/PIM-Tree")
+    ap.add_argument("--indexes", default=",".join(SERIAL), help="single-thread structures to run")
+    ap.add_argument("--par-depth", type=int, default=None,
+                    help="parallel PIM-Tree insertion depth (default: the deepest level of T_S, "
+                         "the most partitions)")
     ap.add_argument("--plot", action="store_true")
     args = ap.parse_args(argv)
     ceiling = machine_parallelism(args.threads)
     emit({"bench": "band_windows", "machine_parallelism": ceiling, "threads": args.threads})
     rates: dict[str, dict[int, float]] = {}
+    cpu_rates: dict[int, dict[int, float]] = {}
     for lw in range(args.min_log, args.max_log + 1):
         w = 1 << lw
         n = 2 * w + args.tuples
         sides, keys, eps = workload(n, w, 2.0, seed=lw)
         base = None
-        for index in SERIAL:
+        for index in [i for i in SERIAL if i in args.indexes.split(",")]:
             if index == "nlwj" and lw > args.nlwj_max_log:
                 continue
             spec = BandJoin(left=0, right=1, on="x", eps=eps, window=w, index=index,
@@ -57,11 +64,13 @@ def main(argv: list[str] | None = None) -> int:
             emit({"bench": "band_windows", "index": index, "threads": 1, "log_w": lw, **m})
         if args.threads > 1:
             for threads in (1, args.threads):
+                depth = max_insertion_depth(w) if args.par_depth is None else args.par_depth
                 spec = BandJoin(left=0, right=1, on="x", eps=eps, window=w, index="pimtree",
                                 merge_ratio=1.0, threads=threads, task_size=args.task_size,
-                                parallel="task_queue")
+                                parallel="task_queue", insertion_depth=depth)
                 m = measure(spec, sides, keys, 2 * w, base)
                 rates.setdefault(f"parallel_pimtree_{threads}", {})[lw] = m["rows_per_s"]
+                cpu_rates.setdefault(threads, {})[lw] = m["cpu_rows_per_s"]
                 emit({"bench": "band_windows", "index": "pimtree", "parallel": "task_queue",
                       "threads": threads, "log_w": lw, **m})
 
@@ -79,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         "ibchain_over_bchain": avg_ratio("ibchain", "bchain", logs),
         "pimtree_rate_at_2_20": rates.get("pimtree", {}).get(20),
         "parallel_speedup_w_ge_2_16": avg_ratio(par, "parallel_pimtree_1", big),
+        "parallel_cpu_efficiency_w_ge_2_16": round(float(np.mean(
+            [cpu_rates[args.threads][k] / cpu_rates[1][k] for k in big
+             if k in cpu_rates.get(1, {}) and k in cpu_rates.get(args.threads, {})] or [0.0])), 3),
         "machine_parallelism": ceiling,
         "throughput": "cpu_rows_per_s for single-thread, rows_per_s (wall) for parallel",
     }
