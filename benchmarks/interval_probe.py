@@ -8,6 +8,7 @@ of 8 or 264 bytes (every 7th null); one right batch of ``arrivals`` rows at time
 ``arrivals`` distinct retained keys; bounds are [-100, +100]; INNER. The timed operation is that
 one ``on_batch`` push (future-only: nothing retires). Building and preloading the operator,
 checking its result (exactly one match per arrival) and dropping it are outside the timing.
+Python's cyclic garbage collector is off while the samples are taken, as ``timeit`` does.
 
 Variants, measured round-robin in the same run:
 
@@ -25,6 +26,7 @@ on a shared, loaded host, where preemption inflates means).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import time
@@ -77,17 +79,22 @@ def measure(keys: int, arrivals: int, suffix: int, samples: int, variants: list[
     specs = {v: IntervalJoin(left=L, right=R, on="k", time="ts", lower=-100, upper=100,
                              **VARIANTS[v]) for v in variants}
     times: dict[str, list[float]] = {v: [] for v in variants}
-    for i in range(samples + 2):  # two warm-up rounds (numba, DataFusion session)
-        for v in variants:
-            logic = specs[v].build(inputs)
-            logic.on_batch(L, left)
-            t0 = time.perf_counter()
-            out = logic.on_batch(R, right)
-            dt = time.perf_counter() - t0
-            n = sum(b.num_rows for b in out)
-            assert n == arrivals, f"{v}: {n} rows, expected {arrivals}"
-            if i >= 2:
-                times[v].append(dt * 1e6)
+    gc.collect()
+    gc.disable()  # as timeit does: a collection triggered by earlier garbage is not the push's
+    try:
+        for i in range(samples + 2):  # two warm-up rounds (numba, DataFusion session)
+            for v in variants:
+                logic = specs[v].build(inputs)
+                logic.on_batch(L, left)
+                t0 = time.perf_counter()
+                out = logic.on_batch(R, right)
+                dt = time.perf_counter() - t0
+                n = sum(b.num_rows for b in out)
+                assert n == arrivals, f"{v}: {n} rows, expected {arrivals}"
+                if i >= 2:
+                    times[v].append(dt * 1e6)
+    finally:
+        gc.enable()
     return times
 
 

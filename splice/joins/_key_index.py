@@ -184,7 +184,10 @@ class KeyIndex:
         self.link[:n, 0] = times
         self.e_rowid[:n] = row_ids
         self.n = n
-        self.table = new_table(cap)
+        # 1.2 slots a row of capacity (1.5 a row held now), not two: the table is written
+        # whole when built, and a smaller one leaves more of the caches to the probes. Slots
+        # hold distinct codes, so the load stays at most 5/6, and a slot is always free.
+        self.table = new_table(cap * 3 // 5 + 1)
         index_insert(self.table, self.e_code, self.link, 0, n)
         self.nbytes = 4 * 8 * cap + self.table.nbytes
 

@@ -73,6 +73,7 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, is_temporal, time_values
+from splice.joins._interval_kernels import gather_bits, gather_var, is_arange, locate, time_range
 from splice.joins._key_index import KeyCodec, KeyIndex, check_key_types, keys_equal
 from splice.joins.matcher import Matcher, MatchMethod
 
@@ -246,36 +247,134 @@ class IntervalJoin(OperatorSpec):
         return None
 
 
-def _locators(row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Unique sorted row ids and, unless they already were, each pair's position among them."""
-    if len(row_ids) < 2 or bool((row_ids[1:] > row_ids[:-1]).all()):
-        return row_ids, None
-    uniq, inv = np.unique(row_ids, return_inverse=True)
-    return uniq, inv
+_EMPTY = np.zeros(0, dtype=np.int64)
+_GROUP0 = np.zeros(1, dtype=np.int64)
+_FIXED_WIDTHS: dict[int, type] = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
-def _take(batch: pa.RecordBatch, positions: np.ndarray | None) -> pa.RecordBatch:
-    return batch if positions is None else batch.take(pa.array(positions))
+def _column_plan(t: pa.DataType) -> tuple[str, Any]:
+    """How a column of type ``t`` is gathered: ``(kind, dtype of its values or offsets)``.
+
+    ``kind`` is ``"fixed"`` (integers, floats, temporal types of 1, 2, 4 or 8 bytes a value),
+    ``"var"`` (string and binary, and their large variants with 64-bit offsets) or ``"arrow"``
+    (any other type, gathered by Arrow's ``take``). Decided once per input schema.
+    """
+    if pa.types.is_dictionary(t) or isinstance(t, pa.ExtensionType) or pa.types.is_boolean(t):
+        return "arrow", None
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return "var", np.int32
+    if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        return "var", np.int64
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t):
+        try:
+            width = t.bit_width
+        except ValueError:
+            return "arrow", None
+        if width in _FIXED_WIDTHS:
+            return "fixed", _FIXED_WIDTHS[width]
+    return "arrow", None
+
+
+class _ColumnView:
+    """NumPy views of one column's buffers, so that matched rows are gathered by NumPy indexing
+    and :func:`~splice.joins._interval_kernels.gather_var` instead of an Arrow ``take``.
+
+    Made once per retained batch (see :class:`_Buffered`). ``bits`` is the validity bitmap
+    (``None`` without nulls), read from bit ``bit_offset``.
+    """
+
+    __slots__ = ("array", "kind", "type", "values", "offsets", "bits", "bit_offset")
+
+    def __init__(self, array: pa.Array, plan: tuple[str, Any]):
+        self.array = array
+        self.type = array.type
+        kind, dtype = plan
+        self.values: np.ndarray = _EMPTY
+        self.offsets: np.ndarray = _EMPTY
+        self.bits: np.ndarray | None = None
+        self.bit_offset = array.offset
+        if kind != "arrow":
+            bufs = array.buffers()
+            n, off = len(array), array.offset
+            if kind == "fixed":
+                if bufs[1] is None:
+                    kind = "arrow"
+                else:
+                    self.values = np.frombuffer(bufs[1], dtype=dtype)[off : off + n]
+            else:
+                self.offsets = np.frombuffer(bufs[1], dtype=dtype)[off : off + n + 1]
+                self.values = (np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None
+                               else np.zeros(0, dtype=np.uint8))
+            if array.null_count and kind != "arrow":
+                self.bits = np.frombuffer(bufs[0], dtype=np.uint8)
+        self.kind = kind
+
+    def take(self, rows: np.ndarray) -> pa.Array:
+        """Rows ``rows`` (positions in this column, any order, repeats allowed) as an array."""
+        if self.kind == "arrow":
+            return self.array.take(pa.array(rows))
+        m = len(rows)
+        validity = None
+        if self.bits is not None:
+            validity = pa.py_buffer(gather_bits(self.bits, self.bit_offset, rows))
+        if self.kind == "fixed":
+            return pa.Array.from_buffers(self.type, m, [validity, pa.py_buffer(self.values[rows])])
+        offsets, data = gather_var(self.offsets, self.values, rows)
+        if len(offsets) == 0:  # repeated rows overflow 32-bit offsets: Arrow's take says so
+            return self.array.take(pa.array(rows))
+        return pa.Array.from_buffers(self.type, m,
+                                     [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def column_views(columns: list[pa.Array], plans: list[tuple[str, Any]]
+                 ) -> list[_ColumnView]:
+    return [_ColumnView(c, p) for c, p in zip(columns, plans, strict=True)]
 
 
 class _Buffered:
-    """One retained batch of one side: payload, times, key codes, matched flags, cached bounds."""
+    """One retained batch of one side: payload, times, key codes, matched flags, cached bounds.
+
+    ``views`` (the payload's NumPy views for gathering) are made at the first gather from this
+    batch and live as long as it does; ``nbytes`` is ``-1`` until the side counts it.
+    """
 
     __slots__ = ("start", "batch", "times", "codes", "matched", "min_time", "max_time",
-                 "n_alive", "nbytes")
+                 "n_alive", "nbytes", "views")
 
     def __init__(self, start: int, batch: pa.RecordBatch, times: np.ndarray, codes: np.ndarray,
-                 matched: np.ndarray | None):
+                 matched: np.ndarray | None, min_time: int, max_time: int, nbytes: int = -1):
         self.start = start
         self.batch = batch
         self.times = times
         self.codes = codes
         self.matched = matched
-        self.min_time = int(times.min())
-        self.max_time = int(times.max())
+        self.min_time = min_time
+        self.max_time = max_time
         self.n_alive = len(times)
-        self.nbytes = (batch.nbytes + times.nbytes + codes.nbytes
-                       + (matched.nbytes if matched is not None else 0) + _BATCH_OVERHEAD)
+        self.nbytes = nbytes
+        self.views: list[_ColumnView] | None = None
+
+    def count_bytes(self) -> int:
+        """Bytes of payload, times, codes, flags and fixed overhead (``batch.nbytes`` is the
+        costly part: it sums the referenced ranges of every buffer)."""
+        if self.nbytes < 0:
+            m = self.matched
+            self.nbytes = (self.batch.nbytes + self.times.nbytes + self.codes.nbytes
+                           + (m.nbytes if m is not None else 0) + _BATCH_OVERHEAD)
+        return self.nbytes
+
+    def make_views(self, plans: list[tuple[str, Any]]) -> list[_ColumnView]:
+        if self.views is None:
+            self.views = column_views(self.batch.columns, plans)
+        return self.views
+
+    def columns(self, rows: np.ndarray, plans: list[tuple[str, Any]]) -> list[pa.Array]:
+        views = self.views if self.views is not None else self.make_views(plans)
+        return [v.take(rows) for v in views]
+
+
+#: Batches added since the side's byte total was last brought up to date, at most.
+_PENDING_MAX = 64
 
 
 class _Side:
@@ -288,16 +387,21 @@ class _Side:
         self.stream = f"{label} (stream {sid})"
         self.schema = schema
         self.keys = list(keys)
+        self.key_index = [schema.get_field_index(k) for k in self.keys]
         self.time = time
         self.time_index = schema.get_field_index(time)
         self.time_int64 = schema.field(time).type == pa.int64()
+        # one int64 key: its values are its codes (no codec call on the hot path)
+        self.int64_key = len(self.keys) == 1 and schema.field(self.keys[0]).type == pa.int64()
+        self.plans = [_column_plan(f.type) for f in schema]
         self.lo, self.hi = lo, hi
         self.outer = outer
         self.codec = codec
         self.batches: list[_Buffered] = []
-        self.starts = np.zeros(0, dtype=np.int64)
+        self._starts: np.ndarray | None = None  # start row id per batch, made when needed
         self.n_alive = 0
-        self.nbytes = 0
+        self._bytes = 0  # bytes of counted batches and the index
+        self._pending: list[_Buffered] = []  # batches added but not counted yet
         self.next_id = 0
         self.threshold = _MIN  # retained rows have time > threshold
         self.wm_delivered = _MIN
@@ -307,33 +411,67 @@ class _Side:
 
     # -- bookkeeping -------------------------------------------------------------------------
 
-    def _restart(self) -> None:
-        self.starts = np.array([b.start for b in self.batches], dtype=np.int64)
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: a running total, brought up to date with the batches added since the
+        last call (each batch is counted once, so a check costs O(1) amortized)."""
+        if self._pending:
+            for b in self._pending:
+                self._bytes += b.count_bytes()
+            self._pending.clear()
+        return self._bytes
+
+    @property
+    def starts(self) -> np.ndarray:
+        if self._starts is None:
+            self._starts = np.array([b.start for b in self.batches], dtype=np.int64)
+        return self._starts
+
+    def encode(self, columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray | None]:
+        """Key codes of a batch's ``columns`` and the mask of its valid (non-null) keys, ``None``
+        if all are."""
+        if self.int64_key:
+            col = columns[self.key_index[0]]
+            if not col.null_count:
+                return col.to_numpy(), None
+        return self.codec.encode([columns[i] for i in self.key_index])
 
     def add(self, batch: pa.RecordBatch, times: np.ndarray, codes: np.ndarray,
-            matched: np.ndarray | None, threshold: int) -> None:
+            matched: np.ndarray | None, min_time: int, max_time: int, threshold: int,
+            nbytes: int = -1) -> None:
         start = self.next_id
-        self.next_id += len(times)
-        buf = _Buffered(start, batch, times, codes, matched)
+        n = len(times)
+        self.next_id += n
+        buf = _Buffered(start, batch, times, codes, matched, min_time, max_time, nbytes)
         self.batches.append(buf)
-        self.starts = np.append(self.starts, start)
-        self.n_alive += len(times)
-        self.nbytes += buf.nbytes
+        self._starts = None
+        self.n_alive += n
+        if nbytes >= 0:
+            self._bytes += nbytes
+        else:
+            self._pending.append(buf)
+            if len(self._pending) > _PENDING_MAX:
+                _ = self.nbytes
         if self.index is not None:
             before = self.index.nbytes
-            self.index.insert(codes, times, np.arange(start, start + len(times), dtype=np.int64))
-            self.nbytes += self.index.nbytes - before
+            self.index.insert(codes, times, np.arange(start, start + n, dtype=np.int64))
+            self._bytes += self.index.nbytes - before
+            buf.make_views(self.plans)
         elif self.n_alive > threshold:
             self.build_index()  # arrival promotes a side above the threshold
 
     def build_index(self) -> None:
+        """Index the retained rows by key; with it, the views for gathering every batch's
+        payload (an indexed side is probed selectively, batch by batch, many times over)."""
         codes, times, ids = self.alive_arrays()
         self.index = KeyIndex(codes, times, ids)
-        self.nbytes += self.index.nbytes
+        self._bytes += self.index.nbytes
+        for b in self.batches:
+            b.make_views(self.plans)
 
     def drop_index(self) -> None:
         if self.index is not None:
-            self.nbytes -= self.index.nbytes
+            self._bytes -= self.index.nbytes
             self.index = None
 
     def alive_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -352,45 +490,67 @@ class _Side:
                 ts.append(b.times[m])
                 ids.append(rid[m])
         if not cs:
-            e = np.zeros(0, dtype=np.int64)
-            return e, e, e
+            return _EMPTY, _EMPTY, _EMPTY
         if len(cs) == 1:
             return cs[0], ts[0], ids[0]
         return np.concatenate(cs), np.concatenate(ts), np.concatenate(ids)
 
-    def groups(self, row_ids: np.ndarray) -> list[tuple[_Buffered, np.ndarray]]:
-        """Split sorted row ids by batch: ``[(batch, rows within it)]`` in arrival order."""
-        bidx = np.searchsorted(self.starts, row_ids, side="right") - 1
-        cut = np.flatnonzero(np.diff(bidx)) + 1
-        out = []
-        for lo, hi in zip(np.concatenate([[0], cut]).tolist(),
-                          np.concatenate([cut, [len(row_ids)]]).tolist(), strict=True):
-            b = self.batches[int(bidx[lo])]
-            out.append((b, row_ids[lo:hi] - b.start))
-        return out
-
-    def gather(self, row_ids: np.ndarray, mark: bool) -> pa.RecordBatch:
-        """Rows ``row_ids`` (sorted, unique) as one batch; with ``mark``, flag them matched."""
+    def locate(self, row_ids: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """Where the rows ``row_ids`` (non-empty) lie: see
+        :func:`~splice.joins._interval_kernels.locate` (``cuts`` is ``None`` for one batch)."""
         if len(self.batches) == 1:
-            b = self.batches[0]
-            rows = row_ids - b.start
-            if mark and b.matched is not None:
-                b.matched[rows] = True
-            if len(rows) == len(b.times):
-                return b.batch
-            return b.batch.take(pa.array(rows))
+            start = self.batches[0].start
+            return (row_ids - start if start else row_ids), _EMPTY, _GROUP0, None
+        return locate(row_ids, self.starts)
+
+    def columns(self, rows: np.ndarray, inv: np.ndarray, groups: np.ndarray,
+                cuts: np.ndarray | None) -> list[pa.Array]:
+        """The payload columns of the located rows, one row per pair (in the pairs' order)."""
+        if len(groups) == 1:
+            return self.batches[int(groups[0])].columns(rows, self.plans)
+        assert cuts is not None
+        # rows of several batches: each gathered once, in batch/row order, then spread to pairs
         parts = []
-        for b, rows in self.groups(row_ids):
-            if mark and b.matched is not None:
-                b.matched[rows] = True
-            if len(rows) == len(b.times) and rows[0] == 0:
+        for g, (a, z) in zip(groups.tolist(), zip(cuts[:-1].tolist(), cuts[1:].tolist(),
+                                                   strict=True), strict=True):
+            b = self.batches[g]
+            rows_g = rows[a:z]
+            if z - a == len(b.times) and rows_g[0] == 0:
                 parts.append(b.batch)
             else:
-                parts.append(b.batch.take(pa.array(rows)))
-        return concat_batches(parts, self.schema)
+                parts.append(b.batch.take(pa.array(rows_g)))
+        whole = pa.concat_batches(parts)
+        if len(inv):
+            whole = whole.take(pa.array(inv))
+        return whole.columns
+
+    def mark(self, rows: np.ndarray, groups: np.ndarray, cuts: np.ndarray | None) -> None:
+        """Flag the located rows matched (an outer side)."""
+        if len(groups) == 1:
+            m = self.batches[int(groups[0])].matched
+            assert m is not None
+            m[rows] = True
+            return
+        assert cuts is not None
+        for i, g in enumerate(groups.tolist()):
+            m = self.batches[g].matched
+            assert m is not None
+            m[rows[cuts[i] : cuts[i + 1]]] = True
+
+    def _forget(self, b: _Buffered) -> None:
+        """Take a freed batch out of the byte total (or out of the batches not counted yet)."""
+        if b.nbytes >= 0:
+            self._bytes -= b.nbytes
+        else:
+            self._pending.remove(b)
 
     def retire(self, threshold: int, index_threshold: int) -> list[pa.RecordBatch]:
-        """Retire rows with ``time <= threshold``; return the unmatched ones of an outer side."""
+        """Retire rows with ``time <= threshold``; return the unmatched ones of an outer side.
+
+        Nothing is done when the threshold did not move; batches entirely in the future are
+        skipped by their cached minimum time.
+        """
         if threshold <= self.threshold:
             return []
         old = self.threshold
@@ -406,7 +566,7 @@ class _Side:
             if b.max_time <= threshold:
                 gone = None if b.n_alive == len(b.times) else b.times > old
                 n = b.n_alive
-                self.nbytes -= b.nbytes
+                self._forget(b)
                 dropped = True
             else:
                 gone = (b.times > old) & (b.times <= threshold)
@@ -424,14 +584,14 @@ class _Side:
                     out.append(b.batch.filter(pa.array(unmatched)))
         if dropped:
             self.batches = keep
-            self._restart()
+            self._starts = None
         if self.index is not None and self.n_alive != alive_before:  # nothing retired: skip
             if self.n_alive <= index_threshold:
                 self.drop_index()
             else:
                 before = self.index.nbytes
                 self.index.retire(threshold)
-                self.nbytes += self.index.nbytes - before
+                self._bytes += self.index.nbytes - before
         return out
 
     def retained(self) -> pa.Table:
@@ -536,12 +696,14 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         n = batch.num_rows
         if n == 0:
             return []
-        col = batch.column(s.time_index)
+        cols = batch.columns
+        col = cols[s.time_index]
         if s.time_int64 and not col.null_count:
             t = col.to_numpy()
         else:
             t = time_values(batch, s.time, s.stream)
-        codes, valid = s.codec.encode([batch.column(c) for c in s.keys])
+        codes, valid = s.encode(cols)
+        tmin, tmax, ordered = time_range(t)
 
         # 1. late rows: time <= this side's watermark at the row's arrival
         own_before = self._eff(s, o)
@@ -551,11 +713,11 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             # times in order and the first after the watermark so far: no row is late (each row's
             # watermark comes from the rows before it, all at or below it)
             first = max(own_before, s.max_seen - self.delay - 1 if s.max_seen != _MIN else _MIN)
-            if int(t[0]) > first and (n == 1 or bool((t[1:] >= t[:-1]).all())):
-                s.max_seen = max(s.max_seen, int(t[-1]))
+            if tmin > first and ordered:
+                s.max_seen = max(s.max_seen, tmax)
             else:
                 late_mask = self._late_rows(s, t, own_before)
-        else:
+        elif tmin <= own_before:
             late_mask = t <= own_before
         if late_mask is not None and late_mask.any():
             late = late_mask
@@ -567,40 +729,48 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         out: list[pa.RecordBatch] = []
         matched = np.zeros(n, dtype=bool) if s.outer else None
         if o.n_alive:
-            res = self._probe(s, o, batch, t, codes, live, matched)
+            res = self._probe(s, o, cols, t, codes, live, matched)
             if res is not None:
                 out.append(res)
 
         # 4. retain what can still match; retire by the (possibly advanced) watermarks
         thr_s = _clamp(self._eff(o, s) - s.hi)
         thr_o = _clamp(self._eff(s, o) - o.hi)
-        store = t > thr_s
-        if live is not None:
-            store &= live
-        n_store = int(np.count_nonzero(store))
+        if live is None and tmin > thr_s:  # every row is kept: no mask to build
+            store: np.ndarray | None = None
+            n_store = n
+        else:
+            store = t > thr_s
+            if live is not None:
+                store &= live
+            n_store = int(np.count_nonzero(store))
         immediate: pa.RecordBatch | None = None
-        if s.outer:
+        if s.outer and store is not None:
             assert matched is not None
             pad = ~store & ~matched
             if late is not None:
                 pad &= ~late
             if pad.any():
                 immediate = batch.filter(pa.array(pad))
-        padded = {s.label: s.retire(thr_s, self.index_threshold),
-                  o.label: o.retire(thr_o, self.index_threshold)}
+        retired_s = s.retire(thr_s, self.index_threshold)
+        retired_o = o.retire(thr_o, self.index_threshold)
         if immediate is not None:
-            padded[s.label].append(immediate)
+            retired_s.append(immediate)
         if n_store:
             if n_store == n:
                 kb, kt, kc, km = batch, t, codes, matched
             else:
+                assert store is not None
                 kb = batch.filter(pa.array(store))
                 kt, kc = t[store], codes[store]
                 km = matched[store] if matched is not None else None
-            self._check_budget(s, kb, kt)
-            s.add(kb, kt, kc, km, self.index_threshold)
-        out.extend(self._pad(self.L, padded["left"]))
-        out.extend(self._pad(self.R, padded["right"]))
+                tmin, tmax, _ = time_range(kt)
+            nbytes = self._check_budget(s, kb, kt)
+            s.add(kb, kt, kc, km, tmin, tmax, self.index_threshold, nbytes)
+        if retired_s or retired_o:
+            pl, pr = (retired_s, retired_o) if s is self.L else (retired_o, retired_s)
+            out.extend(self._pad(self.L, pl))
+            out.extend(self._pad(self.R, pr))
         return out
 
     def _late_rows(self, s: _Side, t: np.ndarray, own_before: int) -> np.ndarray:
@@ -617,8 +787,10 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         mask: np.ndarray = t <= np.maximum(gen, own_before)
         return mask
 
-    def _probe(self, s: _Side, o: _Side, batch: pa.RecordBatch, t: np.ndarray, codes: np.ndarray,
+    def _probe(self, s: _Side, o: _Side, cols: list[pa.Array], t: np.ndarray, codes: np.ndarray,
                live: np.ndarray | None, matched: np.ndarray | None) -> pa.RecordBatch | None:
+        """The pairs of the arriving rows (``cols``, times ``t``, key ``codes``, rows ``live``)
+        with the opposite side's retained rows, as output rows; flags matched rows."""
         if live is None:
             rows = None
             pc_, pt = codes, t
@@ -639,27 +811,29 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             return None
         if rows is not None:
             pi = rows[pi]
-        uniq, inv = _locators(rid)  # sorted by batch/row: each opposite row gathered once
-        if not self.exact:
-            other = o.gather(uniq, mark=False)
-            ok = keys_equal([batch.column(c).take(pa.array(pi)) for c in s.keys],
-                            [_take(other, inv).column(c) for c in o.keys])
+        # where the opposite rows lie, by batch and row: the payload of each is read once per pair
+        loc = o.locate(rid)
+        theirs = o.columns(*loc)
+        if not self.exact:  # equal codes: check the keys themselves
+            ok = keys_equal([cols[c].take(pa.array(pi)) for c in s.key_index],
+                            [theirs[c] for c in o.key_index])
             if not ok.all():
-                pi, rid = pi[ok], rid[ok]
-                if len(pi) == 0:
+                keep = np.flatnonzero(ok)
+                if len(keep) == 0:
                     return None
-                uniq, inv = _locators(rid)
-        other = o.gather(uniq, mark=o.outer)
+                pi, rid = pi[keep], rid[keep]
+                sel = pa.array(keep)
+                theirs = [a.take(sel) for a in theirs]
+                loc = o.locate(rid)
+        if o.outer:
+            o.mark(loc[0], loc[2], loc[3])
         if matched is not None:
             matched[pi] = True
-        n = batch.num_rows
-        identity = len(pi) == n and bool((pi[1:] != pi[:-1]).all())  # pi == arange(n)
-        mine = batch if identity else batch.take(pa.array(pi))
-        theirs = _take(other, inv)
-        if s is self.L:
-            arrays = mine.columns + theirs.columns
+        if is_arange(pi, len(t)):
+            mine = cols
         else:
-            arrays = theirs.columns + mine.columns
+            mine = [v.take(pi) for v in column_views(cols, s.plans)]
+        arrays = mine + theirs if s is self.L else theirs + mine
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _pad(self, s: _Side, parts: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
@@ -675,11 +849,15 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             out.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
         return out
 
-    def _check_budget(self, s: _Side, batch: pa.RecordBatch, times: np.ndarray) -> None:
+    def _check_budget(self, s: _Side, batch: pa.RecordBatch, times: np.ndarray) -> int:
+        """With a budget: the bytes ``batch`` will take, or :class:`StateError` before it is
+        stored. Without one: ``-1`` (the side counts the batch when next asked)."""
         budget = self.spec.state_budget
         if budget is None:
-            return
-        extra = batch.nbytes + 2 * times.nbytes + len(times) + _BATCH_OVERHEAD
+            return -1
+        own = (batch.nbytes + 2 * times.nbytes + (len(times) if s.outer else 0)
+               + _BATCH_OVERHEAD)
+        extra = own
         if s.index is not None or s.n_alive + len(times) > self.index_threshold:
             extra += 3 * times.nbytes
         total = self.L.nbytes + self.R.nbytes + extra
@@ -692,6 +870,7 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
                 f"{o.stream} is {self._eff(o, s)} (an input that never advances keeps the "
                 "other's rows: deliver watermarks or set idle_timeout)"
             )
+        return own
 
     def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
         s, o = self._sides(stream_id)
@@ -743,9 +922,10 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             for batch, matched in snap["batches"]:
                 batch = conform(batch, s.schema, s.stream, self.spec.name)
                 t = time_values(batch, s.time, s.stream)
-                codes, _ = s.codec.encode([batch.column(c) for c in s.keys])
+                codes, _ = s.encode(batch.columns)
                 m = None
                 if s.outer:
                     m = np.zeros(len(t), bool) if matched is None else np.array(matched, bool)
-                s.add(batch, t, codes, m, MAX_TIME)  # no index per batch: built once below
+                lo, hi, _ = time_range(t)
+                s.add(batch, t, codes, m, lo, hi, MAX_TIME)  # no index: built at the first probe
         self._late = list(state["late"])
