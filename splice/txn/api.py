@@ -63,7 +63,7 @@ from splice.txn.ops import (
     OpBatch,
     OpBatchBuilder,
 )
-from splice.txn.state import MAX_KEY, StateStore
+from splice.txn.state import CELL_SHIFT, MAX_KEY, StateStore
 
 __all__ = ["Access", "read", "write", "add", "window_read", "sum_write", "update",
            "read_object", "update_object", "compile_events", "CompiledEvents", "run_events",
@@ -153,11 +153,14 @@ _COND = {None: COND_NONE, ">=": COND_GE, "<=": COND_LE}
 
 
 def _is_key(k: Any) -> bool:
+    if type(k) is int:  # the common case first: no ABC check
+        return 0 <= k < MAX_KEY
     return isinstance(k, numbers.Integral) and not isinstance(k, bool) and 0 <= int(k) < MAX_KEY
 
 
 def _number(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+    t = type(x)
+    if t is not float and t is not int and (isinstance(x, bool) or not isinstance(x, numbers.Real)):
         return None
     v = float(x)
     return v if math.isfinite(v) else None
@@ -174,7 +177,12 @@ def _cell(store: StateStore, table: str, key: Any, column: str | None) -> tuple[
     if column is not None and column not in cols:
         return 0, REASON_TABLE
     ci = 0 if column is None else cols.index(column)
-    return int(store.cells(ti, [int(key)], ci)[0]), 0
+    k = int(key)
+    if k >= store.caps[ti]:
+        store.grow(ti, k + 1)
+    elif k >= store.used[ti]:
+        store.used[ti] = k + 1
+    return (ti << CELL_SHIFT) | (k * len(cols) + ci), 0
 
 
 def _object_cell(store: StateStore, a: Access) -> tuple[tuple[int, str, int], int]:
@@ -209,6 +217,8 @@ def compile_events(
     b = OpBatchBuilder(np.asarray(ts, np.int64))
     details: dict[int, str] = {}
     cols: dict[str, list[Any]] = {k: [] for k in ("txn", "cell", "kind", "opnd", "cond", "carg", "pos")}
+    c_txn, c_cell, c_kind, c_opnd = cols["txn"], cols["cell"], cols["kind"], cols["opnd"]
+    c_cond, c_carg, c_pos = cols["cond"], cols["carg"], cols["pos"]
     sums: dict[str, list[Any]] = {k: [] for k in ("txn", "cell", "kind", "opnd", "src", "pos")}
     udfs: dict[str, list[Any]] = {k: [] for k in ("txn", "cell", "params", "pos")}
     objs = ObjectOps()
@@ -283,8 +293,13 @@ def compile_events(
                 for k, v in zip(sums, (t, cell, kind, opnd, srcs, pos), strict=True):
                     sums[k].append(v)
             else:
-                for k, v in zip(cols, (t, cell, kind, opnd, cond, carg, pos), strict=True):
-                    cols[k].append(v)
+                c_txn.append(t)
+                c_cell.append(cell)
+                c_kind.append(kind)
+                c_opnd.append(opnd)
+                c_cond.append(cond)
+                c_carg.append(carg)
+                c_pos.append(pos)
     order_txn: list[Any] = []
     order_pos: list[Any] = []
     if cols["txn"]:
@@ -341,15 +356,17 @@ def run_events(
     if batch.objects:
         txns += batch.objects.txn
         values += res.object_results or [None] * len(batch.objects)
-    per_txn: dict[int, list[tuple[int, Any]]] = {}
-    for t, p, v in zip(txns, ce.op_pos.tolist(), values, strict=True):
-        per_txn.setdefault(t, []).append((p, v))
+    # results in access order: sort by (transaction, position) once
+    order = np.lexsort((ce.op_pos, np.asarray(txns, np.int64))).tolist()
+    ordered = [values[i] for i in order]
+    bounds = np.searchsorted(np.asarray(txns, np.int64)[order], np.arange(batch.num_txns + 1)).tolist()
+    committed = res.committed.tolist()
+    reasons = res.reason.tolist()
     out: list[EventOutcome] = []
     for t in range(batch.num_txns):
-        reason = REASONS[int(res.reason[t])]
+        reason = REASONS[reasons[t]]
         detail = ce.details.get(t) or res.details.get(t)
         if detail:
             reason = f"{reason}: {detail}"
-        results = tuple(v for _, v in sorted(per_txn.get(t, ()), key=lambda pv: pv[0]))
-        out.append(EventOutcome(bool(res.committed[t]), reason, results))
+        out.append(EventOutcome(committed[t], reason, tuple(ordered[bounds[t]:bounds[t + 1]])))
     return out
