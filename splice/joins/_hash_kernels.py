@@ -44,6 +44,7 @@ __all__ = [
     "fx_join_sequence",
     "fx_time_ring_sequence",
     "fx_ring_relink",
+    "hb_time_sequence",
     "NO_TIME",
     "ring_positions",
     "hb_update",
@@ -926,3 +927,74 @@ def fx_ring_relink(rseq, rkey, rval, rnxt, head, shift, order):  # type: ignore[
             b = fx_bucket(rkey[p], shift)
             rnxt[p] = head[b]
             head[b] = rseq[p]
+
+
+@_no_nrt
+def hb_time_sequence(  # type: ignore[no-untyped-def]
+    sides, seqs, pkeys, pvalid, times, length, time_sorted,
+    l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats,
+    r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats,
+    rtime, lo, maxt, buf, tmp, kbuf, vbuf, start, out_i, out_s,
+):
+    """HB-SJ two-way time-window join over a mixed arrival sequence, nothing late (the command
+    path), expiring by watermark from the head of each ordered sliding window.
+
+    Each side's ordered window is a ring of ``C`` positions (tuple ``s`` at ``s & (C - 1)``;
+    ``rtime`` its event time; ``lo[side]`` the oldest tuple still stored). With ``time_sorted``
+    arrival the watermark of a side is its largest time so far minus one (``maxt - 1``); before
+    a tuple of side ``me`` is stored, the oldest tuples of ``me`` with time
+    ``<= watermark(other) - length`` expire from their table slot or the overflow buffer, oldest
+    first, exactly as HB-SJ expires before each insert. A tuple then probes the other side's
+    tables and overflow buffer and keeps the matches with ``|dt| <= length``, oldest first. A
+    ring still full of live tuples (always, without ``time_sorted``: no watermarks) stops the
+    kernel with ``grow = 1``: the caller doubles the rings and resumes. Returns ``(written,
+    next start, grow)``; resumable (see :func:`drain`).
+    """
+    cap = l_wseq.shape[0]
+    mask = cap - 1
+    bound = cap + 4
+    n = 0
+    for i in range(start, sides.shape[0]):
+        if n + bound > out_i.shape[0]:
+            return n, i, 0
+        me = sides[i]
+        other = 1 - me
+        s = seqs[i]
+        if time_sorted:
+            thr = maxt[other] - 1 - length
+            while lo[me] < s and rtime[me, lo[me] & mask] <= thr:
+                p = lo[me] & mask
+                if me == 0:
+                    _hb_expire(p, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)
+                else:
+                    _hb_expire(p, r_wseq, r_wloc, r_widx, r_tseq, r_oinfo)
+                lo[me] += 1
+        if s - lo[me] >= cap:
+            return n, i, 1
+        k = pkeys[i]
+        t = times[i]
+        ok = pvalid[i]
+        if ok:
+            if me == 0:
+                c = _hb_probe_one(k, 0, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats, buf, tmp)
+            else:
+                c = _hb_probe_one(k, 0, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats, buf, tmp)
+            for q in range(c):
+                m = buf[q]
+                if abs(t - rtime[other, m & mask]) <= length:
+                    out_i[n] = i
+                    out_s[n] = m
+                    n += 1
+        p = s & mask
+        kbuf[0, 0] = k
+        vbuf[0, 0] = ok
+        if me == 0:
+            _hb_insert(p, s, kbuf, vbuf, 0, l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey, l_oseq,
+                       l_oinfo, l_stats)
+        else:
+            _hb_insert(p, s, kbuf, vbuf, 0, r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey, r_oseq,
+                       r_oinfo, r_stats)
+        rtime[me, p] = t
+        if t > maxt[me]:
+            maxt[me] = t
+    return n, sides.shape[0], 0

@@ -12,13 +12,13 @@ codes are checked for real key equality on the matched pairs. Windows:
   ``--parallel P`` SplitJoin PUs.
 * ``--time TS --window-time D``: pairs whose ``TS`` differ by at most D. When the inputs arrive
   by time, each input's watermark follows its largest time (minus one, so equal times are on
-  time) and nothing is late; with ``--arrival`` there are no watermarks. With ``--impl fast``
-  and one PU, one kernel call over the whole sequence
-  (:func:`~splice.joins.hash_window_join.time_join_sequence`) gives the
-  :class:`~splice.joins.hash_window_join.HashWindowJoin` operator's result and retires tuples
-  by watermark as it goes (a ring per input whose slots are reused once retired, so the join's
-  state stays bounded by the tuples of one window); with ``--impl hbsj`` or ``--parallel P`` the
-  operator runs batch by batch and evicts by the same watermarks.
+  time) and nothing is late; with ``--arrival`` there are no watermarks. With one PU, one
+  kernel call over the whole sequence
+  (:func:`~splice.joins.hash_window_join.time_join_sequence`, ``--impl fast`` or ``hbsj``)
+  gives the :class:`~splice.joins.hash_window_join.HashWindowJoin` operator's result and
+  retires tuples by watermark as it goes (a ring per input whose slots are reused once
+  retired, so the join's state stays bounded by the tuples of one window); with
+  ``--parallel P`` the operator runs batch by batch and evicts by the same watermarks.
 
 Output: the left input's columns, then the right input's (``_right`` on taken names), ordered by
 the arrival of the later tuple, then of the matched tuple.
@@ -120,13 +120,13 @@ def hash_time_join_tables(
     """Time-window hash join of two tables in arrival order; (result, statistics).
 
     Statistics: ``retained_max``, the most tuples the join held at once (both inputs; with
-    ``impl="fast"`` and one PU the rings' slots, an upper bound), ``retained_end`` (the same at
-    the end of the input) and ``null_keys``.
+    one PU the rings' slots, an upper bound), ``retained_end`` (the same at the end of the
+    input) and ``null_keys``.
     """
     if length < 0:
         raise PlanError(f"--window-time must be >= 0, got {length}")
     keys = _Keys(left, right, on)
-    if impl == "fast" and parallel == 1:
+    if parallel == 1:
         # Nothing is late on this path (arrival by time: watermarks trail the largest time; by
         # --arrival: no watermarks), so one kernel call over the whole sequence gives the
         # operator's result, retiring tuples by watermark as it goes.
@@ -136,7 +136,7 @@ def hash_time_join_tables(
         times = np.empty(len(sides), np.int64)
         times[is_left], times[~is_left] = lt[rows[is_left]], rt[rows[~is_left]]
         _, lseq, rseq, st = time_join_sequence(sides, codes, valid, times, int(length), arrival is None,
-                                               capacity=256)
+                                               capacity=256, impl=impl)  # type: ignore[arg-type]
         stats = {"retained_max": 2 * st["capacity"], "retained_end": 2 * st["capacity"],
                  "null_keys": st["null_keys"]}
         return _gather(keys, sides, rows, lseq, rseq), stats
@@ -226,7 +226,8 @@ def _warm_up() -> None:
     ok = np.ones(2, np.bool_)
     for impl in ("fast", "hbsj"):
         join_sequence(sides, one, ok, 1, impl)  # type: ignore[arg-type]
-    time_join_sequence(sides, one, ok, one, 0, True, capacity=1)
+    for impl in ("fast", "hbsj"):
+        time_join_sequence(sides, one, ok, one, 0, True, capacity=1, impl=impl)  # type: ignore[arg-type]
 
 
 _warm_up()

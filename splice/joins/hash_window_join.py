@@ -67,6 +67,7 @@ from splice.joins._hash_kernels import (
     fx_time_ring_sequence,
     fx_update,
     hb_join_sequence,
+    hb_time_sequence,
     ring_positions,
 )
 from splice.joins.hash_keys import HashKeys, common_key_types
@@ -644,6 +645,8 @@ def time_join_sequence(
     length: int,
     time_sorted: bool,
     capacity: int = 1024,
+    impl: Impl = "fast",
+    table_size: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
     """Time-window join over a whole mixed arrival sequence in which nothing is late.
 
@@ -655,8 +658,11 @@ def time_join_sequence(
     bounded by the tuples of a window (:func:`~splice.joins._hash_kernels.fx_time_ring_sequence`;
     the ring starts at ``capacity`` slots per side and doubles when a slot to reuse still holds
     a live tuple). Without ``time_sorted`` there are no watermarks and every tuple is retained.
-    Returns ``(arrival index, left seq, right seq, stats)``; ``stats["capacity"]`` is the
-    ring's final size in slots per side.
+    ``impl="hbsj"`` runs HB-SJ instead (:func:`~splice.joins._hash_kernels.hb_time_sequence`):
+    the same pairs in the same order, each side's ordered window a ring that expires its oldest
+    tuples by watermark (tables of ``table_size`` slots, default twice the ring); its statistics
+    come under ``stats["left"]``/``["right"]``. Returns ``(arrival index, left seq, right seq,
+    stats)``; ``stats["capacity"]`` is the ring's final size in slots per side.
     """
     if length < 0:
         raise PlanError(f"time window length must be >= 0, got {length}")
@@ -668,6 +674,11 @@ def time_join_sequence(
     is_right = sides.astype(np.int64)
     nright = np.cumsum(is_right) - is_right
     seqs = np.where(sides == 0, np.arange(n) - nright, nright).astype(np.int64)
+    if impl == "hbsj":
+        return _hb_time_join(sides, seqs, keys, valid, times, int(length), bool(time_sorted),
+                             _next_pow2(max(16, capacity)), table_size)
+    if impl != "fast":
+        raise PlanError(f"unknown hash join implementation {impl!r} (choose {', '.join(get_args(Impl))})")
     ring = _TimeRing(_next_pow2(max(16, capacity)))
     maxt = np.full(2, NO_TIME, np.int64)
     parts_i: list[np.ndarray] = []
@@ -689,6 +700,44 @@ def time_join_sequence(
     from_left = sides[ai] == 0
     stats = {"capacity": ring.cap, "grows": grows, "retained": ring.retained(),
              "null_keys": int(len(valid) - valid.sum())}
+    return ai, np.where(from_left, seqs[ai], ms), np.where(from_left, ms, seqs[ai]), stats
+
+
+def _hb_time_join(sides: np.ndarray, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray, times: np.ndarray,
+                  length: int, time_sorted: bool, cap: int, table_size: int | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """:func:`time_join_sequence` with HB-SJ rings (see there)."""
+    n = len(sides)
+    ix = [HBSJIndex(1, cap, table_size), HBSJIndex(1, cap, table_size)]
+    rtime = np.zeros((2, cap), np.int64)
+    lo = np.zeros(2, np.int64)
+    maxt = np.full(2, NO_TIME, np.int64)
+    kbuf, vbuf = np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_)
+    parts_i: list[np.ndarray] = []
+    parts_s: list[np.ndarray] = []
+    start, grows = 0, 0
+    while start < n or not parts_i:
+        size = max(2 * cap + 24, min(2 * (n - start) + 16, 1 << 22))
+        out_i, out_s = np.empty(size, np.int64), np.empty(size, np.int64)
+        buf, tmp = np.empty(cap + 4, np.int64), np.empty(cap + 4, np.int64)
+        w, start, grow = hb_time_sequence(
+            sides, seqs, keys, valid, times, length, time_sorted, *ix[0].arrays(), *ix[1].arrays(),
+            rtime, lo, maxt, buf, tmp, kbuf, vbuf, start, out_i, out_s)
+        parts_i.append(out_i[:w])
+        parts_s.append(out_s[:w])
+        if grow:
+            cap *= 2
+            moved = np.zeros((2, cap), np.int64)
+            for side in range(2):
+                live = ix[side].live_seqs()
+                moved[side, live & (cap - 1)] = rtime[side, live & (cap // 2 - 1)]
+                ix[side] = ix[side].resized(cap)
+            rtime = moved
+            grows += 1
+    ai, ms = np.concatenate(parts_i), np.concatenate(parts_s)
+    from_left = sides[ai] == 0
+    stats = {"capacity": cap, "grows": grows, "retained": int(sum(len(x.live_seqs()) for x in ix)),
+             "null_keys": int(len(valid) - valid.sum()), "left": ix[0].stats()[0], "right": ix[1].stats()[0]}
     return ai, np.where(from_left, seqs[ai], ms), np.where(from_left, ms, seqs[ai]), stats
 
 

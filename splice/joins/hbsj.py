@@ -153,6 +153,18 @@ class HBSJIndex:
         seqs, keys, valid = self._live()
         self._rebuild(seqs, keys, valid, max(2 * self.cap, 1 << max(0, need - 1).bit_length()))
 
+    def resized(self, window: int) -> HBSJIndex:
+        """A copy over a count window of ``window`` positions holding the same tuples (re-placed
+        in arrival order) and counters: the command's time join grows its rings with it."""
+        out = HBSJIndex(self.n_attrs, window, self._fixed_ht, self.pu, self.parts)
+        out._rebuild_from(self, *self._live())
+        return out
+
+    def _rebuild_from(self, old: HBSJIndex, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray) -> None:
+        self.insert(seqs, keys, valid, expire=False)
+        self.st[:] = old.st
+        self.st[:, ST_OVF_PEAK] = np.maximum(old.st[:, ST_OVF_PEAK], self.oinfo[:, 1])
+
     def retain(self, keep: np.ndarray) -> None:
         """Time windows: keep only the stored tuples whose seq is in sorted ``keep``; the tables
         and the overflow buffer are rebuilt from them (placements are derived, counters kept)."""

@@ -401,17 +401,19 @@ def test_time_window_operator_contract(impl: str) -> None:
 @settings(max_examples=30)
 @given(rows=st.lists(st.tuples(st.integers(0, 1), st.one_of(st.none(), st.integers(0, 4)),
                                st.integers(0, 40)), max_size=100),
-       length=st.integers(0, 10), by_time=st.booleans(), capacity=st.sampled_from([1, 16, 1024]))
-def test_time_sequence_equals_nested_loop(rows, length, by_time, capacity) -> None:
-    """The command's one-call time join: nothing late, arrival sorted by time or not; rings
-    small enough to be reused and grown many times."""
+       length=st.integers(0, 10), by_time=st.booleans(), capacity=st.sampled_from([1, 16, 1024]),
+       impl=st.sampled_from(["fast", "hbsj"]), table_size=st.sampled_from([None, 1, 4]))
+def test_time_sequence_equals_nested_loop(rows, length, by_time, capacity, impl, table_size) -> None:
+    """The command's one-call time join (fast or HB-SJ): nothing late, arrival sorted by time or
+    not; rings small enough to be reused and grown many times."""
     if by_time:
         rows = sorted(rows, key=lambda r: r[2])
     sides = np.array([r[0] for r in rows], np.int8)
     keys = np.array([r[1] or 0 for r in rows], np.int64)
     valid = np.array([r[1] is not None for r in rows], np.bool_)
     times = np.array([r[2] for r in rows], np.int64)
-    _, ls, rs, stats = time_join_sequence(sides, keys, valid, times, length, by_time, capacity)
+    _, ls, rs, stats = time_join_sequence(sides, keys, valid, times, length, by_time, capacity, impl,
+                                          table_size)
     want, late = time_window_join([("row", s, k, t) for s, k, t in rows], length)
     assert not late
     assert list(zip(ls.tolist(), rs.tolist(), strict=True)) == want
@@ -428,14 +430,21 @@ def test_time_ring_kernels_equal_python_twins(monkeypatch: pytest.MonkeyPatch) -
     valid = rng.random(n) > 0.1
     times = np.sort(rng.integers(0, 30, n))  # ~20 live tuples per side: the 16-slot ring grows
     got = time_join_sequence(sides, keys, valid, times, 3, True, 16)
+    hb = time_join_sequence(sides, keys, valid, times, 3, True, 16, "hbsj", 4)
     monkeypatch.setattr(hwj, "fx_time_ring_sequence", hwj.fx_time_ring_sequence.py_func)
     monkeypatch.setattr(hwj, "fx_ring_relink", hwj.fx_ring_relink.py_func)
+    monkeypatch.setattr(hwj, "hb_time_sequence", hwj.hb_time_sequence.py_func)
     twin = time_join_sequence(sides, keys, valid, times, 3, True, 16)
     assert all(np.array_equal(a, b) for a, b in zip(got[:3], twin[:3], strict=True))
     assert got[3] == twin[3] and got[3]["grows"] >= 1  # the twin grew the ring the same way
+    hb_twin = time_join_sequence(sides, keys, valid, times, 3, True, 16, "hbsj", 4)
+    assert all(np.array_equal(a, b) for a, b in zip(hb[:3], hb_twin[:3], strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(hb[:3], got[:3], strict=True))
+    assert hb[3] == hb_twin[3] and hb[3]["left"]["overflow_inserts"] > 0  # tables of 4 overflow
 
 
-def test_time_sequence_retires_by_watermark_on_a_long_input() -> None:
+@pytest.mark.parametrize("impl", ["fast", "hbsj"])
+def test_time_sequence_retires_by_watermark_on_a_long_input(impl: str) -> None:
     """Arrival by time: the rings stay the size of one window however long the input; with no
     watermarks (arrival not by time) every tuple is retained."""
     n = 200_000
@@ -444,14 +453,15 @@ def test_time_sequence_retires_by_watermark_on_a_long_input() -> None:
     keys = rng.integers(0, 40, n)
     valid = np.ones(n, np.bool_)
     times = np.arange(n) // 4  # about 2 tuples per side per time unit
-    ai, ls, rs, stats = time_join_sequence(sides, keys, valid, times, 8, True, 16)
+    ai, ls, rs, stats = time_join_sequence(sides, keys, valid, times, 8, True, 16, impl)  # type: ignore[arg-type]
     assert stats["capacity"] <= 64 and stats["retained"] <= 128  # a window holds ~18 per side
     lt, rt = times[sides == 0], times[sides == 1]
     lk, rk = keys[sides == 0], keys[sides == 1]
     assert np.all(lk[ls] == rk[rs]) and np.all(np.abs(lt[ls] - rt[rs]) <= 8)
     # on a prefix, the same pairs as the walk without watermarks, which retains every tuple
     m = 20_000
-    _, ls2, rs2, unbounded = time_join_sequence(sides[:m], keys[:m], valid[:m], times[:m], 8, False, 16)
+    _, ls2, rs2, unbounded = time_join_sequence(sides[:m], keys[:m], valid[:m], times[:m], 8, False, 16,
+                                                impl)  # type: ignore[arg-type]
     assert unbounded["capacity"] >= m // 2
     pre = ai < m
     assert sorted(zip(ls[pre].tolist(), rs[pre].tolist(), strict=True)) == sorted(
