@@ -28,7 +28,7 @@ from splice.joins.window import CountWindow, TimeWindow
 from splice.testing import OperatorHarness, check_operator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from reference.hash_window_join import count_window_join, time_window_join  # noqa: E402
+from reference.hash_window_join import count_window_join, time_window_join, tuple_key  # noqa: E402
 
 L, R = 2, 3
 # the two inputs' key types differ but cast to one type per column
@@ -45,9 +45,9 @@ skewed_st = st.lists(st.tuples(st.integers(0, 1), st.sampled_from([("a", 1)] * 4
                      max_size=120)
 
 
-def ref_key(k: Key) -> Key | None:
+def ref_key(k: Key) -> tuple | None:
     """The reference's key: the tuple, or None when any part is null (never matches)."""
-    return None if None in k else k
+    return tuple_key(k)
 
 
 def batch(side: int, rows: list[tuple[int, Key, int]]) -> pa.RecordBatch:

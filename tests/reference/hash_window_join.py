@@ -1,6 +1,8 @@
 """Nested-loop references for the windowed equi-joins: tuple at a time, lists, no indexes.
 
-An arrival is ``(side, key)`` (``key`` None = null). The count-window join processes each
+An arrival is ``(side, key)``: ``key`` is any value compared with ``==`` (an int, a string, a
+tuple of several columns' values), or None for a null key (:func:`tuple_key` makes a
+multi-column key None when any of its parts is null). The count-window join processes each
 arrival as: compare with every tuple of the opposite window (oldest first), expire the oldest of
 its own window when it holds ``w`` tuples, append. Output: ``(left seq, right seq)`` pairs in
 output order, where ``seq`` numbers each side's tuples in arrival order.
@@ -10,6 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+
+def tuple_key(parts: Sequence[Any]) -> tuple | None:
+    """The key of a row with several key columns: None (never matches) when any part is null."""
+    return None if any(p is None for p in parts) else tuple(parts)
 
 
 def count_window_join(arrivals: Sequence[tuple[int, Any]], w: int) -> list[tuple[int, int]]:
