@@ -11,6 +11,11 @@ Prints one JSON object per line. Three experiments (``--only`` picks one):
   checkpoints (baseline, same run) and with a checkpoint every second; overhead in percent.
 - ``state``: checkpoint size, checkpoint time and restore time against state size (a group-by
   with N groups, a count-window hash join holding N rows per side), local store and RocksDB.
+- ``backend``: the same GroupBy with its per-group state in memory and in RocksDB
+  (``state_backend``): throughput (same run, alternating, answers asserted equal) and peak
+  in-memory state; then checkpoints when a fraction of the groups changes per interval: the
+  memory backend writes every group each time, the RocksDB backend a handle and the SST files
+  new since its previous snapshot; restore time, restored answer asserted equal.
 
     python benchmarks/checkpoint.py                 # all three
     python benchmarks/checkpoint.py --only crash --trials 20
@@ -293,9 +298,78 @@ def state(args: argparse.Namespace, tmp: Path) -> None:
             eng.close()
 
 
+def _groupby_logic(backend: str, state_dir: Path | None, schema: pa.Schema, state: Any = None) -> Any:
+    spec = GroupBy(["k"], [Agg("n", "count"), Agg("s", "sum", "v"), Agg("a", "avg", "f"), Agg("m", "max", "v")],
+                   state_backend=backend, state_dir=None if state_dir is None else str(state_dir))
+    return spec.build({2: schema}, state)
+
+
+def backend(args: argparse.Namespace, tmp: Path) -> None:
+    """GroupBy throughput on the memory and RocksDB backends (same run, alternating), then the
+    checkpoint cost of each when a fraction of the groups changes between checkpoints."""
+    rng = np.random.default_rng(9)
+    rows, groups = args.backend_rows, args.backend_groups
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("f", pa.float64())])
+    t = pa.table({"k": rng.integers(0, groups, rows), "v": rng.integers(0, 1000, rows), "f": rng.random(rows)},
+                 schema=schema)
+    batches = t.to_batches(max_chunksize=65_536)
+    answers: dict[str, pa.Table] = {}
+    for r in range(args.repeat):
+        for kind in ("memory", "rocksdb"):
+            logic = _groupby_logic(kind, tmp / f"tp_{kind}_{r}" if kind == "rocksdb" else None, schema)
+            peak = 0
+            t0 = time.perf_counter()
+            for b in batches:
+                logic.on_batch(2, b)
+                peak = max(peak, logic.state_bytes())
+            out = pa.Table.from_batches(logic.on_end())
+            secs = time.perf_counter() - t0
+            answers.setdefault(kind, out)
+            assert out.equals(answers["memory"]), "backends disagree"
+            print(json.dumps({"experiment": "backend_throughput", "backend": kind, "repeat": r, "rows": rows,
+                              "groups": out.num_rows, "seconds": round(secs, 3), "rows_per_s": round(rows / secs),
+                              "peak_state_bytes_in_memory": peak}), flush=True)
+    # checkpoints: the full state loaded, then intervals each updating ``fraction`` of the groups
+    base = pa.table({"k": np.arange(groups), "v": rng.integers(0, 1000, groups), "f": rng.random(groups)},
+                    schema=schema)
+    for fraction in args.changed_fractions:
+        for kind in ("memory", "rocksdb"):
+            d = tmp / f"ck_{kind}_{fraction}"
+            logic = _groupby_logic(kind, d / "keyed" if kind == "rocksdb" else None, schema)
+            for b in base.to_batches(max_chunksize=65_536):
+                logic.on_batch(2, b)
+            store = open_store(d, "local", keep=3)
+            for i in range(1, args.intervals + 2):
+                if i > 1:  # an interval's updates: ``fraction`` of the groups, once each
+                    keys = rng.choice(groups, int(groups * fraction), replace=False)
+                    upd = pa.table({"k": keys, "v": rng.integers(0, 1000, len(keys)),
+                                    "f": rng.random(len(keys))}, schema=schema)
+                    for b in upd.to_batches(max_chunksize=65_536):
+                        logic.on_batch(2, b)
+                t0 = time.perf_counter()
+                snap = logic.snapshot()
+                written = store.save(i, {"q": {"g": snap}}, {})
+                secs = time.perf_counter() - t0
+                sst_new = snap["groups"]["store"]["new_bytes"] if kind == "rocksdb" else 0
+                print(json.dumps({"experiment": "backend_checkpoint", "backend": kind, "groups": groups,
+                                  "changed_fraction": fraction if i > 1 else 1.0, "checkpoint": i,
+                                  "kind": "first" if i == 1 else "after interval",
+                                  "bytes_written": written + sst_new, "store_bytes": written,
+                                  "new_sst_bytes": sst_new, "seconds": round(secs, 4)}), flush=True)
+            t0 = time.perf_counter()
+            cp = store.load_latest()
+            assert cp is not None
+            restored = _groupby_logic(kind, d / "keyed2" if kind == "rocksdb" else None, schema, cp.state["q"]["g"])
+            restore_s = time.perf_counter() - t0
+            got = pa.Table.from_batches(restored.on_end())
+            assert got.equals(pa.Table.from_batches(logic.on_end())), "restored state differs"
+            print(json.dumps({"experiment": "backend_restore", "backend": kind, "groups": groups,
+                              "changed_fraction": fraction, "restore_s": round(restore_s, 4)}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=["crash", "q3", "state"], default=None)
+    ap.add_argument("--only", choices=["crash", "q3", "state", "backend"], default=None)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--rows", type=int, default=60_000, help="crash job: rows per join input")
     ap.add_argument("--batch", type=int, default=1_000, help="crash job: rows per batch")
@@ -305,6 +379,11 @@ def main() -> None:
     ap.add_argument("--q3-batch", type=int, default=8_192)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--state-sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--backend-rows", type=int, default=2_000_000, help="backend: GroupBy input rows")
+    ap.add_argument("--backend-groups", type=int, default=500_000, help="backend: distinct group keys")
+    ap.add_argument("--changed-fractions", type=float, nargs="+", default=[0.01, 0.1],
+                    help="backend: fraction of the groups updated between checkpoints")
+    ap.add_argument("--intervals", type=int, default=3, help="backend: checkpoints after the first")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -316,6 +395,8 @@ def main() -> None:
         tmp = Path(d)
         if args.only in (None, "state"):
             state(args, tmp)
+        if args.only in (None, "backend"):
+            backend(args, tmp)
         if args.only in (None, "q3"):
             q3(args, tmp)
         if args.only in (None, "crash"):

@@ -18,7 +18,7 @@ backend each distinct id costs its key words plus a null word and one value word
 and an open-addressing table that grow by doubling: about 50 to 100 bytes per id for one
 integer id column (54 bytes measured at 400,000 ids), so 10 M distinct ids take 0.5 to 1 GB.
 With the ``"rocksdb"`` backend the ids live on disk and memory stays at the memtables (two of
-4 MB at most) plus one batch. Interned id strings longer than 7 bytes are held in memory with
+2 MB at most) and a 4 MB block cache, plus one batch. Interned id strings longer than 7 bytes are held in memory with
 either backend (one copy per distinct value).
 
 >>> import pyarrow as pa

@@ -17,9 +17,11 @@ Two backends (``StateBackendKind``):
   key words (the group-by's numba kernels) and a value matrix. A snapshot copies both: a
   checkpoint is always full.
 * ``"rocksdb"`` (:class:`RocksDBKeyedState`, ``rocksdict``): the records live in a RocksDB
-  database under ``directory/live`` (memtable of ``write_buffer_bytes``, the rest on disk), so
-  the state may be larger than memory. Keys and values are encoded for a whole batch at once
-  (an ``(m, w)`` int64 matrix viewed as fixed-size binary); the only per-record Python is the
+  database under ``directory/live``: in memory at most two memtables of ``write_buffer_bytes``
+  (2 MB) and a block cache of ``block_cache_bytes`` (4 MB), the rest on disk, so the state may
+  be larger than memory; ``memory_bytes()`` reports memtables, table readers and block cache.
+  Keys and values are encoded for a whole batch at once (an ``(m, w)`` int64 matrix viewed as
+  fixed-size binary); the only per-record Python is the
   list of ``bytes`` objects and one ``WriteBatch.put`` per record, which rocksdict's API
   requires. Writes skip the WAL: durability comes from snapshots.
 
@@ -183,6 +185,9 @@ class MemoryKeyedState:
         return None
 
 
+#: what a RocksDB database holds in memory: memtables, index/filter blocks, cached data blocks
+_MEMORY_PROPERTIES = ("rocksdb.cur-size-all-mem-tables", "rocksdb.estimate-table-readers-mem",
+                      "rocksdb.block-cache-usage")
 _SNAPSHOTS = "snapshots"
 _LIVE = "live"
 
@@ -196,7 +201,8 @@ class RocksDBKeyedState:
         value_words: int,
         directory: str | Path | None = None,
         state: Any = None,
-        write_buffer_bytes: int = 4 << 20,
+        write_buffer_bytes: int = 2 << 20,
+        block_cache_bytes: int = 4 << 20,
         keep_snapshots: int = 4,
     ) -> None:
         try:
@@ -226,6 +232,9 @@ class RocksDBKeyedState:
         opts.create_if_missing(True)
         opts.set_write_buffer_size(write_buffer_bytes)
         opts.set_max_write_buffer_number(2)
+        table = rocksdict.BlockBasedOptions()
+        table.set_block_cache(rocksdict.Cache(block_cache_bytes))
+        opts.set_block_based_table_factory(table)
         self.db: Any = rocksdict.Rdict(str(self.live), options=opts)
         wo: Any = rocksdict.WriteOptions()
         wo.disable_wal = True  # a property at run time (the type stubs say a method)
@@ -317,9 +326,7 @@ class RocksDBKeyedState:
                 "new_bytes": self.last_snapshot_new_bytes}
 
     def memory_bytes(self) -> int:
-        mem = self.db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
-        readers = self.db.property_int_value("rocksdb.estimate-table-readers-mem") or 0
-        return int(mem + readers)
+        return sum(int(self.db.property_int_value(p) or 0) for p in _MEMORY_PROPERTIES)
 
     def disk_bytes(self) -> int:
         return int(self.db.property_int_value("rocksdb.total-sst-files-size") or 0)

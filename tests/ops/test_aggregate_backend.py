@@ -106,15 +106,16 @@ def run_job(directory: str, backend: str) -> None:
 
 
 def test_state_budget_stops_memory_but_not_rocksdb(tmp_path: Path) -> None:
-    # 100,000 groups: ~9 MB in memory; RocksDB holds at most two 4 MB memtables and table readers
-    budget = 7_000_000
+    # ~190,000 groups: ~18 MB in memory; RocksDB holds two 2 MB memtables, a 4 MB block cache
+    # and one batch's groups: ~7 MB
+    budget = 12_000_000
     with pytest.raises(StateError, match="state budget exceeded"):
-        CheckpointCoordinator(_many_groups_job("memory", None, 100_000, 200_000), tmp_path / "m",
+        CheckpointCoordinator(_many_groups_job("memory", None, 300_000, 300_000), tmp_path / "m",
                               state_budget=budget).run()
-    got = CheckpointCoordinator(_many_groups_job("rocksdb", str(tmp_path / "keyed"), 100_000, 200_000),
+    got = CheckpointCoordinator(_many_groups_job("rocksdb", str(tmp_path / "keyed"), 300_000, 300_000),
                                 tmp_path / "r", state_budget=budget, interval_batches=40).run()["g"]
-    want = CheckpointCoordinator(_many_groups_job("memory", None, 100_000, 200_000), tmp_path / "w").run()["g"]
-    assert got.num_rows > 80_000 and got.equals(want)
+    want = CheckpointCoordinator(_many_groups_job("memory", None, 300_000, 300_000), tmp_path / "w").run()["g"]
+    assert got.num_rows > 150_000 and got.equals(want)
 
 
 def test_rocksdb_checkpoints_are_incremental_under_the_coordinator(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def test_seen_ids_in_rocksdb_hold_little_memory(tmp_path: Path) -> None:
     for start in range(0, n, 10_000):
         b = pa.record_batch({"id": np.arange(start, start + 10_000)}, schema=schema)
         assert mem.check(b).num_rows == rdb.check(b).num_rows == 10_000
-    # in memory ~50 bytes per id (keys, a value word, hash slots); RocksDB: its memtables
+    # in memory ~50 bytes per id (keys, a value word, hash slots); RocksDB: memtables, block cache
     assert mem.memory_bytes() > 40 * n
     assert rdb.memory_bytes() < mem.memory_bytes() / 2
     mem.close()

@@ -55,7 +55,7 @@ def operations(draw: st.DrawFn) -> list[tuple[str, np.ndarray, np.ndarray]]:
 
 
 @pytest.mark.parametrize("kind", ["memory", "rocksdb"])
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(ops=operations(), restore_at=st.integers(0, 8))
 def test_backend_equals_a_dict_and_restores_any_snapshot(kind: str, ops: list, restore_at: int) -> None:
     state = open_keyed_state(kind, KW, VW)  # type: ignore[arg-type]
