@@ -99,3 +99,25 @@ def test_join_command_routes_bad_rows_and_counts_them(tmp_path: Path, capsys: py
                                               "NaN or infinite value in column v": 1}
     assert len(dead.read_text().splitlines()) == 3
     assert metrics["output_rows"] == 1
+
+
+def test_rows_over_the_byte_limit_fail_or_are_dead_lettered() -> None:
+    from splice.state.deadletter import row_bytes
+
+    schema = pa.schema([("k", pa.int64()), ("s", pa.string())])
+    batch = pa.record_batch({"k": [1, 2, 3], "s": ["a", "b" * 500, None]}, schema=schema)
+    assert row_bytes(batch).tolist() == [8 + 1 + 4, 8 + 500 + 4, 8 + 0 + 4]
+    with pytest.raises(SchemaError, match=r"stream 'docs': row over 100 bytes \(row 1 of the batch"):
+        EdgeValidator("docs", schema, max_row_bytes=100).check(batch)
+    sink = DeadLetterSink()
+    good = EdgeValidator("docs", schema, policy="dead_letter", sink=sink, max_row_bytes=100).check(batch)
+    assert good.column("k").to_pylist() == [1, 3] and sink.counts == {"row over 100 bytes": 1}
+    with pytest.raises(PlanError, match="max_row_bytes must be >= 1"):
+        EdgeValidator("docs", schema, max_row_bytes=0)
+
+
+def test_dead_letter_file_is_rewritten_by_each_run(tmp_path: Path) -> None:
+    path = tmp_path / "dl.jsonl"
+    for _ in range(2):  # a rerun after a crash writes the same lines again, not twice
+        DeadLetterSink(path).add("s", "reason", ['{"k": 1}', '{"k": 2}'])
+    assert len(path.read_text().splitlines()) == 2
