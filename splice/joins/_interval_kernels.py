@@ -418,18 +418,20 @@ def gather_bits_py(bits: np.ndarray, bit_offset: int, rows: np.ndarray) -> np.nd
 
 @njit(cache=True, nogil=True)
 def gather_var(
-    offsets: np.ndarray, data: np.ndarray, rows: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Values ``data[offsets[r]:offsets[r+1]]`` for ``r`` in ``rows``: ``(new offsets, new data)``,
-    the offsets from 0 and of ``offsets``' type. An empty offsets array means the values would
-    not fit that type (32-bit offsets past 2**31 - 1 bytes)."""
+    offsets: np.ndarray, data: np.ndarray, bits: np.ndarray, bit_offset: int, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values ``data[offsets[r]:offsets[r+1]]`` for ``r`` in ``rows``: ``(new offsets, new data,
+    new validity bitmap)``, the offsets from 0 and of ``offsets``' type, the bitmap as
+    :func:`gather_bits` makes it from ``bits`` (empty when ``bits`` is: no nulls). Empty offsets
+    mean the values would not fit the type (32-bit offsets past 2**31 - 1 bytes)."""
     m = len(rows)
     total = np.int64(0)
     for k in range(m):
         r = rows[k]
         total += np.int64(offsets[r + 1]) - np.int64(offsets[r])
     if offsets.itemsize == 4 and total > 2147483647:
-        return np.empty(0, dtype=offsets.dtype), np.empty(0, dtype=np.uint8)
+        return (np.empty(0, dtype=offsets.dtype), np.empty(0, dtype=np.uint8),
+                np.empty(0, dtype=np.uint8))
     out_off = np.empty(m + 1, dtype=offsets.dtype)
     out = np.empty(total, dtype=np.uint8)
     out_off[0] = 0
@@ -446,15 +448,17 @@ def gather_var(
             dst[x] = src[x]
         d += n
         out_off[k + 1] = d
-    return out_off, out
+    valid = gather_bits(bits, bit_offset, rows) if len(bits) else np.empty(0, dtype=np.uint8)
+    return out_off, out, valid
 
 
 def gather_var_py(
-    offsets: np.ndarray, data: np.ndarray, rows: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    offsets: np.ndarray, data: np.ndarray, bits: np.ndarray, bit_offset: int, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Plain twin of :func:`gather_var`."""
     parts = [bytes(data[offsets[r] : offsets[r + 1]]) for r in np.asarray(rows).tolist()]
     off = np.concatenate([[0], np.cumsum([len(p) for p in parts], dtype=np.int64)])
     if offsets.dtype.itemsize == 4 and off[-1] > 2**31 - 1:
-        return np.zeros(0, offsets.dtype), np.zeros(0, np.uint8)
-    return off.astype(offsets.dtype), np.frombuffer(b"".join(parts), np.uint8).copy()
+        return np.zeros(0, offsets.dtype), np.zeros(0, np.uint8), np.zeros(0, np.uint8)
+    valid = gather_bits_py(bits, bit_offset, rows) if len(bits) else np.zeros(0, np.uint8)
+    return (off.astype(offsets.dtype), np.frombuffer(b"".join(parts), np.uint8).copy(), valid)

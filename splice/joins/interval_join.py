@@ -249,6 +249,7 @@ class IntervalJoin(OperatorSpec):
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _GROUP0 = np.zeros(1, dtype=np.int64)
+_NO_BITS = np.zeros(0, dtype=np.uint8)
 _FIXED_WIDTHS: dict[int, type] = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
@@ -311,19 +312,25 @@ class _ColumnView:
 
     def take(self, rows: np.ndarray) -> pa.Array:
         """Rows ``rows`` (positions in this column, any order, repeats allowed) as an array."""
-        if self.kind == "arrow":
-            return self.array.take(pa.array(rows))
-        m = len(rows)
-        validity = None
-        if self.bits is not None:
-            validity = pa.py_buffer(gather_bits(self.bits, self.bit_offset, rows))
-        if self.kind == "fixed":
-            return pa.Array.from_buffers(self.type, m, [validity, pa.py_buffer(self.values[rows])])
-        offsets, data = gather_var(self.offsets, self.values, rows)
-        if len(offsets) == 0:  # repeated rows overflow 32-bit offsets: Arrow's take says so
-            return self.array.take(pa.array(rows))
-        return pa.Array.from_buffers(self.type, m,
-                                     [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+        kind = self.kind
+        if kind == "fixed":
+            bits = self.bits
+            validity = (None if bits is None
+                        else pa.py_buffer(gather_bits(bits, self.bit_offset, rows)))
+            return pa.Array.from_buffers(self.type, len(rows),
+                                         [validity, pa.py_buffer(self.values[rows])])
+        if kind == "var":
+            bits = self.bits
+            offsets, data, valid = gather_var(self.offsets, self.values,
+                                              _NO_BITS if bits is None else bits,
+                                              self.bit_offset, rows)
+            if len(offsets):
+                return pa.Array.from_buffers(
+                    self.type, len(rows),
+                    [None if bits is None else pa.py_buffer(valid), pa.py_buffer(offsets),
+                     pa.py_buffer(data)])
+            # repeated rows overflow 32-bit offsets: Arrow's take says so
+        return self.array.take(pa.array(rows))
 
 
 def column_views(columns: list[pa.Array], plans: list[tuple[str, Any]]

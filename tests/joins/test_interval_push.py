@@ -82,17 +82,23 @@ def test_gather_bits_matches_twin(flags, offset, data):
 
 
 @pytest.mark.parametrize("large", [False, True])
-@given(st.lists(st.binary(max_size=12), min_size=1, max_size=30), st.data())
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=12)), min_size=1, max_size=30),
+       st.data())
 def test_gather_var_matches_twin(large, values, data):
     arr = pa.array(values, pa.large_binary() if large else pa.binary())
     bufs = arr.buffers()
     off = np.frombuffer(bufs[1], np.int64 if large else np.int32)[: len(arr) + 1]
     dat = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    bits = np.frombuffer(bufs[0], np.uint8) if arr.null_count else np.zeros(0, np.uint8)
     rows = np.array(data.draw(st.lists(st.integers(0, len(values) - 1), max_size=40)),
                     dtype=np.int64)
-    got, want = gather_var(off, dat, rows), gather_var_py(off, dat, rows)
+    got, want = gather_var(off, dat, bits, 0, rows), gather_var_py(off, dat, bits, 0, rows)
     assert got[0].dtype == off.dtype and got[0].tolist() == want[0].tolist()
-    assert bytes(got[1]) == bytes(want[1]) == b"".join(values[r] for r in rows.tolist())
+    assert bytes(got[1]) == bytes(want[1]) == b"".join(values[r] or b"" for r in rows.tolist())
+    assert got[2].tolist() == want[2].tolist()
+    if arr.null_count:
+        flags = np.unpackbits(got[2], bitorder="little")[: len(rows)].tolist()
+        assert flags == [int(values[r] is not None) for r in rows.tolist()]
 
 
 def test_key_index_table_always_has_a_free_slot():
