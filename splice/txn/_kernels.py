@@ -8,6 +8,9 @@ cross-thread completion is published through ``state`` (an int64 array: 0 = BLK,
 
 from __future__ import annotations
 
+from types import FunctionType
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -36,16 +39,13 @@ def _cond_ok(c: int, b: float, arg: float) -> bool:
     return True
 
 
-@njit(cache=True, nogil=True)
-def no_udf(value: float, params: np.ndarray) -> tuple[float, bool]:
-    """The user function of an engine built without one (never called: no ``UDF`` ops)."""
-    return value, True
-
-
-@njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _call_udf(udf, b: float, udf_params: np.ndarray, row: float) -> tuple[float, bool, bool]:
     """``udf(b, params[row])`` as (value, ok, raised): a non-finite value or an exception fails
-    the op (its transaction aborts); an exception is caught here, so no thread is left waiting."""
+    the op (its transaction aborts); an exception is caught here, so no thread is left waiting.
+    ``udf`` is ``None`` for engines without one: numba prunes the call at compile time."""
+    if udf is None:
+        return b, True, False
     try:
         v, ok = udf(b, udf_params[int(row)])
     except Exception:
@@ -54,7 +54,7 @@ def _call_udf(udf, b: float, udf_params: np.ndarray, row: float) -> tuple[float,
     return v, bool(ok) and np.isfinite(v), False
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _op_ok(udf, k: int, c: int, b: float, arg: float, operand: float,
            udf_params: np.ndarray) -> bool:
     """Does op's condition hold on pre-value ``b`` (a UDF op asks the user function)?"""
@@ -949,3 +949,35 @@ def data_closure(proc: np.ndarray, pred: np.ndarray, txn: np.ndarray, src_ptr: n
                     break
         aff[i] = a
     return aff
+
+
+# --------------------------------------------------------------------------------------------
+# Executor variants for a user function
+# --------------------------------------------------------------------------------------------
+#
+# The cached executors above are compiled with ``udf=None``. A user function is a numba
+# dispatcher, and numba's on-disk cache never matches a dispatcher-typed argument again in a new
+# process: it would compile and write a new cache entry on every run. So a user function gets
+# uncached twins of the executors (same code; compiled once per process and function).
+
+
+def _uncached(fn: Any, **rebind: Any) -> Any:
+    """An uncached njit twin of the cached kernel ``fn`` (globals in ``rebind`` replaced)."""
+    py = fn.py_func
+    g = dict(py.__globals__)
+    g.update(rebind)
+    twin = FunctionType(py.__code__, g, py.__name__, py.__defaults__, py.__closure__)
+    twin.__doc__ = py.__doc__
+    return njit(nogil=True)(twin)
+
+
+run_ops_udf = _uncached(run_ops)
+run_serial_udf = _uncached(run_serial)
+run_partitioned_udf = _uncached(run_partitioned, run_serial=run_serial_udf)
+
+
+def executors(udf: Any) -> tuple[Any, Any, Any]:
+    """(run_ops, run_serial, run_partitioned) for ``udf`` (``None``: the cached kernels)."""
+    if udf is None:
+        return run_ops, run_serial, run_partitioned
+    return run_ops_udf, run_serial_udf, run_partitioned_udf

@@ -28,7 +28,6 @@ import numpy as np
 from numba.core.registry import CPUDispatcher as Dispatcher
 
 from splice.core.errors import PlanError
-from splice.txn import _kernels as K
 from splice.txn.executor import (
     Execution,
     SStorePrep,
@@ -157,7 +156,7 @@ class TxnEngine:
         if udf is not None and not isinstance(udf, Dispatcher):
             raise PlanError(f"udf {getattr(udf, '__name__', udf)!r} must be a numba @njit function "
                             "(value: float, params: float64[:]) -> (float, bool)")
-        self.udf = udf if udf is not None else K.no_udf
+        self.udf: Any = udf
         self._udf_given = udf is not None
         self._udf_widths: set[int] = set()
         self.store = StateStore(tables)

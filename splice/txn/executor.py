@@ -124,7 +124,7 @@ class _Run:
         bar = np.zeros(1, np.int64)
 
         def one(t: int) -> tuple[int, int, float]:
-            return K.run_ops(
+            return K.executors(udf)[0](
                 wo.work, int(wo.ptr[t]), int(wo.ptr[t + 1]), team.threads, bar, self.state,
                 self.before, self.after, self.result, self.failed, self.raised, tpg.pred, tpg.chain, tpg.init,
                 tpg.kind, tpg.operand, tpg.cond, tpg.cond_arg, tpg.ts, tpg.txn, tpg.src_ptr,
@@ -169,7 +169,7 @@ _EMPTY_F = np.zeros(0, np.float64)
 
 
 def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
-            team: ThreadTeam, busy: int, history: bool = True, udf: Any = K.no_udf) -> Execution:
+            team: ThreadTeam, busy: int, history: bool = True, udf: Any = None) -> Execution:
     """Execute ``tpg`` under ``strategy`` on ``team`` (exact: equals serial execution)."""
     t0 = time.perf_counter()
     eager = strategy.abort == "e"
@@ -225,7 +225,7 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
 
 
 def run_tstream(batch: OpBatch, refused: np.ndarray, tpg: TPG, team: ThreadTeam,
-                busy: int, history: bool = True, udf: Any = K.no_udf) -> Execution:
+                busy: int, history: bool = True, udf: Any = None) -> Execution:
     """TStream-like: operation chains per key run in parallel (PD waits only); when any
     transaction fails, the whole batch is redone with the aborted transactions excluded.
 
@@ -329,13 +329,13 @@ def _serial_finish(batch: OpBatch, d: _Dense, refused: np.ndarray, cur: np.ndarr
 
 
 def run_serial(batch: OpBatch, refused: np.ndarray, store: StateStore, busy: int,
-               udf: Any = K.no_udf) -> Execution:
+               udf: Any = None) -> Execution:
     """One thread, transactions in timestamp order: the reference and the single-core limit."""
     t0 = time.perf_counter()
     d = _dense(batch, store)
     cur, last, vprev, vts, vval, committed, result, raised = _serial_arrays(batch, d, store)
     t1 = time.perf_counter()
-    K.run_serial(d.txn_ptr, d.cell, batch.op_kind, batch.op_operand, batch.op_cond,
+    K.executors(udf)[1](d.txn_ptr, d.cell, batch.op_kind, batch.op_operand, batch.op_cond,
                  batch.op_cond_arg, batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist,
                  last, vprev, vts, vval, committed, result, 0, batch.num_txns, busy, udf,
                  batch.udf_params, raised)
@@ -378,7 +378,7 @@ def prepare_sstore(batch: OpBatch, refused: np.ndarray, threads: int) -> SStoreP
 
 
 def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int,
-                udf: Any = K.no_udf) -> Any:
+                udf: Any = None) -> Any:
     """Read the state the batch starts from; return a callable that runs it (any thread)."""
     batch, refused, d, txn_part = prep.batch, prep.refused, prep.dense, prep.txn_part
     _window_hist(batch, d, store)
@@ -390,7 +390,7 @@ def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int
         t1 = time.perf_counter()
 
         def one(t: int) -> tuple[int, float]:
-            return K.run_partitioned(t, T, bar, txn_part, d.txn_ptr, d.cell, batch.op_kind,
+            return K.executors(udf)[2](t, T, bar, txn_part, d.txn_ptr, d.cell, batch.op_kind,
                                      batch.op_operand, batch.op_cond, batch.op_cond_arg,
                                      batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist,
                                      last, vprev, vts, vval, committed, result, busy, udf,
@@ -410,7 +410,7 @@ def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int
 
 
 def run_sstore(batch: OpBatch, refused: np.ndarray, store: StateStore, team: ThreadTeam,
-               busy: int, udf: Any = K.no_udf) -> Execution:
+               busy: int, udf: Any = None) -> Execution:
     """S-Store-like: cells hash-partitioned over threads, one partition lock per thread;
     single-partition transactions run in parallel, multi-partition ones take every lock."""
     result: Execution = exec_sstore(prepare_sstore(batch, refused, team.threads), store, team,

@@ -134,7 +134,7 @@ def run_with_objects(batch: OpBatch, refused: np.ndarray, store: Any, busy: int,
             committed, result, 0, 0, busy, udf, batch.udf_params, raised)
     # the kernel's compiled entry point for these argument types: one call per transaction with
     # object accesses, without the dispatcher's typing of every argument on each call (~5x less)
-    entry = K.run_serial.compile(tuple(numba.typeof(x) for x in args))
+    entry = K.executors(udf)[1].compile(tuple(numba.typeof(x) for x in args))
     head, tail = args[:18], args[20:]
 
     def kernel(lo_t: int, hi_t: int) -> None:
