@@ -8,8 +8,9 @@
   ``b_codes`` is sorted ascending. Pairs come ordered by ``i``, then by ``j``.
 * ``hash_band_pairs`` — the same pairs for any ``b_codes``: a chained hash table over ``B`` built
   per call (the full probe), then probed.
-* ``index_insert`` / ``index_probe`` — the key index: a chained hash table over key codes whose
-  chains list entries in insertion (arrival) order, probed with the time band.
+* ``index_insert`` / ``index_probe`` — the key index: a chained hash table over key codes and
+  time buckets as wide as the band, whose chains list entries in insertion (arrival) order,
+  probed with the time band.
 * ``time_range(t)`` — ``(min, max, nondecreasing)`` of an arriving batch's times in one pass.
 * ``locate(row_ids, starts)`` — where the opposite rows of a probe's pairs lie among the retained
   batches: positions within one batch, or the unique row ids sorted by batch/row with each pair's
@@ -32,6 +33,7 @@ __all__ = [
     "index_insert",
     "index_probe",
     "index_probe_py",
+    "band_shift",
     "new_table",
     "time_range",
     "time_range_py",
@@ -154,12 +156,16 @@ def band_pairs_py(
     return np.array(pi, dtype=np.int64), np.array(pj, dtype=np.int64)
 
 
-# -- chained hash index over key codes -----------------------------------------------------------
+# -- chained hash index over key codes and time buckets -----------------------------------------
 #
 # Entries ``0..n-1`` hold a code, and ``link[e] = (time, next entry)`` side by side so a chain
-# step touches one cache line; a table of ``slots`` rows ``(code, first entry, last entry)`` (a
-# power of two, linear probing) maps a code to its chain. Chains link entries in insertion order,
-# which is row-id (arrival) order.
+# step touches one cache line. A chain holds the entries of one key *and one time bucket*
+# ``time >> shift``, where ``2**shift`` is at least the band's width (``hi - lo + 1``): a probe's
+# band then covers at most two buckets, and its chains hold only rows near its time, however long
+# the key's history. A table of ``slots`` rows ``(bucket key, first entry, last entry)`` (a power
+# of two, linear probing) maps ``mix(code, bucket)`` to its chain; two pairs that mix to the same
+# value share a chain, so a chain step also checks the entry's code. Chains link entries in
+# insertion order, which is row-id (arrival) order.
 
 
 @njit(cache=True, nogil=True)
@@ -169,16 +175,37 @@ def _slot(code: np.int64, mask: int) -> np.int64:
 
 
 @njit(cache=True, nogil=True)
-def index_insert(
-    table: np.ndarray, e_code: np.ndarray, link: np.ndarray, start: int, stop: int,
-) -> None:
-    """Link entries ``start..stop-1`` (codes in ``e_code``, times in ``link[:, 0]``) into chains.
+def _bucket_key(code: np.int64, bucket: np.int64) -> np.int64:
+    return np.int64(np.uint64(code) + np.uint64(bucket) * np.uint64(0xC2B2AE3D27D4EB4F))
 
-    ``table`` is ``(slots, 3)`` of ``(code, first, last)`` with ``first = -1`` for a free slot.
+
+def band_shift(lo: int, hi: int) -> int:
+    """The smallest ``shift`` with ``2**shift >= hi - lo + 1`` (time buckets of the key index)."""
+    width = max(1, int(hi) - int(lo) + 1)
+    return min(63, (width - 1).bit_length())  # 63: two buckets, negative and not
+
+
+@njit(cache=True, nogil=True)
+def _head(table: np.ndarray, key: np.int64, mask: int) -> np.int64:
+    s = _slot(key, mask)
+    while table[s, 1] != -1 and table[s, 0] != key:
+        s = (s + 1) & mask
+    return table[s, 1]
+
+
+@njit(cache=True, nogil=True)
+def index_insert(
+    table: np.ndarray, e_code: np.ndarray, link: np.ndarray, start: int, stop: int, shift: int,
+) -> None:
+    """Link entries ``start..stop-1`` (codes in ``e_code``, times in ``link[:, 0]``) into the
+    chains of their (code, time bucket).
+
+    ``table`` is ``(slots, 3)`` of ``(bucket key, first, last)`` with ``first = -1`` for a free
+    slot.
     """
     mask = table.shape[0] - 1
     for e in range(start, stop):
-        c = e_code[e]
+        c = _bucket_key(e_code[e], link[e, 0] >> shift)
         s = _slot(c, mask)
         while table[s, 1] != -1 and table[s, 0] != c:
             s = (s + 1) & mask
@@ -193,8 +220,8 @@ def index_insert(
 
 @njit(cache=True, nogil=True)
 def _probe_fill(
-    table: np.ndarray, link: np.ndarray, p_codes: np.ndarray, p_times: np.ndarray,
-    lo: int, hi: int, pi: np.ndarray, pe: np.ndarray,
+    table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
+    p_times: np.ndarray, lo: int, hi: int, shift: int, pi: np.ndarray, pe: np.ndarray,
 ) -> int:
     """Write the pairs of :func:`index_probe` into ``pi``/``pe`` while they have room; return
     how many pairs there are (more than ``len(pi)`` means the caller must call again, larger)."""
@@ -203,29 +230,36 @@ def _probe_fill(
     k = 0
     for i in range(len(p_codes)):
         c = p_codes[i]
-        s = _slot(c, mask)
-        while table[s, 1] != -1 and table[s, 0] != c:
-            s = (s + 1) & mask
-        e = table[s, 1]
         t0 = p_times[i] + lo
         t1 = p_times[i] + hi
-        while e != -1:
+        b0 = t0 >> shift
+        b1 = t1 >> shift
+        e0 = _head(table, _bucket_key(c, b0), mask)
+        e1 = _head(table, _bucket_key(c, b1), mask) if b1 != b0 else np.int64(-1)
+        # the two chains, merged by entry (arrival) order
+        while e0 != -1 or e1 != -1:
+            if e1 == -1 or (e0 != -1 and e0 < e1):
+                e = e0
+                e0 = link[e0, 1]
+            else:
+                e = e1
+                e1 = link[e1, 1]
             t = link[e, 0]
-            if t >= t0 and t <= t1:
+            if t >= t0 and t <= t1 and e_code[e] == c:
                 if k < cap:
                     pi[k] = i
                     pe[k] = e
                 k += 1
-            e = link[e, 1]
     return k
 
 
 @njit(cache=True, nogil=True)
 def index_probe(
-    table: np.ndarray, link: np.ndarray, p_codes: np.ndarray, p_times: np.ndarray,
-    lo: int, hi: int,
+    table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
+    p_times: np.ndarray, lo: int, hi: int, shift: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs ``(i, entry)``: equal codes and ``p_times[i]+lo <= time <= p_times[i]+hi``.
+    """Pairs ``(i, entry)``: equal codes and ``p_times[i]+lo <= time <= p_times[i]+hi``, for a
+    table built with ``2**shift >= hi - lo + 1``.
 
     Ordered by ``i``, then by entry (insertion) order. One pass over the chains into buffers of
     ``max(16, len(p_codes))`` pairs; only when more pairs exist, a second pass into buffers of the
@@ -235,11 +269,11 @@ def index_probe(
     cap = max(16, len(p_codes))
     pi = np.empty(cap, dtype=np.int64)
     pe = np.empty(cap, dtype=np.int64)
-    k = _probe_fill(table, link, p_codes, p_times, lo, hi, pi, pe)
+    k = _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, pi, pe)
     if k > cap:
         pi = np.empty(k, dtype=np.int64)
         pe = np.empty(k, dtype=np.int64)
-        _probe_fill(table, link, p_codes, p_times, lo, hi, pi, pe)
+        _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, pi, pe)
     return pi[:k], pe[:k]
 
 
@@ -272,11 +306,15 @@ def hash_band_pairs(
     Pairs ordered by ``i``, then ``j`` (a hash join's build side kept in input order).
     """
     m = len(b_codes)
+    width = max(1, hi - lo + 1)
+    shift = 0
+    while shift < 63 and (1 << shift) < width:
+        shift += 1
     table = new_table(m)
     link = np.empty((m, 2), dtype=np.int64)
     link[:, 0] = b_times
-    index_insert(table, b_codes, link, 0, m)
-    return index_probe(table, link, p_codes, p_times, lo, hi)
+    index_insert(table, b_codes, link, 0, m, shift)
+    return index_probe(table, link, b_codes, p_codes, p_times, lo, hi, shift)
 
 
 # -- the push's bookkeeping and payload gather -------------------------------------------------

@@ -28,8 +28,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from splice.core.errors import SchemaError
-from splice.joins._interval_kernels import hash_bytes, index_insert, index_probe, new_table
+from splice.core.errors import InternalError, SchemaError
+from splice.joins._interval_kernels import (
+    band_shift,
+    hash_bytes,
+    index_insert,
+    index_probe,
+    new_table,
+)
 
 __all__ = ["KeyCodec", "KeyIndex"]
 
@@ -169,9 +175,13 @@ class KeyIndex:
     total, so budget checks are O(1).
     """
 
-    __slots__ = ("e_code", "link", "e_rowid", "n", "table", "nbytes")
+    __slots__ = ("e_code", "link", "e_rowid", "n", "table", "nbytes", "shift")
 
-    def __init__(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray):
+    def __init__(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray,
+                 band: tuple[int, int] = (0, 2**63 - 1)):
+        """``band`` = the ``(lo, hi)`` the index will be probed with: chains are per key and time
+        bucket of ``2**band_shift(lo, hi)`` (one bucket, a chain per key, by default)."""
+        self.shift = band_shift(*band)
         self._rebuild(codes, times, row_ids)
 
     def _rebuild(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray) -> None:
@@ -188,7 +198,7 @@ class KeyIndex:
         # whole when built, and a smaller one leaves more of the caches to the probes. Slots
         # hold distinct codes, so the load stays at most 5/6, and a slot is always free.
         self.table = new_table(cap * 3 // 5 + 1)
-        index_insert(self.table, self.e_code, self.link, 0, n)
+        index_insert(self.table, self.e_code, self.link, 0, n, self.shift)
         self.nbytes = 4 * 8 * cap + self.table.nbytes
 
     @property
@@ -213,7 +223,7 @@ class KeyIndex:
         self.e_code[n : n + m] = codes
         self.link[n : n + m, 0] = times
         self.e_rowid[n : n + m] = row_ids
-        index_insert(self.table, self.e_code, self.link, n, n + m)
+        index_insert(self.table, self.e_code, self.link, n, n + m, self.shift)
         self.n = n + m
 
     def retire(self, threshold: int) -> None:
@@ -232,5 +242,9 @@ class KeyIndex:
 
         Ordered by probe row, then row id (arrival order).
         """
-        pi, pe = index_probe(self.table, self.link, codes, times, lo, hi)
+        if self.shift < 63 and hi - lo + 1 > 1 << self.shift:
+            raise InternalError(f"key index of time buckets 2**{self.shift} probed with a band "
+                                f"[{lo}, {hi}] wider than a bucket")
+        pi, pe = index_probe(self.table, self.link, self.e_code, codes, times, lo, hi,
+                             self.shift)
         return pi, self.e_rowid[pe]

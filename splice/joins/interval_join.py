@@ -471,7 +471,7 @@ class _Side:
         """Index the retained rows by key; with it, the views for gathering every batch's
         payload (an indexed side is probed selectively, batch by batch, many times over)."""
         codes, times, ids = self.alive_arrays()
-        self.index = KeyIndex(codes, times, ids)
+        self.index = KeyIndex(codes, times, ids, (self.lo, self.hi))
         self._bytes += self.index.nbytes
         for b in self.batches:
             b.make_views(self.plans)
@@ -518,19 +518,37 @@ class _Side:
             return self.batches[int(groups[0])].columns(rows, self.plans)
         assert cuts is not None
         # rows of several batches: each gathered once, in batch/row order, then spread to pairs
-        parts = []
-        for g, (a, z) in zip(groups.tolist(), zip(cuts[:-1].tolist(), cuts[1:].tolist(),
-                                                   strict=True), strict=True):
-            b = self.batches[g]
-            rows_g = rows[a:z]
-            if z - a == len(b.times) and rows_g[0] == 0:
-                parts.append(b.batch)
-            else:
-                parts.append(b.batch.take(pa.array(rows_g)))
-        whole = pa.concat_batches(parts)
-        if len(inv):
-            whole = whole.take(pa.array(inv))
-        return whole.columns
+        bats = [self.batches[g] for g in groups.tolist()]
+        spans = list(zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
+        out: list[pa.Array | None] = [None] * len(self.plans)
+        if all(b.views is not None for b in bats):
+            # fixed-width columns without nulls (the common key, time and measure columns):
+            # NumPy gathers from the cached views, no Arrow call but the array's creation
+            for c, (kind, _) in enumerate(self.plans):
+                if kind != "fixed":
+                    continue
+                views = [b.views[c] for b in bats if b.views is not None]
+                if any(v.kind != "fixed" or v.bits is not None for v in views):
+                    continue
+                vals = np.concatenate([v.values[rows[a:z]]
+                                       for v, (a, z) in zip(views, spans, strict=True)])
+                if len(inv):
+                    vals = vals[inv]
+                out[c] = pa.Array.from_buffers(views[0].type, len(vals),
+                                               [None, pa.py_buffer(vals)])
+        if any(a is None for a in out):
+            parts = []
+            for b, (a, z) in zip(bats, spans, strict=True):
+                rows_g = rows[a:z]
+                if z - a == len(b.times) and rows_g[0] == 0:
+                    parts.append(b.batch)
+                else:
+                    parts.append(b.batch.take(pa.array(rows_g)))
+            whole = pa.concat_batches(parts)
+            if len(inv):
+                whole = whole.take(pa.array(inv))
+            out = [whole.column(c) if a is None else a for c, a in enumerate(out)]
+        return out  # type: ignore[return-value]
 
     def mark(self, rows: np.ndarray, groups: np.ndarray, cuts: np.ndarray | None) -> None:
         """Flag the located rows matched (an outer side)."""

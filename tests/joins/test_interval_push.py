@@ -13,11 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from splice.core.errors import InternalError
 from splice.joins._interval_kernels import (
+    band_pairs_py,
     gather_bits,
     gather_bits_py,
     gather_var,
     gather_var_py,
+    hash_band_pairs,
     index_probe_py,
     is_arange,
     locate,
@@ -297,3 +300,39 @@ def test_repeated_opposite_rows_and_several_batches_gather_in_pair_order():
         got.validate(full=True)
         outs.append(rows_of(got))
     assert outs[0] == outs[1]
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-40, 40)), max_size=60),
+       st.lists(st.tuples(st.integers(0, 5), st.integers(-40, 40)), max_size=30),
+       st.integers(-12, 6), st.integers(0, 12), st.integers(-30, 30))
+def test_key_index_time_buckets_equal_brute_force(entries, probes, lo, width, retire_at):
+    # chains per (key, time bucket as wide as the band): a probe reads at most two buckets,
+    # and rows come back in arrival order; after retirement too
+    hi = lo + width
+    codes = np.array([e[0] for e in entries], dtype=np.int64)
+    times = np.array([e[1] for e in entries], dtype=np.int64)
+    ids = np.arange(len(entries), dtype=np.int64) * 3 + 7
+    half = len(entries) // 2
+    idx = KeyIndex(codes[:half], times[:half], ids[:half], (lo, hi))
+    assert 2**idx.shift >= hi - lo + 1
+    idx.insert(codes[half:], times[half:], ids[half:])
+    pc_ = np.array([p[0] for p in probes], dtype=np.int64)
+    pt = np.array([p[1] for p in probes], dtype=np.int64)
+    for stage in range(2):
+        alive = np.ones(len(entries), bool) if stage == 0 else times > retire_at
+        pi, rid = idx.probe(pc_, pt, lo, hi)
+        want = [(i, int(ids[j])) for i in range(len(probes)) for j in range(len(entries))
+                if alive[j] and codes[j] == pc_[i] and pt[i] + lo <= times[j] <= pt[i] + hi]
+        assert list(zip(pi.tolist(), rid.tolist(), strict=True)) == want
+        idx.retire(retire_at)
+    got = hash_band_pairs(pc_, pt, codes, times, lo, hi)
+    want2 = band_pairs_py(pc_, pt, codes, times, lo, hi)
+    assert got[0].tolist() == want2[0].tolist() and got[1].tolist() == want2[1].tolist()
+
+
+def test_key_index_refuses_a_band_wider_than_its_buckets():
+    idx = KeyIndex(np.zeros(3, np.int64), np.arange(3, dtype=np.int64),
+                   np.arange(3, dtype=np.int64), (-2, 2))
+    with pytest.raises(InternalError, match="wider than a bucket"):
+        idx.probe(np.zeros(1, np.int64), np.zeros(1, np.int64), -10, 10)
