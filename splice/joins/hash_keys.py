@@ -43,7 +43,7 @@ import pyarrow as pa
 from splice.core.errors import SchemaError
 from splice.joins._key_index import KeyCodec, keys_equal
 
-__all__ = ["HashKeys", "common_key_types"]
+__all__ = ["HashKeys", "common_key_type", "common_key_types"]
 
 _TIME_UNITS = ("s", "ms", "us", "ns")
 
@@ -126,6 +126,32 @@ def common_key_types(
             )
         out.append(t)
     return out
+
+
+def common_key_type(columns: Sequence[tuple[str, str, pa.DataType]], what: str = "hash window join"
+                    ) -> pa.DataType:
+    """The one type that every ``(stream, column, type)`` of ``columns`` casts to safely.
+
+    For key columns that predicates tie together (``a.x = b.y`` and ``b.y = c.z`` make ``x``,
+    ``y`` and ``z`` one key): they share one type, so one codec gives equal keys equal codes.
+    Else :class:`~splice.core.errors.SchemaError` naming the streams and columns that clash.
+    """
+    if not columns:
+        raise SchemaError(f"{what}: no key columns")
+    s0, c0, t0 = columns[0]
+    t = _common(_plain_type(t0), _plain_type(t0))
+    if t is None:
+        raise SchemaError(f"{what}: stream {s0} column {c0!r} has type {t0}, which cannot be a join key")
+    for s, c, ct in columns[1:]:
+        u = _common(t, _plain_type(ct))
+        if u is None:
+            others = ", ".join(f"stream {x} column {y!r} is {z}" for x, y, z in columns if (x, y) != (s, c))
+            raise SchemaError(
+                f"{what}: join key types differ and do not cast safely to one type: stream {s} column "
+                f"{c!r} is {ct}, joined to {others}"
+            )
+        t = u
+    return t
 
 
 class HashKeys:

@@ -80,9 +80,7 @@ __all__ = [
     "FastIndex",
     "Impl",
     "join_output_schema",
-    "key_values",
     "key_columns",
-    "check_key_types",
     "make_index",
     "join_sequence",
     "time_join_sequence",
@@ -211,48 +209,6 @@ def make_index(
 # --------------------------------------------------------------------------------------------
 # keys and schemas
 # --------------------------------------------------------------------------------------------
-
-
-def _key_family(t: pa.DataType) -> str | None:
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return "integer"
-    if pa.types.is_date(t):
-        return f"date:{t}"
-    if pa.types.is_timestamp(t):
-        return f"timestamp:{t.unit}:{t.tz}"
-    return None
-
-
-def check_key_types(lt: pa.DataType, rt: pa.DataType, lcol: str, rcol: str,
-                    lname: str = "left", rname: str = "right") -> None:
-    """Join keys must be integer, date or timestamp columns of the same kind on both sides."""
-    for t, c, n in ((lt, lcol, lname), (rt, rcol, rname)):
-        if _key_family(t) is None or t == pa.uint64():
-            raise SchemaError(
-                f"stream {n!r}: join key column {c!r} has type {t}; hash window joins take "
-                "integer (up to int64), boolean, date or timestamp keys"
-            )
-    if _key_family(lt) != _key_family(rt):
-        raise SchemaError(
-            f"join key types differ: stream {lname!r} column {lcol!r} is {lt}, "
-            f"stream {rname!r} column {rcol!r} is {rt}"
-        )
-
-
-def key_values(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 values with nulls as 0, validity) of a key column."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    t = col.type
-    valid = np.ones(len(col), np.bool_) if col.null_count == 0 else col.is_valid().to_numpy(zero_copy_only=False)
-    if pa.types.is_date32(t):
-        col = col.cast(pa.int32())
-    elif pa.types.is_timestamp(t) or pa.types.is_date64(t):
-        col = col.view(pa.int64())
-    if col.null_count:
-        col = col.fill_null(0)
-    v = col.to_numpy(zero_copy_only=False)
-    return v.astype(np.int64, copy=False), valid
 
 
 def join_output_schema(left: pa.Schema, right: pa.Schema) -> tuple[pa.Schema, list[str]]:

@@ -2,7 +2,8 @@
 
 Semantics. Streams ``X_1 .. X_N`` each keep a count window of their last ``w`` tuples (or all of
 them when ``window is None``). Equi-predicates ``X_a.c = X_b.d`` connect them (nulls never
-match). An arriving tuple x of stream X is processed as::
+match; a tuple with a null join column is counted per stream). An arriving tuple x of stream X
+is processed as::
 
     emit { (x, t_1, ..) : t_j in W_j for every other stream j, all predicates hold }
     expire the oldest tuple of W_X (when it holds w)  ->  insert x into W_X
@@ -16,6 +17,14 @@ several columns keeps one window indexed on each of them: TPC-H Q3's orders stag
 ``o_custkey`` and ``o_orderkey`` in one stage (Diba Fig. 13(b)). Within a batch of one stream
 the other windows do not change, so a batch probes each stage with one vectorized kernel call.
 
+Keys. Join columns may be of any hashable Arrow type (:mod:`splice.joins.hash_keys`). Columns
+that predicates tie together (``a.x = b.y``, ``b.y = c.z``) form one key
+(:func:`key_classes`): they must agree or cast safely to one type, and one codec turns their
+values into ``int64`` codes, so the indexes and kernels are those of the two-way join. One
+integer-like column is its own code (exact); strings, decimals, binaries are hashed, and every
+result whose predicates compare hashed codes is checked for real key equality (Arrow ``equal``
+on the gathered columns) before it is emitted, so distinct keys never match.
+
 Output: every stream's columns in declaration order (``_right`` suffixes on taken names), rows
 grouped by arriving tuple in arrival order.
 
@@ -26,7 +35,7 @@ numba kernel (fast index or HB-SJ stages), aggregating revenue as it joins.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -35,12 +44,13 @@ from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.joins._hash_kernels import q3_hbsj_sequence
 from splice.joins._q3_kernels import EXPLICIT, new_cursor, q3_join_arrival
-from splice.joins.hash_window_join import Impl, check_key_types, key_values, make_index
+from splice.joins.hash_keys import HashKeys, common_key_type, common_key_types
+from splice.joins.hash_window_join import Impl, make_index
 from splice.joins.hbsj import HBSJIndex
 from splice.joins.splitjoin import WindowIndex
 from splice.joins.window import RowStore
 
-__all__ = ["MultiwayJoin", "Predicate", "plan_probe_order", "q3_stream_join", "q3_fast_join"]
+__all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_fast_join"]
 
 #: ``(stream a, column of a, stream b, column of b)``: ``a.column == b.column``.
 Predicate = tuple[int, str, int, str]
@@ -83,9 +93,41 @@ def plan_probe_order(streams: tuple[int, ...], predicates: tuple[Predicate, ...]
     return steps
 
 
+def key_classes(predicates: tuple[Predicate, ...]) -> dict[tuple[int, str], int]:
+    """Number the join keys: ``(stream, column)`` pairs that predicates tie together share a class.
+
+    ``a.x = b.y`` and ``b.y = c.z`` put ``x``, ``y`` and ``z`` in one class: they are one key,
+    encoded with one type and one codec, so equal values get equal codes on every stream.
+    """
+    parent: dict[tuple[int, str], tuple[int, str]] = {}
+
+    def find(x: tuple[int, str]) -> tuple[int, str]:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, ca, b, cb in predicates:
+        ra, rb = find((a, ca)), find((b, cb))
+        if ra != rb:
+            parent[rb] = ra
+    roots: dict[tuple[int, str], int] = {}
+    out = {}
+    for x in parent:
+        out[x] = roots.setdefault(find(x), len(roots))
+    return out
+
+
 @dataclass(frozen=True)
 class MultiwayJoin(OperatorSpec):
-    """N-way count-window equi-join of ``streams`` (ids) under ``predicates`` (see module doc)."""
+    """N-way count-window equi-join of ``streams`` (ids) under ``predicates`` (see module doc).
+
+    Keys are columns of any hashable Arrow type (integers, strings, binaries, dates, timestamps,
+    decimals, booleans, ...; :mod:`splice.joins.hash_keys`); the columns that predicates tie
+    together must agree or cast safely to one type. A tuple with a null in any of its join
+    columns never matches; :meth:`stats` counts them per stream (``null_keys``).
+    """
 
     streams: tuple[int, ...]
     predicates: tuple[Predicate, ...]
@@ -94,44 +136,56 @@ class MultiwayJoin(OperatorSpec):
     table_size: int | None = None
     name: str = "multiway_join"
     attrs: dict[int, tuple[str, ...]] = field(init=False, compare=False, repr=False)
+    classes: dict[tuple[int, str], int] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(set(self.streams)) != len(self.streams) or len(self.streams) < 2:
             raise PlanError(f"{self.name}: needs two or more distinct streams, got {self.streams}")
-        if self.window is not None and self.window < 1:
+        if self.window is not None and (isinstance(self.window, bool) or self.window < 1):
             raise PlanError(f"{self.name}: count window size must be >= 1, got {self.window}")
+        if self.impl not in get_args(Impl):
+            raise PlanError(f"{self.name}: unknown impl {self.impl!r} (choose {', '.join(get_args(Impl))})")
         if self.impl == "hbsj" and self.window is None:
             raise PlanError(f"{self.name}: HB-SJ stages need a count window")
+        if self.table_size is not None and self.table_size < 1:
+            raise PlanError(f"{self.name}: table_size must be >= 1, got {self.table_size}")
         attrs: dict[int, list[str]] = {s: [] for s in self.streams}
         for a, ca, b, cb in self.predicates:
             for s in (a, b):
                 if s not in attrs:
                     raise PlanError(f"{self.name}: predicate names unknown stream id {s} "
                                     f"(streams: {', '.join(map(str, self.streams))})")
+            if a == b:
+                raise PlanError(f"{self.name}: predicate {a}.{ca} = {b}.{cb} compares a stream with itself")
             for s, c in ((a, ca), (b, cb)):
                 if c not in attrs[s]:
                     attrs[s].append(c)
         object.__setattr__(self, "attrs", {s: tuple(v) for s, v in attrs.items()})
+        object.__setattr__(self, "classes", key_classes(self.predicates))
         for s in self.streams:
             plan_probe_order(self.streams, self.predicates, s)
 
-    def _check(self, inputs: InputSchemas) -> None:
+    def key_types(self, inputs: InputSchemas) -> dict[int, pa.DataType]:
+        """The common type of each key class (see :func:`key_classes`), else SchemaError."""
         for s in self.streams:
             if s not in inputs:
                 raise PlanError(f"{self.name}: unknown stream id {s} (inputs: {', '.join(map(str, sorted(inputs)))})")
-        for a, ca, b, cb in self.predicates:
-            for s, c in ((a, ca), (b, cb)):
-                if c not in inputs[s].names:
-                    raise SchemaError(f"{self.name}: stream {s} has no column {c!r}")
-            check_key_types(inputs[a].field(ca).type, inputs[b].field(cb).type, ca, cb,
-                            f"stream {a}", f"stream {b}")
+        members: dict[int, list[tuple[str, str, pa.DataType]]] = {}
+        for (s, c), k in self.classes.items():
+            if c not in inputs[s].names:
+                raise SchemaError(f"{self.name}: stream {s} has no key column {c!r} "
+                                  f"(columns: {', '.join(inputs[s].names)})")
+            members.setdefault(k, []).append((str(s), c, inputs[s].field(c).type))
+        for a, ca, b, cb in self.predicates:  # the clash of one predicate, named first
+            common_key_types(inputs[a], inputs[b], [ca], [cb], str(a), str(b), self.name)
+        return {k: common_key_type(m, self.name) for k, m in members.items()}
 
     def columns_used(self, inputs: InputSchemas) -> dict[int, set[str]]:
         """The join columns of each stream; other columns pass through to the output."""
         return {s: set(self.attrs[s]) for s in self.streams if s in inputs}
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
-        self._check(inputs)
+        self.key_types(inputs)
         taken: set[str] = set()
         fields = []
         for s in self.streams:
@@ -144,25 +198,32 @@ class MultiwayJoin(OperatorSpec):
         return pa.schema(fields)
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
-        self._check(inputs)
         return _MultiwayLogic(self, inputs, state)
 
 
 class _Stage:
-    def __init__(self, spec: MultiwayJoin, sid: int, schema: pa.Schema) -> None:
+    """One stream's window: its rows, its index on each join column, the columns' key codes."""
+
+    def __init__(self, spec: MultiwayJoin, sid: int, schema: pa.Schema, codecs: dict[int, HashKeys]) -> None:
         self.sid, self.schema = sid, schema
         self.attrs = spec.attrs[sid]
         self.col = {c: i for i, c in enumerate(self.attrs)}
+        self.codecs = [codecs[spec.classes[(sid, c)]] for c in self.attrs]
         self.index: WindowIndex = make_index(spec.impl, max(1, len(self.attrs)), spec.window, 1, spec.table_size)
         self.rows = RowStore(schema)
         self.keys = np.zeros((len(self.attrs), 0), np.int64)  # by seq - keys_base
         self.valid = np.zeros((len(self.attrs), 0), np.bool_)
         self.keys_base = 0
+        self.nulls = 0
 
-    def append(self, batch: pa.RecordBatch, window: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        kv = [key_values(batch.column(c)) for c in self.attrs]
-        k = np.stack([x[0] for x in kv]) if kv else np.zeros((1, batch.num_rows), np.int64)
-        v = np.stack([x[1] for x in kv]) if kv else np.zeros((1, batch.num_rows), np.bool_)
+    def encode(self, rows: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """``(codes, valid)`` of every join column, shape ``(columns, rows)``."""
+        kv = [hk.encode([rows.column(c)], str(self.sid), [c]) for c, hk in zip(self.attrs, self.codecs, strict=True)]
+        if not kv:
+            return np.zeros((1, rows.num_rows), np.int64), np.zeros((1, rows.num_rows), np.bool_)
+        return np.stack([x[0] for x in kv]), np.stack([x[1] for x in kv])
+
+    def append(self, batch: pa.RecordBatch, k: np.ndarray, v: np.ndarray, window: int | None) -> None:
         first = self.rows.append(batch)
         seqs = np.arange(first, first + batch.num_rows, dtype=np.int64)
         self.index.insert(seqs, k, v)
@@ -173,7 +234,6 @@ class _Stage:
         self.keys = np.concatenate([self.keys[:, drop:], k[: len(self.attrs)]], axis=1)
         self.valid = np.concatenate([self.valid[:, drop:], v[: len(self.attrs)]], axis=1)
         self.keys_base = start
-        return seqs, k, v
 
     def key_of(self, col: str, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         a = self.col[col]
@@ -185,8 +245,13 @@ class _MultiwayLogic(OperatorLogic):
     def __init__(self, spec: MultiwayJoin, inputs: InputSchemas, state: Any) -> None:
         self.spec = spec
         self.schema = spec.output_schema(inputs)
-        self.stages = {s: _Stage(spec, s, inputs[s]) for s in spec.streams}
+        types = spec.key_types(inputs)
+        codecs = {k: HashKeys([t]) for k, t in types.items()}
+        self.stages = {s: _Stage(spec, s, inputs[s], codecs) for s in spec.streams}
         self.plans = {s: plan_probe_order(spec.streams, spec.predicates, s) for s in spec.streams}
+        # predicates whose codes are hashed: matches are checked for real key equality
+        self.checked = [(p, codecs[spec.classes[(p[0], p[1])]]) for p in spec.predicates
+                        if not codecs[spec.classes[(p[0], p[1])]].exact]
         self.results = 0
         if state is not None:
             self._restore(state)
@@ -200,13 +265,14 @@ class _MultiwayLogic(OperatorLogic):
             return []
         if batch.schema.names != me.schema.names:
             batch = batch.select(me.schema.names)
-        own_keys = {c: key_values(batch.column(c)) for c in me.attrs}
+        own_k, own_v = me.encode(batch)
+        me.nulls += int(batch.num_rows - np.count_nonzero(own_v.all(axis=0)))
         cur: dict[int, np.ndarray] = {stream_id: np.arange(batch.num_rows, dtype=np.int64)}
 
         def key(s: int, c: str) -> tuple[np.ndarray, np.ndarray]:
             if s == stream_id:
-                k, v = own_keys[c]
-                return k[cur[s]], v[cur[s]]
+                a = me.col[c]
+                return own_k[a, cur[s]], own_v[a, cur[s]]
             return self.stages[s].key_of(c, cur[s])
 
         for y, ycol, b, bcol, filters in self.plans[stream_id]:
@@ -224,15 +290,30 @@ class _MultiwayLogic(OperatorLogic):
         out: list[pa.RecordBatch] = []
         n = len(cur[stream_id]) if len(cur) == len(self.stages) else 0
         if n:
-            cols: list[pa.Array] = []
-            for s in self.spec.streams:
-                t = batch.take(pa.array(cur[s])) if s == stream_id else self.stages[s].rows.take(cur[s])
-                for c in t.columns:
-                    cols.append(c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c)
-            out.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
-            self.results += n
-        me.append(batch, self.spec.window)
+            parts = {s: batch.take(pa.array(cur[s])) if s == stream_id else self.stages[s].rows.take(cur[s])
+                     for s in self.spec.streams}
+            if self.checked:
+                parts = self._equal_keys(parts)
+            if parts[stream_id].num_rows:
+                cols: list[pa.Array] = []
+                for s in self.spec.streams:
+                    for c in parts[s].columns:
+                        cols.append(c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c)
+                out.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
+                self.results += out[0].num_rows
+        me.append(batch, own_k, own_v, self.spec.window)
         return out
+
+    def _equal_keys(self, parts: dict[int, Any]) -> dict[int, Any]:
+        """Candidates of hashed keys (equal codes) kept only where the keys are really equal."""
+        eq: np.ndarray | None = None
+        for (a, ca, b, cb), hk in self.checked:
+            e = hk.equal([parts[a].column(ca)], [parts[b].column(cb)], str(a), str(b), [ca], [cb])
+            eq = e if eq is None else eq & e
+        if eq is None or eq.all():
+            return parts
+        m = pa.array(eq)
+        return {s: t.filter(m) for s, t in parts.items()}
 
     def snapshot(self) -> Any:
         snap: dict[str, Any] = {"results": self.results, "stages": {}}
@@ -240,7 +321,7 @@ class _MultiwayLogic(OperatorLogic):
             live = st.index.live_seqs()
             first = int(live[0]) if len(live) else st.rows.end
             snap["stages"][s] = {"rows": st.rows.rows_from(first), "first": first, "end": st.rows.end,
-                                 "live": live.copy(), "counters": st.index.counters()}
+                                 "live": live.copy(), "counters": st.index.counters(), "nulls": st.nulls}
         return snap
 
     def _restore(self, state: Any) -> None:
@@ -254,10 +335,9 @@ class _MultiwayLogic(OperatorLogic):
             for b in rows.to_batches():
                 st.rows.append(b)
             st.rows.end = sn["end"]
-            kv = [key_values(rows.column(c)) for c in st.attrs]
-            k = np.stack([x[0] for x in kv]) if kv else np.zeros((1, rows.num_rows), np.int64)
-            v = np.stack([x[1] for x in kv]) if kv else np.zeros((1, rows.num_rows), np.bool_)
+            k, v = st.encode(rows)
             st.keys, st.valid, st.keys_base = k[: len(st.attrs)], v[: len(st.attrs)], sn["first"]
+            st.nulls = int(sn.get("nulls", 0))
             live = np.asarray(sn["live"], np.int64)
             if len(live):
                 off = live - sn["first"]
@@ -265,7 +345,9 @@ class _MultiwayLogic(OperatorLogic):
             st.index.set_counters(sn["counters"])
 
     def stats(self) -> dict[str, Any]:
+        """Join results, per stream the tuples with a null join key, per stage the index's statistics."""
         return {"results": self.results,
+                "null_keys": {s: st.nulls for s, st in self.stages.items()},
                 "stages": {s: st.index.stats() for s, st in self.stages.items()}}
 
     def state_bytes(self) -> int:
