@@ -162,8 +162,8 @@ def band_pairs_py(
 # step touches one cache line. A chain holds the entries of one key *and one time bucket*
 # ``time >> shift``, where ``2**shift`` is at least the band's width (``hi - lo + 1``): a probe's
 # band then covers at most two buckets, and its chains hold only rows near its time, however long
-# the key's history. A table of ``slots`` rows ``(bucket key, first entry, last entry)`` (a power
-# of two, linear probing) maps ``mix(code, bucket)`` to its chain; two pairs that mix to the same
+# the key's history. A table of ``slots`` rows ``(bucket key, first and last entry)`` (16 bytes;
+# a power of two, linear probing) maps ``mix(code, bucket)`` to its chain; two pairs that mix to the same
 # value share a chain, so a chain step also checks the entry's code. Chains link entries in
 # insertion order, which is row-id (arrival) order.
 
@@ -185,12 +185,16 @@ def band_shift(lo: int, hi: int) -> int:
     return min(63, (width - 1).bit_length())  # 63: two buckets, negative and not
 
 
+_LOW = 0xFFFFFFFF
+
+
 @njit(cache=True, nogil=True)
 def _head(table: np.ndarray, key: np.int64, mask: int) -> np.int64:
+    """First entry of the chain of ``key``, or -1."""
     s = _slot(key, mask)
-    while table[s, 1] != -1 and table[s, 0] != key:
+    while table[s, 1] != 0 and table[s, 0] != key:
         s = (s + 1) & mask
-    return table[s, 1]
+    return (table[s, 1] & _LOW) - 1
 
 
 @njit(cache=True, nogil=True)
@@ -200,22 +204,23 @@ def index_insert(
     """Link entries ``start..stop-1`` (codes in ``e_code``, times in ``link[:, 0]``) into the
     chains of their (code, time bucket).
 
-    ``table`` is ``(slots, 3)`` of ``(bucket key, first, last)`` with ``first = -1`` for a free
-    slot.
+    ``table`` is ``(slots, 2)``: ``(bucket key, (first + 1) | (last + 1) << 32)``, 16 bytes a
+    slot, ``0`` in the second word for a free slot (entries below ``2**31``).
     """
     mask = table.shape[0] - 1
     for e in range(start, stop):
         c = _bucket_key(e_code[e], link[e, 0] >> shift)
         s = _slot(c, mask)
-        while table[s, 1] != -1 and table[s, 0] != c:
+        while table[s, 1] != 0 and table[s, 0] != c:
             s = (s + 1) & mask
         link[e, 1] = -1
-        if table[s, 1] == -1:
+        p = table[s, 1]
+        if p == 0:
             table[s, 0] = c
-            table[s, 1] = e
+            table[s, 1] = (e + 1) | ((e + 1) << 32)
         else:
-            link[table[s, 2], 1] = e
-        table[s, 2] = e
+            link[(p >> 32) - 1, 1] = e
+            table[s, 1] = (p & _LOW) | ((e + 1) << 32)
 
 
 @njit(cache=True, nogil=True)
@@ -279,13 +284,11 @@ def index_probe(
 
 @njit(cache=True, nogil=True)
 def new_table(entries: int) -> np.ndarray:
-    """An empty ``(slots, 3)`` table for up to ``entries`` entries (load factor <= 1/2)."""
+    """An empty ``(slots, 2)`` table for up to ``entries`` entries (load factor <= 1/2)."""
     slots = 64
     while slots < 2 * entries:
         slots *= 2
-    table = np.empty((slots, 3), dtype=np.int64)
-    table[:, 1] = -1
-    return table
+    return np.zeros((slots, 2), dtype=np.int64)
 
 
 def index_probe_py(

@@ -13,11 +13,14 @@
 A row whose key has a null in any key column gets ``valid = False`` and never matches.
 
 **Key index** (the seed's hybrid, above 1,024 retained rows): the retained rows of one side in a
-chained hash table over their codes (:func:`~splice.joins._interval_kernels.index_probe`): a
-probe walks only the chains of its codes and touches nothing else. Row ids grow in arrival order
-and chains link entries in insertion order, so a code's chain lists its rows in batch/row order.
-The index is derived, never checkpointed: arrival appends to it, watermark retirement compacts
-it, restore rebuilds it.
+chained hash table over their codes and time buckets
+(:func:`~splice.joins._interval_kernels.index_probe`). A chain holds the rows of one key whose
+times fall in one bucket of ``2**shift`` time units, at least the band's width, so a probe reads
+at most two chains (the buckets its band ``[t + lo, t + hi]`` touches) and touches nothing else:
+not the rows of other keys, nor the rows of its key far from its time. Row ids grow in arrival
+order and chains link entries in insertion order, so the probe merges its two chains into
+batch/row order. The index is derived, never checkpointed: arrival appends to it, watermark
+retirement compacts it, restore rebuilds it.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from splice.core.errors import InternalError, SchemaError
+from splice.core.errors import InternalError, SchemaError, StateError
 from splice.joins._interval_kernels import (
     band_shift,
     hash_bytes,
@@ -167,12 +170,14 @@ def keys_equal(left: Sequence[pa.Array], right: Sequence[pa.Array]) -> np.ndarra
 
 
 class KeyIndex:
-    """Retained rows of one side in a chained hash table over key codes; see the module docstring.
+    """Retained rows of one side in a chained hash table over key codes and time buckets; see
+    the module docstring.
 
     Entries (code, row id, and the pair (time, next) side by side) sit in arrays with spare
-    capacity, appended on arrival and linked into their code's chain (so a chain lists rows in arrival order); retirement compacts
-    the surviving entries and relinks them. ``nbytes`` (entry and table capacity) is a cached
-    total, so budget checks are O(1).
+    capacity, appended on arrival and linked into the chain of their (code, bucket), so a chain
+    lists rows in arrival order; retirement compacts the surviving entries and relinks them. The
+    table has at least 1.2 slots per entry of capacity. ``nbytes`` (entry and table capacity) is
+    a cached total, so budget checks are O(1).
     """
 
     __slots__ = ("e_code", "link", "e_rowid", "n", "table", "nbytes", "shift")
@@ -187,6 +192,8 @@ class KeyIndex:
     def _rebuild(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray) -> None:
         n = len(codes)
         cap = max(64, n + n // 4)  # room for arrivals before the next rebuild
+        if cap >= 2**31:
+            raise StateError(f"key index: {n} rows, more than one index holds (2**31)")
         self.e_code = np.empty(cap, dtype=np.int64)
         self.link = np.empty((cap, 2), dtype=np.int64)
         self.e_rowid = np.empty(cap, dtype=np.int64)

@@ -22,9 +22,11 @@ time in ``[t + lo_S, t + hi_S]`` where ``(lo_L, hi_L) = (lower, upper)`` and
 2. probes the opposite side's retained rows: at ``index_threshold`` (1,024) retained rows or fewer
    the whole side goes through the :class:`~splice.joins.matcher.Matcher` (the full probe); above
    it the side's :class:`~splice.joins._key_index.KeyIndex` yields only the rows of the probed
-   keys;
-3. gathers the matched opposite rows once, in arrival (batch/row) order, so duplicate probe keys
-   never duplicate inputs; codes that are not exact are checked for real key equality;
+   keys near the probe's time;
+3. locates the matched opposite rows by batch and row (sorted by batch/row order when they lie in
+   several batches, so each is read once) and gathers their payload straight into output order
+   from NumPy views of the retained batches' buffers (made once per batch, when its side is
+   indexed or at its first gather); codes that are not exact are checked for real key equality;
 4. is retained (LEFT_BUFFER / RIGHT_BUFFER: a list of Arrow batches with their times, key codes
    and matched flags), except rows that already can never match a future row.
 
@@ -47,8 +49,11 @@ rows that come later behind that watermark are late). Null padding order: the ma
 arriving batch in the order of its rows (each with its opposite rows in arrival order), then the
 rows that retired, left side first, each side in arrival order.
 
-Memory. ``state_bytes()`` is a cached total of payload batches, times, key codes, matched flags,
-cached minima and index arrays; with ``state_budget`` set, a batch that would take state over the
+Memory. ``state_bytes()`` is a running total of payload batches, times, key codes, matched flags,
+cached minima and index arrays. Without a budget, a stored batch is counted when the total is
+next asked for (``RecordBatch.nbytes`` sums every buffer's referenced range, the costliest line of
+a small push), so each batch is counted once and a check is O(1) amortized; with
+``state_budget`` set, the batch is counted on arrival, and one that would take state over the
 budget raises :class:`~splice.core.errors.StateError` before it is stored.
 
 >>> import pyarrow as pa
