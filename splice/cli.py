@@ -164,6 +164,9 @@ def _run_join(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     result = module.run(left, right, args)
     seconds = time.perf_counter() - t1
+    extra: dict[str, Any] = {}
+    if isinstance(result, tuple):  # (table, figures the join adds to the metrics)
+        result, extra = result
     write_table(result, args.out)
     rows = left.num_rows + right.num_rows
     metrics = {
@@ -172,6 +175,7 @@ def _run_join(args: argparse.Namespace) -> int:
         "seconds": round(seconds, 6),
         "load_seconds": round(load_seconds, 6),
         "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
+        **extra,
         **bad,
     }
     _print_metrics(metrics, args.json)

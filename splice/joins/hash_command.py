@@ -46,7 +46,7 @@ from splice.joins.hash_window_join import (
 )
 from splice.joins.window import CountWindow, TimeWindow, parse_count_window
 
-__all__ = ["run", "hash_join_tables", "hash_time_join_tables"]
+__all__ = ["run", "command_metrics", "hash_join_tables", "hash_time_join_tables"]
 
 
 def _key_column(on: str) -> list[str]:
@@ -121,7 +121,8 @@ def hash_time_join_tables(
 
     Statistics: ``retained_max``, the most tuples the join held at once (both inputs; with
     one PU the rings' slots, an upper bound), ``retained_end`` (the same at the end of the
-    input) and ``null_keys``.
+    input), ``null_keys``, and with ``impl="hbsj"`` each input's HB-SJ statistics under
+    ``left``/``right``.
     """
     if length < 0:
         raise PlanError(f"--window-time must be >= 0, got {length}")
@@ -139,6 +140,8 @@ def hash_time_join_tables(
                                                capacity=256, impl=impl)  # type: ignore[arg-type]
         stats = {"retained_max": 2 * st["capacity"], "retained_end": 2 * st["capacity"],
                  "null_keys": st["null_keys"]}
+        if impl == "hbsj":
+            stats["left"], stats["right"] = st["left"], st["right"]
         return _gather(keys, sides, rows, lseq, rseq), stats
     spec = HashWindowJoin(0, 1, keys.on, TimeWindow(int(length), time), impl=impl,  # type: ignore[arg-type]
                           parallel=parallel)
@@ -158,6 +161,8 @@ def hash_time_join_tables(
     st = logic.stats()  # type: ignore[attr-defined]
     stats = {"retained_max": retained_max, "retained_end": end,
              "null_keys": st["left"]["null_keys"] + st["right"]["null_keys"]}
+    if impl == "hbsj":
+        stats["left"], stats["right"] = st["left"]["index"], st["right"]["index"]
     return pa.Table.from_batches(out, schema=schema), stats
 
 
@@ -189,14 +194,25 @@ def _gather(keys: _Keys, sides: np.ndarray, rows: np.ndarray, lseq: np.ndarray, 
     return pa.Table.from_arrays(list(lt.columns) + list(rt.columns), schema=schema)
 
 
-def _time_join(left: pa.Table, right: pa.Table, on: list[str], args: argparse.Namespace) -> pa.Table:
-    result, _ = hash_time_join_tables(left, right, on, args.time, int(args.window_time), args.arrival,
-                                      args.impl, args.parallel, args.batch_size)
-    return result
+_HBSJ_FIGURES = ("table_inserts", "overflow_inserts", "overflow_peak", "overflow_comparisons", "probes")
 
 
-def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:
-    """The ``splice join --kind hash`` entry point (see module docstring)."""
+def command_metrics(stats: dict[str, Any], impl: str) -> dict[str, Any]:
+    """What the command adds to its metrics line: ``null_keys`` (tuples whose key has a null:
+    they never match), ``retained_max`` for time windows, and with ``--impl hbsj`` each input's
+    HB-SJ figures (Diba Fig. 17: inserts per table, overflow inserts, overflow peak, comparisons
+    in the overflow buffer, probes), the SplitJoin PUs summed."""
+    out: dict[str, Any] = {"null_keys": int(stats["null_keys"])}
+    if "retained_max" in stats:
+        out["retained_max"] = int(stats["retained_max"])
+    if impl == "hbsj" and "left" in stats:
+        out["hbsj"] = {side: {k: stats[side][k] for k in _HBSJ_FIGURES} for side in ("left", "right")}
+    return out
+
+
+def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> tuple[pa.Table, dict[str, Any]]:
+    """The ``splice join --kind hash`` entry point (see module docstring): the result and what
+    the command adds to its metrics line (:func:`command_metrics`)."""
     on = _key_column(args.on)
     how = getattr(args, "how", "inner")
     if how != "inner":
@@ -208,14 +224,16 @@ def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:
             raise PlanError("give either --window N (count) or --window-time D (time), not both")
         if args.window_time < 0:
             raise PlanError(f"--window-time must be >= 0, got {args.window_time}")
-        return _time_join(left, right, on, args)
+        result, stats = hash_time_join_tables(left, right, on, args.time, int(args.window_time), args.arrival,
+                                              args.impl, args.parallel, args.batch_size)
+        return result, command_metrics(stats, args.impl)
     w = parse_count_window(args.window)
     if w is None:
         raise PlanError("the hash join needs --window N (count window) or --time COL --window-time D")
     CountWindow(w)
-    result, _ = hash_join_tables(left, right, on, w, args.arrival, args.time, args.impl,
-                                 args.parallel, args.batch_size)
-    return result
+    result, stats = hash_join_tables(left, right, on, w, args.arrival, args.time, args.impl,
+                                     args.parallel, args.batch_size)
+    return result, command_metrics(stats, args.impl)
 
 
 def _warm_up() -> None:

@@ -286,6 +286,23 @@ def test_bad_window_sizes() -> None:
     for w in (0, -3):
         with pytest.raises(PlanError, match="window size must be >= 1"):
             CountWindow(w)
+        with pytest.raises(PlanError, match="window size must be >= 1"):
+            FastIndex(1, w)
+        with pytest.raises(PlanError, match="window size must be >= 1"):
+            HBSJIndex(1, w)
+    for bad in (1.5, True, "4"):
+        with pytest.raises(PlanError, match="must be an integer"):
+            CountWindow(bad)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="time window length must be >= 0, got -1"):
+        TimeWindow(-1, "t")
+    with pytest.raises(PlanError, match=">= 0"):
+        time_join_sequence(np.zeros(1, np.int8), np.zeros(1, np.int64), np.ones(1, bool), np.zeros(1, np.int64),
+                           -1, True)
+    for kw in ({"parallel": 0}, {"table_size": 0}, {"impl": "nested"}):
+        with pytest.raises(PlanError, match="parallel|table_size|impl"):
+            HashWindowJoin(L, R, "k", CountWindow(4), **kw)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="different streams"):
+        HashWindowJoin(L, L, "k", CountWindow(4))
         with pytest.raises(PlanError, match=">= 1"):
             join_sequence(np.zeros(1, np.int8), np.zeros(1, np.int64), np.ones(1, bool), w)
     with pytest.raises(PlanError):
@@ -338,16 +355,29 @@ def _files(tmp_path: Path) -> tuple[str, str]:
     return str(lp), str(rp)
 
 
-@pytest.mark.parametrize("impl,parallel", [("fast", 1), ("hbsj", 1), ("fast", 2)])
-def test_cli_count_window(tmp_path: Path, impl: str, parallel: int) -> None:
+@pytest.mark.parametrize("impl,parallel", [("fast", 1), ("hbsj", 1), ("fast", 2), ("hbsj", 2)])
+def test_cli_count_window(tmp_path: Path, impl: str, parallel: int, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
     import pyarrow.parquet as pq
 
     from splice.cli import main
 
     lp, rp = _files(tmp_path)
     out = str(tmp_path / "o.parquet")
+    capsys.readouterr()
     assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "k", "--window", "2",
                  "--impl", impl, "--parallel", str(parallel), "--out", out, "--json"]) == 0
+    m = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
+    assert m["input_rows"] == 9 and m["output_rows"] == 7 and m["null_keys"] == 1
+    assert m["seconds"] > 0 and m["rows_per_s"] > 0 and m["load_seconds"] >= 0
+    if impl == "hbsj":  # every tuple with a key went to one of the four tables or the overflow buffer
+        for side, stored in (("left", 4), ("right", 4)):
+            st = m["hbsj"][side]
+            assert sum(st["table_inserts"]) + st["overflow_inserts"] == stored
+            assert st["probes"] == parallel * 4  # the other input's tuples with a key, at every PU
+    else:
+        assert "hbsj" not in m
     got = pq.read_table(out)
     assert got.schema.names == ["k", "a", "t", "k_right", "a_right", "t_right"]
     # L1 R10 L2 R20 L3 R30 L4(null) R40 L5: see the nested-loop walk in the docs
@@ -376,6 +406,43 @@ def test_cli_time_window_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
                  "--how", "left", "--out", out]) == 2
     err = capsys.readouterr().err
     assert ">= 1" in err and "'zz' is missing" in err and "--window N" in err and "inner joins only" in err
+
+
+@pytest.mark.parametrize("impl,parallel", [("fast", 1), ("hbsj", 1), ("hbsj", 2)])
+def test_cli_time_window_metrics(tmp_path: Path, impl: str, parallel: int,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`--json` with a time window: null keys counted, the retained state, HB-SJ's figures."""
+    import json
+
+    from splice.cli import main
+
+    lp, rp = _files(tmp_path)
+    out = str(tmp_path / "o.parquet")
+    capsys.readouterr()
+    assert main(["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "k", "--time", "t",
+                 "--window-time", "2", "--impl", impl, "--parallel", str(parallel), "--out", out, "--json"]) == 0
+    m = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
+    assert m["input_rows"] == 9 and m["output_rows"] == 6 and m["null_keys"] == 1 and m["retained_max"] >= 1
+    assert ("hbsj" in m) == (impl == "hbsj")
+    if impl == "hbsj":
+        st = m["hbsj"]["left"]
+        assert sum(st["table_inserts"]) + st["overflow_inserts"] == 4  # left tuples with a key
+
+
+def test_cli_rejects_bad_windows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from splice.cli import main
+
+    lp, rp = _files(tmp_path)
+    base = ["join", "--kind", "hash", "--left", lp, "--right", rp, "--on", "k", "--out", str(tmp_path / "o.parquet")]
+    for extra in (["--window", "-3"], ["--window", "0"], ["--window", "2^x"], ["--time", "t", "--window-time", "-1"],
+                  ["--window-time", "2"], ["--window", "2", "--time", "t", "--window-time", "2"]):
+        assert main(base + extra) == 2, extra
+    err = capsys.readouterr().err
+    assert "got -3" in err and "--window-time must be >= 0, got -1" in err and "needs --time" in err
+    assert "not both" in err and "'2^x'" in err
+    with pytest.raises(SystemExit):  # argparse: --parallel must be >= 1
+        main(base + ["--window", "2", "--parallel", "0"])
+    assert "expected an integer >= 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("impl", ["fast", "hbsj"])
