@@ -4,7 +4,7 @@ numba has no CPU atomics, so these intrinsics emit LLVM's atomic instructions. T
 their users need them:
 
 * sequentially consistent read-modify-writes (``atomic_cas``, ``atomic_add``, ``atomic_xchg``,
-  ``atomic_load_seq_cst``) for the band join's spin locks, edge tuple and node-pool allocator,
+  ``atomic_or``, ``atomic_load_seq_cst``) for the band join's spin locks, edge tuple and node-pool allocator,
   which rely on a store not passing a later load;
 * acquire loads and release stores (``atomic_load_acquire``, ``atomic_store_release``) for the
   transaction executors, which publish an operation's state for other threads to see.
@@ -24,6 +24,7 @@ from numba.extending import intrinsic
 
 __all__ = [
     "atomic_add",
+    "atomic_or",
     "atomic_cas",
     "atomic_load_acquire",
     "atomic_load_seq_cst",
@@ -129,6 +130,8 @@ def _cycle_counter(typingctx: Any) -> Any:
 atomic_add: Any = intrinsic(_rmw("add"))
 #: ``ary[idx] = value`` atomically as an exchange; returns the old value.
 atomic_xchg: Any = intrinsic(_rmw("xchg"))
+#: ``ary[idx] |= value`` atomically; returns the old value.
+atomic_or: Any = intrinsic(_rmw("or"))
 atomic_cas: Any = intrinsic(_atomic_cas)
 atomic_load_seq_cst: Any = intrinsic(_atomic_load_seq_cst)
 atomic_load_acquire: Any = intrinsic(_atomic_load_acquire)

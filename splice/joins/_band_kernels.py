@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from splice._atomics import (
     atomic_cas,
+    atomic_or,
     cycle_counter,
     sched_yield,
     spin_lock,
@@ -42,6 +43,7 @@ __all__ = [
     "par_worker",
     "cycles",
     "par_insert_range",
+    "clear_bits",
     "advance_edge",
     "try_advance_edge",
     "rr_run",
@@ -76,7 +78,7 @@ LOCK_STRIDE = 8
 AVAILABLE, ACTIVE, COMPLETED = 0, 1, 2
 # cells of a thread's resume record ``res``
 R_TASK, R_G, R_ALLOW, R_CUR, R_INS = 0, 1, 2, 4, 6
-R_SPIN_PART, R_SPIN_QUEUE, R_WAIT_MERGE, R_YIELDS = 8, 9, 10, 11
+R_SPIN_PART, R_SPIN_QUEUE, R_WAIT_MERGE, R_YIELDS, R_SCANNED = 8, 9, 10, 11, 12
 R_LEN = 16
 
 
@@ -177,16 +179,20 @@ def _par_insert(st, locks, k, p, path, res):
 
 @kernel()
 def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st_l, st_r,
-             locks_l, locks_r, ring_l, ring_r, flags_l, flags_r, edge, elock, limits, res, path,
+             locks_l, locks_r, ring_l, ring_r, bits_l, bits_r, edge, elock, limits, res, path,
              out_g, out_p, n_out):
     """Result generation and index update for the tuples ``g0 .. g1-1`` of one task.
 
-    A tuple of side ``s`` probes the opposite window ``o`` between ``t_e`` and ``t_l``: the index
-    for positions before the edge tuple (read once, a possibly stale but safe value), a linear
-    scan of the window from the edge to ``t_l``. Then, when ``res[R_ALLOW + s]`` (no merge phase
-    1 on its window), it enters its own index and is flagged indexed (``res[R_INS + s]`` counts
-    them; lock spins are counted in ``res`` too), and
-    the thread tries the edge mutex ``elock`` (test-and-set) to move the edge past it.
+    A tuple of side ``s`` probes the opposite window ``o`` between ``t_e`` and ``t_l``. First it
+    scans the positions from the edge tuple (read once, a possibly stale but safe value) to
+    ``t_l`` that are not flagged indexed in the bitmap ``bits_o`` (a word of 64 indexed
+    positions is skipped at once, so a stalled edge — a preempted thread's unfinished task —
+    costs a word per 64 positions, not a key comparison per position); then it searches the
+    index over the whole range ``[t_e, t_l]`` and drops the hits the scan already matched (an
+    entry is flagged only after its insert, so nothing is missed). Then, when
+    ``res[R_ALLOW + s]`` (no merge phase 1 on its window), it enters its own index and is
+    flagged indexed (``res[R_INS + s]`` counts them; lock waits and scanned entries are counted
+    in ``res`` too). The caller moves the edge tuples once per task (:func:`try_advance_edge`).
     Returns ``(next g, count, status)``; status 2: ``out`` is full (grow it and resume at
     ``next g``), 1: a node pool ran low (the join cannot continue).
     """
@@ -202,29 +208,52 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
         te = t_e[g]
         tl = t_l[g]
         if tl >= te:
+            # 1) the window's positions from the edge to t_l that are not indexed yet, by a
+            #    scan of the indexed bitmap (64 positions a word; whole indexed words skipped)
             e = atomic_load(edge, o)
+            obits = bits_l if o == 0 else bits_r
             m0 = n_out
             r = n_out
-            if e > te:
-                r = _par_search(other, olocks, klo, khi, te, min(tl, e - 1), out_p, n_out, res)
+            cap = out_p.shape[0]
+            mask = oring.shape[0] - 1
+            p = max(e, te)
+            start = p
+            while p <= tl:
+                slot = p & mask
+                wd = atomic_load(obits, slot >> 6)
+                b = slot & 63
+                if wd == -1:
+                    p += 64 - b
+                    continue
+                if (wd >> b) & 1 == 0:
+                    res[R_SCANNED] += 1
+                    v = oring[slot]
+                    if v >= klo and v <= khi:
+                        if r >= cap:
+                            return g, m0, OUT_FULL
+                        out_p[r] = p
+                        r += 1
+                p += 1
+            m1 = r
+            # 2) the index over the whole range: every position flagged before the scan is in
+            #    it (flag stored after the insert); drop what the scan matched already
+            r = _par_search(other, olocks, klo, khi, te, tl, out_p, r, res)
             if r < 0:
                 return g, m0, OUT_FULL
-            sort_small(out_p, m0, r)
-            rr = oring.shape[0]
-            start = max(e, te)
-            slot = start % rr
-            cap = out_p.shape[0]
-            for p in range(start, tl + 1):
-                v = oring[slot]
-                slot += 1
-                if slot == rr:
-                    slot = 0
-                if v >= klo and v <= khi:
-                    if r >= cap:
-                        return g, m0, OUT_FULL
-                    out_p[r] = p
-                    r += 1
-            n_out = r
+            k = m1
+            for j in range(m1, r):
+                pj = out_p[j]
+                dup = False
+                if pj >= start:
+                    for i in range(m0, m1):
+                        if out_p[i] == pj:
+                            dup = True
+                            break
+                if not dup:
+                    out_p[k] = pj
+                    k += 1
+            n_out = k
+            sort_small(out_p, m0, n_out)
             for j in range(m0, n_out):
                 out_g[j] = g
         if res[R_ALLOW + s]:
@@ -233,44 +262,73 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
                 return g, n_out, 1
             olk = locks_l if s == 0 else locks_r
             _par_insert(own, olk, x, pos[g], path, res)
-            fl = flags_l if s == 0 else flags_r
-            store_release(fl, pos[g] % fl.shape[0], 1)
+            _flag(bits_l if s == 0 else bits_r, pos[g])
             res[R_INS + s] += 1
     return g1, n_out, 0
 
 
+@kernel(inline="always")
+def _flag(bits, p):
+    # mark position p indexed (after its insert: a probe that sees the bit finds the entry)
+    slot = p & (bits.shape[0] * 64 - 1)
+    atomic_or(bits, slot >> 6, 1 << (slot & 63))
+
+
+@kernel(inline="always")
+def _indexed(bits, p):
+    slot = p & (bits.shape[0] * 64 - 1)
+    return (atomic_load(bits, slot >> 6) >> (slot & 63)) & 1 == 1
+
+
 @kernel()
-def par_insert_range(st, locks, ring, flags, p0, p1, path, res):
+def clear_bits(bits, p0, p1):
+    """Mark positions ``p0 .. p1 - 1`` not indexed (before any thread runs on them)."""
+    for p in range(p0, p1):
+        slot = p & (bits.shape[0] * 64 - 1)
+        bits[slot >> 6] &= ~(1 << (slot & 63))
+
+
+@kernel()
+def par_insert_range(st, locks, ring, bits, p0, p1, path, res):
     """Merge phase 2: insert positions ``p0 .. p1`` not yet indexed (the pending updates)."""
     r = ring.shape[0]
     n = 0
     for p in range(p0, p1 + 1):
-        if atomic_load(flags, p % r) == 0:
+        if not _indexed(bits, p):
             if nodes_free(st[6]) < st[15][M_POOLMIN]:
                 return -1
             _par_insert(st, locks, ring[p % r], p, path, res)
-            store_release(flags, p % r, 1)
+            _flag(bits, p)
             n += 1
     return n
 
 
 @kernel()
-def try_advance_edge(flags, edge, s, limit, elock):
+def try_advance_edge(bits, edge, s, limit, elock):
     """Test-and-set the edge mutex; when won, move stream ``s``'s edge and release it.
     Returns whether the edge was updated."""
     if atomic_cas(elock, 0, 0, 1) != 0:
         return False
-    advance_edge(flags, edge, s, limit)
+    advance_edge(bits, edge, s, limit)
     atomic_store(elock, 0, 0)
     return True
 
 
 @kernel()
-def advance_edge(flags, edge, s, limit):
-    """Move stream ``s``'s edge tuple past the indexed positions (below ``limit``)."""
+def advance_edge(bits, edge, s, limit):
+    """Move stream ``s``'s edge tuple past the indexed positions (below ``limit``); the indexed
+    bitmap ``bits`` holds one bit per window slot, whole indexed words are skipped."""
     e = edge[s]
-    r = flags.shape[0]
-    while e < limit and atomic_load(flags, e % r) == 1:
+    mask = bits.shape[0] * 64 - 1
+    while e < limit:
+        slot = e & mask
+        wd = atomic_load(bits, slot >> 6)
+        b = slot & 63
+        if wd == -1:
+            e = min(limit, e + 64 - b)
+            continue
+        if (wd >> b) & 1 == 0:
+            break
         e += 1
     store_release(edge, s, e)
     return e
@@ -317,7 +375,7 @@ def _propagate(ctl, status, t_prop, tasks):
 
 @kernel()
 def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, task_size,
-               l0, l1, r0, r1, locks_l, locks_r, ring_l, ring_r, flags_l, flags_r, edge, elock,
+               l0, l1, r0, r1, locks_l, locks_r, ring_l, ring_r, bits_l, bits_r, edge, elock,
                limits, ctl, cur, allow, merging, ti, thresh, before, counts, windows, blocking,
                status, task_thr, task_off, task_cnt, t_acq, t_prop, res, path, out_g, out_p, n_out):
     """One thread of the parallel IBWJ: the whole task loop of the seed in one GIL-free call.
@@ -382,8 +440,8 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
         g1 = min(n, (t + 1) * task_size)
         # 2. + 3. result generation and index update
         g, n_out, st = par_task(res[R_G], g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi,
-                                self_join, st_l, st_r, locks_l, locks_r, ring_l, ring_r, flags_l,
-                                flags_r, edge, elock, limits, res, path, out_g, out_p, n_out)
+                                self_join, st_l, st_r, locks_l, locks_r, ring_l, ring_r, bits_l,
+                                bits_r, edge, elock, limits, res, path, out_g, out_p, n_out)
         res[R_G] = g
         if st != 0:
             if st != OUT_FULL:
@@ -402,12 +460,12 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
                 merging[s] = 1
                 claim = s
         spin_unlock(ctl, C_QLOCK)
-        try_advance_edge(flags_l, edge, 0, limits[0], elock)
+        try_advance_edge(bits_l, edge, 0, limits[0], elock)
         if not self_join:
-            try_advance_edge(flags_r, edge, 1, limits[1], elock)
+            try_advance_edge(bits_r, edge, 1, limits[1], elock)
         if claim >= 0:
             s = claim
-            flags = flags_l if s == 0 else flags_r
+            bits = bits_l if s == 0 else bits_r
             ring = ring_l if s == 0 else ring_r
             locks = locks_l if s == 0 else locks_r
             if s == 0:
@@ -422,7 +480,7 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
             if blocking:
                 ok = im_merge(now_st, lo)
                 # every assigned tuple was indexed before the merge
-                while not try_advance_edge(flags, edge, s, limits[s], elock):
+                while not try_advance_edge(bits, edge, s, limits[s], elock):
                     sched_yield()
                 spin_lock(ctl, C_QLOCK)
                 ti[s] = 0
@@ -456,7 +514,7 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
                 ti[s] = 0
                 ctl[C_BLOCKED] -= 1
                 spin_unlock(ctl, C_QLOCK)
-                done = par_insert_range(spare, locks, ring, flags, p0, p1, path, res)
+                done = par_insert_range(spare, locks, ring, bits, p0, p1, path, res)
                 spin_lock(ctl, C_QLOCK)
                 if done >= 0:
                     ti[s] += done

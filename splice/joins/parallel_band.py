@@ -14,12 +14,14 @@ buffers or at the end of the queue:
    earliest and latest position when the tuple was assigned, are fixed by the arrival order
    (count windows);
 2. *result generation* — for each tuple read the opposite window's **edge tuple** (the earliest
-   position not yet indexed) once, search the index for partners before it (``T_S`` lock-free,
-   each ``T_I`` partition under its spin lock, one cache line per lock) and scan the window
-   linearly from the edge to ``t_l``;
-3. *index update* — insert the tuple into its window's PIM-Tree (one partition lock) and flag it
-   indexed; after the task, the thread tries the edge mutex (test-and-set: skip when held) and
-   moves each edge past the indexed tuples;
+   position not yet indexed) once, scan the positions from the edge to ``t_l`` that are not yet
+   indexed (a bitmap with one bit per window slot: whole indexed words are skipped, so a task
+   held up by a preempted thread does not make every later probe compare keys all the way),
+   then search the index (``T_S`` lock-free, each ``T_I`` partition under its spin lock, one
+   cache line per lock) over ``[t_e, t_l]``, dropping the hits the scan matched already;
+3. *index update* — insert the tuple into its window's PIM-Tree (one partition lock) and set its
+   indexed bit (atomic or); after the task, the thread tries the edge mutex (test-and-set: skip
+   when held) and moves each edge past the indexed tuples;
 4. *result propagation* — the task is *completed*; a thread that wins the propagation mutex
    (test-and-set) moves the queue head past the completed tasks and stamps the time. The rows
    stay in the thread's buffer; the queue records where each task's rows are, and the caller
@@ -71,6 +73,7 @@ from splice.joins._band_kernels import (
     R_WAIT_MERGE,
     TS_FULL,
     advance_edge,
+    clear_bits,
     cycles,
     par_worker,
     rr_run,
@@ -144,7 +147,8 @@ class TaskQueueJoin:
         self.thresh = np.array([int(self.ixs[s][0].meta[M_THRESH]) for s in (0, -1)], np.int64)
         self.locks = [np.zeros(b[0].state[7].shape[0] * LOCK_STRIDE, np.int64) for b in self.ixs]
         self.rings = [np.zeros(_pow2(windows[s] + slack), self.dtype) for s in range(n_streams)]
-        self.flags = [np.zeros(len(r), np.int64) for r in self.rings]
+        # one bit per ring slot: position indexed (the rings' lengths are powers of 2 >= 64)
+        self.bits = [np.zeros(len(r) // 64, np.int64) for r in self.rings]
         self.edge = np.zeros(2, np.int64)
         self.elock = np.zeros(1, np.int64)  # the edge mutex (test-and-set in the kernels)
         self.counts = [0, 0]
@@ -156,8 +160,8 @@ class TaskQueueJoin:
         #: per chunk of ``run``: each task's seconds from assignment to propagation
         self.task_latency: list[np.ndarray] = []
         #: contended partition-lock and queue-lock acquisitions, yields waiting for a merge,
-        #: yields spinning on a held lock
-        self.waits = np.zeros(4, np.int64)
+        #: yields spinning on a held lock, window entries scanned linearly past the edge tuple
+        self.waits = np.zeros(5, np.int64)
         self._stats_lock = threading.Lock()
 
     # -- the OperatorLogic-facing API (same as BandCore) ---------------------------------------
@@ -183,7 +187,7 @@ class TaskQueueJoin:
     def nbytes(self) -> int:
         distinct = {id(ix): ix for b in self.ixs for ix in b}
         total = sum(ix.used_bytes() for ix in distinct.values())
-        return total + sum(r.nbytes for r in self.rings) + sum(f.nbytes for f in self.flags)
+        return total + sum(r.nbytes for r in self.rings) + sum(b.nbytes for b in self.bits)
 
     # -- one queue -----------------------------------------------------------------------------
     def _run_chunk(self, sides: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -200,9 +204,9 @@ class TaskQueueJoin:
             mine = sides == s
             slots = pos[mine] % len(self.rings[s])
             self.rings[s][slots] = keys[mine]
-            self.flags[s][slots] = 0
             np.cumsum(mine, out=before[s, 1:])
             self.limits[s] = self.counts[s] + int(before[s, n])
+            clear_bits(self.bits[s], self.counts[s], self.limits[s])
         limits = np.array(self.limits, np.int64)
         tasks = -(-n // self.task_size)
         ctl = np.zeros(C_LEN, np.int64)
@@ -216,7 +220,7 @@ class TaskQueueJoin:
         shared = (
             sides, keys, pos, t_e, t_l, self.offs_lo, self.offs_hi, self.self_join,
             self.task_size, st[0][0], st[0][1], st[1][0], st[1][1], self.locks[0],
-            self.locks[-1], self.rings[0], self.rings[-1], self.flags[0], self.flags[-1],
+            self.locks[-1], self.rings[0], self.rings[-1], self.bits[0], self.bits[-1],
             self.edge, self.elock, limits, ctl, self.cur_buf, self.allow, self.merging, self.ti,
             self.thresh, before, np.array(counts, np.int64), np.array(self.windows, np.int64),
             self.blocking, status, task_thr, task_off, task_cnt, t_acq, t_prop,
@@ -248,7 +252,7 @@ class TaskQueueJoin:
         for s in range(len(self.ixs)):
             self.counts[s] = self.limits[s]
         for s in range(len(self.ixs)):
-            advance_edge(self.flags[s], self.edge, s, self.limits[s])
+            advance_edge(self.bits[s], self.edge, s, self.limits[s])
         if int(ctl[C_HEAD]) != tasks:
             raise InternalError("parallel band join: tasks left unpropagated")
         if c1 > c0 and w1 > w0:
@@ -274,7 +278,7 @@ class TaskQueueJoin:
             m, status = par_worker(tid, *shared, res, path, out_g, out_p, m)
             if status == 0:
                 with self._stats_lock:
-                    self.waits += res[R_SPIN_PART : R_WAIT_MERGE + 2]
+                    self.waits += res[R_SPIN_PART : R_WAIT_MERGE + 3]
                 return out_g, out_p, m
             if status == OUT_FULL:
                 cap *= 2

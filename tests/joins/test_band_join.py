@@ -295,4 +295,4 @@ def test_task_queue_many_threads_and_statistics(threads):
     assert np.array_equal(g, g0) and np.array_equal(p, p0)
     lat = np.concatenate(join.task_latency)
     assert len(lat) == n // 2 and (lat >= 0).all()
-    assert join.merges > 0 and join.waits.shape == (4,)
+    assert join.merges > 0 and join.waits.shape == (5,)
