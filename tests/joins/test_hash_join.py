@@ -440,6 +440,13 @@ def test_cli_rejects_bad_windows(tmp_path: Path, capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "got -3" in err and "--window-time must be >= 0, got -1" in err and "needs --time" in err
     assert "not both" in err and "'2^x'" in err
+    import pyarrow.parquet as pq
+
+    sp = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"k": ["1", "2"], "t": [1, 2]}), sp)
+    assert main(["join", "--kind", "hash", "--left", lp, "--right", str(sp), "--on", "k", "--window", "2",
+                 "--out", str(tmp_path / "o.parquet")]) == 2
+    assert "stream 'left' column 'k' is int64, stream 'right' column 'k' is string" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse: --parallel must be >= 1
         main(base + ["--window", "2", "--parallel", "0"])
     assert "expected an integer >= 1" in capsys.readouterr().err
