@@ -220,6 +220,7 @@ class RocksDBKeyedState:
         self.live = self.root / _LIVE
         self.snapshots = self.root / _SNAPSHOTS
         self.snapshots.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock_directory(self.root)
         if self.live.exists():  # writes past the last snapshot are never trusted
             shutil.rmtree(self.live)
         self.seq = 0
@@ -235,11 +236,16 @@ class RocksDBKeyedState:
         table = rocksdict.BlockBasedOptions()
         table.set_block_cache(rocksdict.Cache(block_cache_bytes))
         opts.set_block_based_table_factory(table)
-        self.db: Any = rocksdict.Rdict(str(self.live), options=opts)
+        try:
+            self.db: Any = rocksdict.Rdict(str(self.live), options=opts)
+        except Exception as exc:  # rocksdict raises plain exceptions
+            os.close(self._lock)
+            raise StateError(f"keyed state: cannot open RocksDB in {str(self.live)!r}: {exc}") from exc
         wo: Any = rocksdict.WriteOptions()
         wo.disable_wal = True  # a property at run time (the type stubs say a method)
         self._wo = wo
-        self._finalizer = weakref.finalize(self, _close_db, self.db, self.root if self._temporary else None)
+        self._finalizer = weakref.finalize(self, _close_db, self.db, self.root if self._temporary else None,
+                                           self._lock)
 
     def _restore(self, state: Any) -> None:
         try:
@@ -334,11 +340,27 @@ class RocksDBKeyedState:
         self._finalizer()
 
 
-def _close_db(db: Any, temporary_root: Path | None) -> None:
+def _lock_directory(root: Path) -> int:
+    """An exclusive lock on ``root`` held while the state is open: two operators (or two runs)
+    given the same directory would otherwise wipe each other's live database."""
+    import fcntl
+
+    fd = os.open(root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise StateError(f"keyed state: directory {str(root)!r} is in use by another open state "
+                         "(each operator needs a directory of its own)") from exc
+    return fd
+
+
+def _close_db(db: Any, temporary_root: Path | None, lock: int) -> None:
     try:
         db.close()
     except Exception:  # noqa: BLE001 - closing twice is harmless
         pass
+    os.close(lock)
     if temporary_root is not None:
         shutil.rmtree(temporary_root, ignore_errors=True)
 

@@ -151,3 +151,13 @@ def test_bad_arguments_are_clear_errors() -> None:
     s = MemoryKeyedState(2, 1)
     with pytest.raises(StateError, match=r"keys must be \(m, 2\)"):
         s.put(np.zeros((3, 1), dtype=np.int64), np.zeros((3, 1), dtype=np.int64))
+
+
+def test_a_directory_in_use_is_refused_not_wiped(tmp_path: Path) -> None:
+    a = RocksDBKeyedState(1, 1, tmp_path)
+    a.put(np.array([[1]]), np.array([[2]]))
+    with pytest.raises(StateError, match="in use by another open state"):
+        RocksDBKeyedState(1, 1, tmp_path)
+    values, found = a.get(np.array([[1]]))
+    assert found[0] and values[0, 0] == 2
+    a.close()
