@@ -23,7 +23,9 @@ position. At END the last epoch is staged and committed under a final checkpoint
 
 Memory: with ``state_budget`` bytes, the sum of the operators' ``state_bytes()`` is checked after
 every batch; crossing it raises :class:`~splice.core.errors.StateError` naming the query and its
-largest operator, before the process runs out of memory.
+largest operator, before the process runs out of memory. An operator whose state lives in a
+keyed state backend on disk (``GroupBy(state_backend="rocksdb")``) reports only what it holds in
+memory, so it runs under a budget that the in-memory form would exceed.
 
 Fault injection for tests: ``SPLICE_FAULT=<point>:<n>`` kills the process with SIGKILL at the
 ``n``-th time it reaches ``point``: ``batch`` (after a push), ``staged`` (after the pre-commit),
@@ -192,7 +194,8 @@ class CheckpointCoordinator:
             raise StateError(
                 f"state budget exceeded: {total:,} bytes of operator state > budget {self.state_budget:,} "
                 f"(query {query!r} holds {sum(ops.values()):,}, its operator {op!r} {nbytes:,}); "
-                "raise the budget, shorten windows, or use a backend that spills"
+                "raise the budget, shorten windows, or keep group-by state on disk (GroupBy state_backend='rocksdb', "
+                "splice tpch --state-backend rocksdb)"
             )
 
     def _check_failures(self, eng: Engine) -> None:
