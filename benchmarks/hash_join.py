@@ -19,7 +19,13 @@ sequence, the ``splice join`` path), int64 keys uniform in ``[0, 4 w)`` so a pro
   ``int64`` vs string keys. Every variant's output is asserted equal to the ``int64`` run's
   before timing; ``vs_int64`` is the throughput ratio to the ``int64`` run of the same bench.
 
-``--cases`` picks among ``two_way,ht_sweep,keys`` (default all).
+* ``multiway_keys``: the :class:`~splice.joins.multiway.MultiwayJoin` operator in Q3's shape
+  (``c.ck = o.ck``, ``o.ok = l.ok``, orders indexed on both) with count windows w = 2^10, over
+  ``--multiway-tuples`` tuples in batches of 4,096 that take turns among the three streams,
+  keys uniform in ``[0, 4 w)`` as ``int64`` and as strings (``"k00001234"``). Outputs asserted
+  equal before timing; ``vs_int64`` as above.
+
+``--cases`` picks among ``two_way,ht_sweep,keys,multiway_keys`` (default all).
 """
 
 from __future__ import annotations
@@ -113,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-exp", type=int, default=20)
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--keys-tuples", type=int, default=2_000_000)
-    p.add_argument("--cases", default="two_way,ht_sweep,keys")
+    p.add_argument("--multiway-tuples", type=int, default=600_000)
+    p.add_argument("--cases", default="two_way,ht_sweep,keys,multiway_keys")
     args = p.parse_args(argv)
     cases = set(args.cases.split(","))
     if "two_way" in cases:
@@ -122,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         ht_sweep(args)
     if "keys" in cases:
         key_types(args.keys_tuples)
+    if "multiway_keys" in cases:
+        multiway_keys(args.multiway_tuples)
     return 0
 
 
@@ -181,6 +190,51 @@ def key_types(n: int, window: int = 1024, repeat: int = 5) -> None:
         if "retained_max" in res[1]:
             row["retained_max"] = res[1]["retained_max"]
         emit(row)
+
+
+def multiway_records(n: int, window: int, as_string: bool, batch: int = 4096, seed: int = 0
+                     ) -> tuple[list[Any], dict[int, Any]]:
+    """Batches of customer (2), orders (3), lineitem (4) in turn; ``id`` numbers each stream's rows."""
+    import pyarrow as pa
+
+    from splice.core.records import Data
+
+    rng = np.random.default_rng(seed)
+    recs, schemas = [], {}
+    for i in range(0, n, batch):
+        s = (i // batch) % 3
+        cols = {"ck": rng.integers(0, 4 * window, batch), "ok": rng.integers(0, 4 * window, batch)}
+        names = [("ck",), ("ok", "ck"), ("ok",)][s]
+        arrays = {c: pa.array(np.char.add("k", np.char.zfill(cols[c].astype(str), 8)) if as_string else cols[c])
+                  for c in names}
+        b = pa.record_batch({**arrays, "id": np.arange(i, i + batch)})
+        schemas[2 + s] = b.schema
+        recs.append(Data(2 + s, b))
+    return recs, schemas
+
+
+def multiway_keys(n: int, window: int = 1024, repeat: int = 5) -> None:
+    from splice.joins.multiway import MultiwayJoin
+    from splice.testing import OperatorHarness
+
+    preds = ((2, "ck", 3, "ck"), (3, "ok", 4, "ok"))
+    inputs = {name: multiway_records(n, window, name == "string") for name in ("int64", "string")}
+
+    def run(name: str) -> Any:
+        recs, schemas = inputs[name]
+        return OperatorHarness(MultiwayJoin((2, 3, 4), preds, window), schemas).run(recs)
+
+    ids = {}
+    for name in inputs:  # outputs asserted equal before timing
+        got = run(name)
+        ids[name] = sorted(zip(*(got.column(c).to_pylist() for c in ("id", "id_right", "id_right_right")),
+                               strict=True))
+    assert ids["int64"] == ids["string"] and ids["int64"]
+    best = _best_interleaved([(name, lambda name=name: run(name)) for name in inputs], repeat)
+    for name, (sec, res) in best.items():
+        emit({"bench": "multiway_keys", "keys": name, "window": window, "tuples": n, "output_rows": res.num_rows,
+              "seconds": round(sec, 4), "tuples_per_s": round(n / sec),
+              "vs_int64": round(best["int64"][0] / sec, 3)})
 
 
 def two_way(args: argparse.Namespace) -> None:

@@ -18,7 +18,8 @@ def test_benchmark_runs_and_plots_the_sweep(tmp_path: Path, monkeypatch: pytest.
                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(bench, "OUT", tmp_path)
     assert bench.main(["--tuples", "6000", "--nl-tuples", "3000", "--min-exp", "4", "--max-exp", "6",
-                       "--keys-tuples", "3000", "--cases", "two_way,ht_sweep,keys"]) == 0
+                       "--keys-tuples", "3000", "--multiway-tuples", "30000",
+                       "--cases", "two_way,ht_sweep,keys,multiway_keys"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     two = {(r["impl"], r["window"]): r for r in rows if r["bench"] == "two_way"}
     assert set(two) == {(i, w) for i in ("fast", "hbsj", "nested_loop") for w in (16, 64)}
@@ -33,6 +34,8 @@ def test_benchmark_runs_and_plots_the_sweep(tmp_path: Path, monkeypatch: pytest.
     keys = [r for r in rows if r["bench"] == "keys"]
     assert {r["keys"] for r in keys} == {"int64", "string", "int32+string"}
     assert len({(r["window"], r["output_rows"]) for r in keys}) == 2  # each window: one answer
+    multi = {r["keys"]: r for r in rows if r["bench"] == "multiway_keys"}
+    assert set(multi) == {"int64", "string"} and multi["int64"]["output_rows"] == multi["string"]["output_rows"] > 0
 
 
 def test_nested_loop_baseline_equals_the_reference() -> None:
