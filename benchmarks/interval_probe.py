@@ -10,7 +10,8 @@ one ``on_batch`` push (future-only: nothing retires). Building and preloading th
 checking its result (exactly one match per arrival) and dropping it are outside the timing.
 Python's cyclic garbage collector is off while the samples are taken, as ``timeit`` does.
 
-Variants, measured round-robin in the same run:
+Variants, measured in the same run, each round in a fresh (seeded) random order, so that no
+variant always follows the same one and inherits its warm caches:
 
 * ``before``  — the full probe for every state size (``index_threshold`` = infinity): the whole
   retained side goes through the numba hash join each push (the seed's original path);
@@ -29,6 +30,7 @@ import argparse
 import gc
 import json
 import math
+import random
 import time
 from typing import Any
 
@@ -82,8 +84,11 @@ def measure(keys: int, arrivals: int, suffix: int, samples: int, variants: list[
     gc.collect()
     gc.disable()  # as timeit does: a collection triggered by earlier garbage is not the push's
     try:
+        order = list(variants)
+        rng = random.Random(1)
         for i in range(samples + 2):  # two warm-up rounds (numba, DataFusion session)
-            for v in variants:
+            rng.shuffle(order)  # no variant always runs right after another (warm caches)
+            for v in order:
                 logic = specs[v].build(inputs)
                 logic.on_batch(L, left)
                 t0 = time.perf_counter()

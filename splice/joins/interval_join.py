@@ -255,6 +255,9 @@ class IntervalJoin(OperatorSpec):
 _EMPTY = np.zeros(0, dtype=np.int64)
 _GROUP0 = np.zeros(1, dtype=np.int64)
 _NO_BITS = np.zeros(0, dtype=np.uint8)
+#: Arriving batches of this many rows or more probe only the rows whose band reaches the opposite
+#: side's time range (below it, the check costs more than it can save).
+_PRUNE_ROWS = 32
 _FIXED_WIDTHS: dict[int, type] = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
@@ -759,7 +762,7 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         out: list[pa.RecordBatch] = []
         matched = np.zeros(n, dtype=bool) if s.outer else None
         if o.n_alive:
-            res = self._probe(s, o, cols, t, codes, live, matched)
+            res = self._probe(s, o, cols, t, codes, live, matched, tmin, tmax, ordered)
             if res is not None:
                 out.append(res)
 
@@ -818,9 +821,34 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         return mask
 
     def _probe(self, s: _Side, o: _Side, cols: list[pa.Array], t: np.ndarray, codes: np.ndarray,
-               live: np.ndarray | None, matched: np.ndarray | None) -> pa.RecordBatch | None:
-        """The pairs of the arriving rows (``cols``, times ``t``, key ``codes``, rows ``live``)
-        with the opposite side's retained rows, as output rows; flags matched rows."""
+               live: np.ndarray | None, matched: np.ndarray | None, tmin: int, tmax: int,
+               ordered: bool) -> pa.RecordBatch | None:
+        """The pairs of the arriving rows (``cols``, times ``t`` from ``tmin`` to ``tmax``, key
+        ``codes``, rows ``live``) with the opposite side's retained rows, as output rows; flags
+        matched rows.
+
+        Only rows whose band reaches the opposite side's time range probe: when a large batch
+        arrives after the other side's rows were mostly retired, most of it cannot match yet.
+        """
+        if len(t) >= _PRUNE_ROWS:
+            # the opposite rows lie in [omin, omax]: a row at t can match only if
+            # omin - hi <= t <= omax - lo
+            omin = min(b.min_time for b in o.batches)
+            omax = max(b.max_time for b in o.batches)
+            first, last = omin - s.hi, omax - s.lo
+        else:
+            first, last = tmin, tmax
+        window: np.ndarray | None = None
+        if tmin > last or tmax < first:
+            return None
+        if tmin < first or tmax > last:
+            if ordered:
+                a, z = np.searchsorted(t, [first, last + 1])
+                window = np.zeros(len(t), dtype=bool)
+                window[a:z] = True
+            else:
+                window = (t >= first) & (t <= last)
+            live = window if live is None else live & window
         if live is None:
             rows = None
             pc_, pt = codes, t

@@ -336,3 +336,28 @@ def test_key_index_refuses_a_band_wider_than_its_buckets():
                    np.arange(3, dtype=np.int64), (-2, 2))
     with pytest.raises(InternalError, match="wider than a bucket"):
         idx.probe(np.zeros(1, np.int64), np.zeros(1, np.int64), -10, 10)
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+@pytest.mark.parametrize("how", ["inner", "full"])
+def test_large_batches_probe_only_rows_that_reach_the_other_side(shuffled, how):
+    # a 400-row batch arrives after the other side kept only its last rows: most of it lies
+    # beyond their band; the result and state still equal the nested-loop reference
+    from splice.core.records import Data, End
+    from tests.joins.test_interval_join import _run_both
+
+    ls, rs = _schemas()
+    rng = np.random.default_rng(9)
+    records = []
+    for i in range(4):
+        ts = np.arange(i * 400, (i + 1) * 400, dtype=np.int64)
+        lt = rng.permutation(ts) if shuffled else ts
+        records.append(Data(L, pa.record_batch({"k": rng.integers(0, 5, 400), "ts": lt,
+                                                "v": np.arange(400)}, schema=ls)))
+        rt = rng.permutation(ts) if shuffled else ts
+        records.append(Data(R, pa.record_batch({"k": rng.integers(0, 5, 400), "ts": rt,
+                                                "w": rt.astype(str)}, schema=rs)))
+    records.append(End())
+    spec = IntervalJoin(left=L, right=R, on="k", time="ts", lower=-7, upper=5, how=how,
+                        out_of_orderness=None if shuffled else 0, index_threshold=100)
+    _run_both(spec, ls, rs, records)
