@@ -176,7 +176,7 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
     wo = work_order(tpg, strategy, team.threads)
     t1 = time.perf_counter()
     run = _Run(tpg)
-    sync, barrier = run.go(team, tpg, wo, eager, False, busy, udf, tpg.udf_params)
+    sync, barrier = run.go(team, tpg, wo, eager, False, busy, udf, batch.udf_params)
     t2 = time.perf_counter()
     abort_time = 0.0
     redo_ops = 0
@@ -201,7 +201,7 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
             run.failed[aff] = False
             run.raised[aff] = False
             run.excluded = new
-            s2, b2 = run.go(team, tpg, wo, False, True, busy, udf, tpg.udf_params)
+            s2, b2 = run.go(team, tpg, wo, False, True, busy, udf, batch.udf_params)
             sync += s2
             barrier += b2
             rounds += 1
@@ -238,7 +238,7 @@ def run_tstream(batch: OpBatch, refused: np.ndarray, tpg: TPG, team: ThreadTeam,
     wo = work_order(tpg, Strategy("ns", "f", "l"), team.threads)
     t1 = time.perf_counter()
     run = _Run(tpg)
-    sync, _ = run.go(team, tpg, wo, False, False, busy, udf, tpg.udf_params)
+    sync, _ = run.go(team, tpg, wo, False, False, busy, udf, batch.udf_params)
     t2 = time.perf_counter()
     rounds = 0
     while True:
@@ -251,7 +251,7 @@ def run_tstream(batch: OpBatch, refused: np.ndarray, tpg: TPG, team: ThreadTeam,
         new[first] = fails[first]
         new[first + 1:] = fails[first + 1:]
         run = _reset(run, tpg, new)
-        s, _ = run.go(team, tpg, wo, False, False, busy, udf, tpg.udf_params)
+        s, _ = run.go(team, tpg, wo, False, False, busy, udf, batch.udf_params)
         sync += s
         rounds += 1
     t3 = time.perf_counter()

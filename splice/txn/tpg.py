@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from splice.txn import _kernels as K
-from splice.txn.ops import SUM_ADD, SUM_WRITE, UDF, WINDOW_READ, OpBatch
+from splice.txn.ops import SUM_ADD, SUM_WRITE, WINDOW_READ, OpBatch
 from splice.txn.state import StateStore
 
 __all__ = ["TPG", "build_tpg", "refresh_tpg", "tpg_stats"]
@@ -54,7 +54,6 @@ class TPG:
     txn_ptr: np.ndarray     # proc[txn_ptr[t]:txn_ptr[t+1]] are transaction t's ops
     user_pos: np.ndarray    # OpBatch op index -> position here (-1: refused)
     hist: np.ndarray        # window reads: sum of logged versions in the window
-    udf_params: np.ndarray  # UDF parameter rows in TPG (chain) order: UDF op i reads row operand[i]
 
     def nbytes(self) -> int:
         return int(sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray)))
@@ -70,13 +69,6 @@ def build_tpg(batch: OpBatch, refused: np.ndarray, store: StateStore) -> TPG:
         batch.op_cond, batch.op_cond_arg, batch.src_ptr, batch.src_cell, store.offsets,
         store.flat, store.dense_slot, store.stamp, store.next_stamp())
     n = pred.shape[0]
-    udf_params = batch.udf_params
-    if udf_params.shape[0]:
-        # rows in the order executors walk ops (by chain), not the batch's: sequential reads
-        u = np.flatnonzero(kind == UDF)
-        udf_params = np.ascontiguousarray(udf_params[operand[u].astype(np.int64)])
-        operand = operand.copy()
-        operand[u] = np.arange(u.shape[0], dtype=np.float64)
     hist = np.zeros(n, np.float64)
     win = np.flatnonzero(kind == WINDOW_READ)
     if win.shape[0]:
@@ -86,7 +78,6 @@ def build_tpg(batch: OpBatch, refused: np.ndarray, store: StateStore) -> TPG:
         pred=pred, chain=chain, n_chains=int(nch), kind=kind, operand=operand, cond=cond,
         cond_arg=cond_arg, txn=txn, ts=ts, src_ptr=src_ptr, src_op=src_op, chk_ptr=chk_ptr,
         chk_op=chk_op, proc=pos, txn_ptr=txn_ptr, user_pos=user_pos, hist=hist,
-        udf_params=udf_params,
     )
 
 
