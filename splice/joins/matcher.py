@@ -19,8 +19,8 @@
 
 ``"auto"`` picks ``"numba"``: on every fixture of ``benchmarks/interval_probe.py`` it measured
 fastest. A DataFusion call costs 3.5 ms or more of planning and execution, even on a handful of
-rows, and an Acero call more than 1 ms; the numba probe takes 0.4–0.9 ms, all of the operator's
-push included (see ``docs/benchmarks.md``). The key index of
+rows, and an Acero call about 1 ms or more; the operator's whole push with the numba probe takes
+0.15–0.56 ms (medians; see ``docs/benchmarks.md``). The key index of
 :class:`~splice.joins.interval_join.IntervalJoin` always probes with the numba kernel.
 """
 
