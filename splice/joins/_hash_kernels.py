@@ -492,7 +492,7 @@ def hb_join_sequence(  # type: ignore[no-untyped-def]
 @_no_nrt
 def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
     sides, rows, window_c, window_o, window_l,
-    c_key, o_okey, o_ckey, l_okey, l_rev,
+    c_key, o_okey, o_ckey, l_okey, l_rev, c_val, oc_val, oo_val, l_val,
     c_wseq, c_wloc, c_widx, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats,
     o_wseq, o_wloc, o_widx, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats,
     l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats,
@@ -507,17 +507,22 @@ def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
     o_custkey, then lineitem; an order probes customer, then lineitem; a lineitem probes orders
     on o_orderkey, then customer. Every result (c, o, l) adds ``l_rev[l]`` to ``agg_rev[o]``.
     Then the stage of the tuple's own stream expires its oldest tuple and stores the new one.
-    Scratch: ``buf_*`` and ``tmp`` of each stage's window + 4, ``kc``/``ko`` int64 (1, 1)/(2, 1),
-    ``v1``/``v2`` all-True bool of those shapes. Returns the number of join results.
+    ``*_val`` are the keys' validity (a tuple with a null key takes its window position and
+    joins nothing). Scratch: ``buf_*`` and ``tmp`` of each stage's window + 4, ``kc``/``ko``
+    int64 (1, 1)/(2, 1), ``v1``/``v2`` bool of those shapes. Returns the number of join results.
     """
     results = 0
     for i in range(sides.shape[0]):
         side = sides[i]
         r = rows[i]
         if side == 0:
-            no = _hb_probe_one(c_key[r], 0, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o, tmp)
+            no = 0
+            if c_val[r]:
+                no = _hb_probe_one(c_key[r], 0, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o, tmp)
             for q in range(no):
                 o = buf_o[q]
+                if not oo_val[o]:
+                    continue
                 nl = _hb_probe_one(o_okey[o], 0, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats, buf_l, tmp)
                 if nl:
                     tot = 0
@@ -527,13 +532,16 @@ def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
                     agg_hit[o] = True
                     results += nl
             kc[0, 0] = c_key[r]
+            v1[0, 0] = c_val[r]
             p = r % c_wseq.shape[0]
             if r >= window_c:
                 _hb_expire(p, c_wseq, c_wloc, c_widx, c_tseq, c_oinfo)
             _hb_insert(p, r, kc, v1, 0, c_wseq, c_wloc, c_widx, c_tkey, c_tseq, c_okey, c_oseq,
                        c_oinfo, c_stats)
         elif side == 1:
-            nc = _hb_probe_one(o_ckey[r], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c, tmp)
+            nc = 0
+            if oc_val[r] and oo_val[r]:
+                nc = _hb_probe_one(o_ckey[r], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c, tmp)
             if nc:
                 nl = _hb_probe_one(o_okey[r], 0, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats, buf_l, tmp)
                 if nl:
@@ -545,21 +553,28 @@ def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
                     results += nc * nl
             ko[0, 0] = o_ckey[r]
             ko[1, 0] = o_okey[r]
+            v2[0, 0] = oc_val[r]
+            v2[1, 0] = oo_val[r]
             p = r % o_wseq.shape[0]
             if r >= window_o:
                 _hb_expire(p, o_wseq, o_wloc, o_widx, o_tseq, o_oinfo)
             _hb_insert(p, r, ko, v2, 0, o_wseq, o_wloc, o_widx, o_tkey, o_tseq, o_okey2, o_oseq,
                        o_oinfo, o_stats)
         else:
-            no = _hb_probe_one(l_okey[r], 1, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o, tmp)
+            no = 0
+            if l_val[r]:
+                no = _hb_probe_one(l_okey[r], 1, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o, tmp)
             for q in range(no):
                 o = buf_o[q]
+                if not oc_val[o]:
+                    continue
                 nc = _hb_probe_one(o_ckey[o], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c, tmp)
                 if nc:
                     agg_rev[o] += nc * l_rev[r]
                     agg_hit[o] = True
                     results += nc
             kc[0, 0] = l_okey[r]
+            v1[0, 0] = l_val[r]
             p = r % l_wseq.shape[0]
             if r >= window_l:
                 _hb_expire(p, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)

@@ -30,6 +30,9 @@ from splice.joins._hash_kernels import _NO_NRT, fx_bucket
 
 __all__ = ["q3_join_arrival", "new_cursor", "INTERLEAVED", "SEQUENTIAL", "REVERSED", "EXPLICIT"]
 
+#: ``nxt`` of a stored tuple whose key is null: in its window, on no chain (never matches).
+UNLINKED = -2
+
 #: Arrival modes: interleaved in proportion to table sizes (row ``i`` of a table of ``n`` rows at
 #: ``(i + 1/2) / n``, ties customer first), customer-orders-lineitem, lineitem-orders-customer,
 #: or an explicit (table, raw row) sequence.
@@ -85,7 +88,7 @@ def _next_table(mode, cur, n0, n1, n2, sides, rows):  # type: ignore[no-untyped-
 @_kernel
 def q3_join_arrival(  # type: ignore[no-untyped-def]
     mode, n_steps, cur, sides, rows, n_raw,
-    c_ok, o_ok, l_ok,
+    c_ok, o_ok, l_ok, c_valid, oc_valid, oo_valid, l_valid,
     c_key, o_okey, o_ckey, l_okey, ep_words, dc_words, one,
     c_ring, c_keys, c_nxt, c_head, c_tail, shift_c,
     o_ring, o_keys, o_nxt, o_head, o_tail, shift_o,
@@ -96,7 +99,8 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
     ``sides``/``rows``); returns whether the arrival is exhausted.
 
     ``n_raw`` holds the three raw table sizes, ``*_ok`` the selections' pass masks over raw rows,
-    ``*_key``/``*_okey``/``*_ckey`` the raw key columns. Revenue ``ep * (one - dc)`` is computed
+    ``*_key``/``*_okey``/``*_ckey`` the raw key columns and ``*_valid`` their validity (a tuple
+    with a null key takes its window position but joins nothing). Revenue ``ep * (one - dc)`` is computed
     from the (low, high) int64 words of the decimal128 columns when a match needs it. A stage's
     window is its ring's length; ``agg_rev``/``agg_hit`` are indexed by raw orders row.
     """
@@ -116,14 +120,15 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             if not c_ok[r]:
                 continue
             k = c_key[r]
-            p = o_head[0, fx_bucket(k, shift_o)]
+            valid = c_valid[r]
+            p = o_head[0, fx_bucket(k, shift_o)] if valid else -1
             while p != -1:
                 if o_keys[0, p] == k:
                     o = o_ring[p]
                     ok = o_okey[o]
                     tot = 0
                     nl = 0
-                    q = l_head[0, fx_bucket(ok, shift_l)]
+                    q = l_head[0, fx_bucket(ok, shift_l)] if oo_valid[o] else -1
                     while q != -1:
                         if l_keys[0, q] == ok:
                             li = l_ring[q]
@@ -137,7 +142,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
                 p = o_nxt[0, p]
             pos = cur[6]
             cur[6] = pos + 1 if pos + 1 < cap_c else 0
-            if cur[3] >= cap_c:
+            if cur[3] >= cap_c and c_nxt[0, pos] != UNLINKED:
                 b = fx_bucket(c_keys[0, pos], shift_c)
                 c_head[0, b] = c_nxt[0, pos]
                 if c_head[0, b] == -1:
@@ -146,7 +151,9 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             c_ring[pos] = r
             c_keys[0, pos] = k
             b = fx_bucket(k, shift_c)
-            if lifo:
+            if not valid:
+                c_nxt[0, pos] = UNLINKED
+            elif lifo:
                 c_nxt[0, pos] = c_head[0, b]
                 c_head[0, b] = pos
             else:
@@ -163,7 +170,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             ck = o_ckey[r]
             ok = o_okey[r]
             nc = 0
-            p = c_head[0, fx_bucket(ck, shift_c)]
+            p = c_head[0, fx_bucket(ck, shift_c)] if oc_valid[r] and oo_valid[r] else -1
             while p != -1:
                 if c_keys[0, p] == ck:
                     nc += 1
@@ -186,6 +193,8 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             cur[7] = pos + 1 if pos + 1 < cap_o else 0
             if cur[4] >= cap_o:
                 for a in range(2):
+                    if o_nxt[a, pos] == UNLINKED:
+                        continue
                     b = fx_bucket(o_keys[a, pos], shift_o)
                     o_head[a, b] = o_nxt[a, pos]
                     if o_head[a, b] == -1:
@@ -196,7 +205,9 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             o_keys[1, pos] = ok
             for a in range(2):
                 b = fx_bucket(o_keys[a, pos], shift_o)
-                if lifo:
+                if not (oc_valid[r] if a == 0 else oo_valid[r]):
+                    o_nxt[a, pos] = UNLINKED
+                elif lifo:
                     o_nxt[a, pos] = o_head[a, b]
                     o_head[a, b] = pos
                 else:
@@ -216,13 +227,14 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
                 cur[10] = 0
             k = l_okey[r]
             rv = e * (one - d)
-            p = o_head[1, fx_bucket(k, shift_o)]
+            valid = l_valid[r]
+            p = o_head[1, fx_bucket(k, shift_o)] if valid else -1
             while p != -1:
                 if o_keys[1, p] == k:
                     o = o_ring[p]
                     ck = o_ckey[o]
                     nc = 0
-                    q = c_head[0, fx_bucket(ck, shift_c)]
+                    q = c_head[0, fx_bucket(ck, shift_c)] if oc_valid[o] else -1
                     while q != -1:
                         if c_keys[0, q] == ck:
                             nc += 1
@@ -234,7 +246,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
                 p = o_nxt[1, p]
             pos = cur[8]
             cur[8] = pos + 1 if pos + 1 < cap_l else 0
-            if cur[5] >= cap_l:
+            if cur[5] >= cap_l and l_nxt[0, pos] != UNLINKED:
                 b = fx_bucket(l_keys[0, pos], shift_l)
                 l_head[0, b] = l_nxt[0, pos]
                 if l_head[0, b] == -1:
@@ -243,7 +255,9 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             l_ring[pos] = r
             l_keys[0, pos] = k
             b = fx_bucket(k, shift_l)
-            if lifo:
+            if not valid:
+                l_nxt[0, pos] = UNLINKED
+            elif lifo:
                 l_nxt[0, pos] = l_head[0, b]
                 l_head[0, b] = pos
             else:

@@ -364,6 +364,7 @@ def q3_fast_join(
     n_raw: tuple[int, int, int],
     masks: tuple[np.ndarray, np.ndarray, np.ndarray],
     keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    valid: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None,
     words: tuple[np.ndarray, np.ndarray, int],
     window: int | None,
     table_size: int | None = None,
@@ -374,7 +375,8 @@ def q3_fast_join(
 
     ``mode`` is an arrival mode of :mod:`splice.joins._q3_kernels` (``EXPLICIT`` reads
     ``arrival`` = (table, raw row) arrays); ``masks`` are the selections over raw rows, ``keys``
-    c_custkey, o_orderkey, o_custkey, l_orderkey over raw rows, ``words`` the (low, high) words of
+    c_custkey, o_orderkey, o_custkey, l_orderkey over raw rows and ``valid`` their validity (None:
+    no nulls; a null key takes its window position and joins nothing), ``words`` the (low, high) words of
     l_extendedprice and l_discount and the unscaled 1. Returns revenue and hit per raw orders
     row, the number of join results, and whether every revenue fit 63 bits.
     """
@@ -394,8 +396,12 @@ def q3_fast_join(
     agg_hit = np.zeros(n_raw[1], np.bool_)
     sides, rows = arrival if arrival is not None else (np.zeros(0, np.int8), np.zeros(0, np.int64))
     cur = new_cursor()
+    if valid is None:
+        valid = (np.ones(n_raw[0], np.bool_), *(np.ones(n_raw[1], np.bool_),) * 2, np.ones(n_raw[2], np.bool_))
+    c_key, o_okey, o_ckey, l_okey = (np.ascontiguousarray(k, np.int64) for k in keys)
     args = (np.ascontiguousarray(sides, np.int8), np.ascontiguousarray(rows, np.int64),
-            np.array(n_raw, np.int64), *masks, *(np.ascontiguousarray(k, np.int64) for k in keys), *words,
+            np.array(n_raw, np.int64), *masks, valid[0], valid[2], valid[1], valid[3],
+            c_key, o_okey, o_ckey, l_okey, *words,
             *stages, agg_rev, agg_hit, window is None)
     while not q3_join_arrival(mode, batch_size, cur, *args):
         pass
@@ -414,13 +420,15 @@ def q3_stream_join(
     impl: Literal["fast", "hbsj"] = "fast",
     table_size: int | None = None,
     batch_size: int = 65_536,
+    valid: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Q3's join (customer, orders, lineitem) and revenue sum per order over a mixed sequence.
 
     ``sides[i]`` is 0/1/2 (customer/orders/lineitem) and ``rows[i]`` the row of that (already
     filtered) stream; each stream's rows must arrive in row order (the row is its sequence
     number). Returns (revenue per orders row, whether the row has a result, statistics).
-    ``window=None`` is unbounded (each stage holds its whole stream).
+    ``window=None`` is unbounded (each stage holds its whole stream). ``valid``: the validity of
+    c_custkey, o_orderkey, o_custkey, l_orderkey (None: no nulls).
     """
     nc, no, nl = len(c_custkey), len(o_orderkey), len(l_orderkey)
     if window is not None and window < 1:
@@ -434,7 +442,7 @@ def q3_stream_join(
         ep = np.stack([rev, rev >> 63], axis=1)
         agg_rev, agg_hit, results, _ = q3_fast_join(
             EXPLICIT, (nc, no, nl), (ones[0], ones[1], ones[2]), (c_custkey, o_orderkey, o_custkey, l_orderkey),
-            (ep, np.zeros((nl, 2), np.int64), 1), window, table_size, batch_size or max(1, n),
+            valid, (ep, np.zeros((nl, 2), np.int64), 1), window, table_size, batch_size or max(1, n),
             (sides, rows))
         return agg_rev, agg_hit, {"join_results": results}
     wins = [window if window is not None else max(1, n) for n in (nc, no, nl)]
@@ -449,7 +457,11 @@ def q3_stream_join(
     results = 0
     sides = np.ascontiguousarray(sides, np.int8)
     rows = np.ascontiguousarray(rows, np.int64)
-    cols = [np.ascontiguousarray(a, np.int64) for a in (c_custkey, o_orderkey, o_custkey, l_orderkey, l_revenue)]
+    if valid is None:
+        valid = (np.ones(nc, np.bool_), *(np.ones(no, np.bool_),) * 2, np.ones(nl, np.bool_))
+    cols: list[np.ndarray] = [np.ascontiguousarray(a, np.int64)
+                              for a in (c_custkey, o_orderkey, o_custkey, l_orderkey, l_revenue)]
+    cols += [valid[0], valid[2], valid[1], valid[3]]
     for lo in range(0, len(sides), batch_size):
         hi = lo + batch_size
         results += q3_hbsj_sequence(  # type: ignore[call-arg]

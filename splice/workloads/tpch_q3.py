@@ -121,6 +121,41 @@ def _np(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False)
 
 
+_KEYS = (("customer", "c_custkey"), ("orders", "o_orderkey"), ("orders", "o_custkey"), ("lineitem", "l_orderkey"))
+
+
+def _join_keys(c: pa.Table, o: pa.Table, li: pa.Table) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...] | None]:
+    """The four join key columns as int64 over raw rows (nulls read as 0), and their validity
+    (None when no key is null). A tuple with a null key takes its window position and joins
+    nothing."""
+    tables = {"customer": c, "orders": o, "lineitem": li}
+    keys: list[np.ndarray] = []
+    valid: list[np.ndarray] = []
+    for name, k in _KEYS:
+        col = _one_chunk(tables[name].column(k))
+        if not (pa.types.is_integer(col.type) or pa.types.is_date(col.type)):
+            raise SchemaError(f"Q3: stream {name!r} join key {k!r} is {col.type}, expected an integer")
+        if col.null_count:
+            valid.append(np.asarray(col.is_valid().to_numpy(zero_copy_only=False), np.bool_))
+            col = pc.fill_null(col, 0)
+        else:
+            valid.append(np.ones(0, np.bool_))
+        keys.append(np.asarray(_np(col), np.int64))
+    if not any(len(v) for v in valid):
+        return tuple(keys), None
+    sizes = (c.num_rows, o.num_rows, o.num_rows, li.num_rows)
+    return tuple(keys), tuple(v if len(v) else np.ones(n, np.bool_) for v, n in zip(valid, sizes, strict=True))
+
+
+def _null_keys(masks: Any, valid: tuple[np.ndarray, ...] | None) -> dict[str, int]:
+    """Per stream, the tuples that pass the selection with a null join key."""
+    if valid is None:
+        return {"customer": 0, "orders": 0, "lineitem": 0}
+    return {"customer": int(np.count_nonzero(masks[0] & ~valid[0])),
+            "orders": int(np.count_nonzero(masks[1] & ~(valid[1] & valid[2]))),
+            "lineitem": int(np.count_nonzero(masks[2] & ~valid[3]))}
+
+
 def q3_inputs(tables: dict[str, pa.Table]) -> dict[str, Any]:
     """The selections and the decomposer: filtered key/value arrays and the pass masks.
 
@@ -128,11 +163,7 @@ def q3_inputs(tables: dict[str, pa.Table]) -> dict[str, Any]:
     """
     _check_columns(tables)
     c, o, li = tables["customer"], tables["orders"], tables["lineitem"]
-    for name, t, cols in (("customer", c, ("c_custkey",)), ("orders", o, ("o_orderkey", "o_custkey")),
-                          ("lineitem", li, ("l_orderkey",))):
-        for k in cols:
-            if t.column(k).null_count:
-                raise SchemaError(f"Q3: stream {name!r} join key {k!r} has nulls")
+    keys, valid = _join_keys(c, o, li)
     day = (DATE - dt.date(1970, 1, 1)).days
     c_ok = np.asarray(pc.fill_null(pc.equal(c.column("c_mktsegment"), SEGMENT), False).to_numpy(), np.bool_)
     od = o.column("o_orderdate")
@@ -144,16 +175,17 @@ def q3_inputs(tables: dict[str, pa.Table]) -> dict[str, Any]:
     ep, s_e = _decimal_words(li.column("l_extendedprice"))
     dc, s_d = _decimal_words(li.column("l_discount"))
     # l_extendedprice * (1 - l_discount), unscaled at scale s_e + s_d
-    l_ok, l_orderkey, rev, fits = q3_lineitem_pass(_np(sd), day, np.asarray(_np(li.column("l_orderkey")), np.int64),
-                                                   ep, dc, 10**s_d)
+    l_ok, l_orderkey, rev, fits = q3_lineitem_pass(_np(sd), day, keys[3], ep, dc, 10**s_d)
     if not fits:
         raise SchemaError("Q3: l_extendedprice or l_discount beyond 63 bits")
     o_idx = np.flatnonzero(o_ok)
     return {
         "masks": [c_ok, o_ok, l_ok],
-        "c_custkey": np.asarray(_np(c.column("c_custkey")), np.int64)[c_ok],
-        "o_orderkey": np.asarray(_np(o.column("o_orderkey")), np.int64)[o_idx],
-        "o_custkey": np.asarray(_np(o.column("o_custkey")), np.int64)[o_idx],
+        "c_custkey": keys[0][c_ok],
+        "o_orderkey": keys[1][o_idx],
+        "o_custkey": keys[2][o_idx],
+        "valid": None if valid is None else (valid[0][c_ok], valid[1][o_idx], valid[2][o_idx], valid[3][l_ok]),
+        "null_keys": _null_keys((c_ok, o_ok, l_ok), valid),
         "o_orderdate": o.column("o_orderdate"),
         "o_shippriority": o.column("o_shippriority"),
         "o_rows": o_idx,
@@ -186,11 +218,7 @@ def q3_raw_inputs(tables: dict[str, pa.Table]) -> dict[str, Any]:
     """
     _check_columns(tables)
     c, o, li = tables["customer"], tables["orders"], tables["lineitem"]
-    for name, t, cols in (("customer", c, ("c_custkey",)), ("orders", o, ("o_orderkey", "o_custkey")),
-                          ("lineitem", li, ("l_orderkey",))):
-        for k in cols:
-            if t.column(k).null_count:
-                raise SchemaError(f"Q3: stream {name!r} join key {k!r} has nulls")
+    keys, valid = _join_keys(c, o, li)
     day = (DATE - dt.date(1970, 1, 1)).days
     c_ok = np.asarray(pc.fill_null(pc.equal(c.column("c_mktsegment"), SEGMENT), False).to_numpy(), np.bool_)
     od = o.column("o_orderdate")
@@ -201,13 +229,15 @@ def q3_raw_inputs(tables: dict[str, pa.Table]) -> dict[str, Any]:
         raise SchemaError("Q3: stream 'lineitem' column 'l_shipdate' has nulls")
     ep, s_e = _decimal_words(li.column("l_extendedprice"))
     dc, s_d = _decimal_words(li.column("l_discount"))
+    l_ok = _np(sd) > day
     return {
-        "masks": (c_ok, o_ok, _np(sd) > day),
-        "keys": tuple(np.asarray(_np(t.column(k)), np.int64) for t, k in
-                      ((c, "c_custkey"), (o, "o_orderkey"), (o, "o_custkey"), (li, "l_orderkey"))),
+        "masks": (c_ok, o_ok, l_ok),
+        "keys": keys,
+        "valid": valid,
+        "null_keys": _null_keys((c_ok, o_ok, l_ok), valid),
         "words": (ep, dc, 10**s_d),
         "sizes": (c.num_rows, o.num_rows, li.num_rows),
-        "o_orderkey": np.asarray(_np(o.column("o_orderkey")), np.int64),
+        "o_orderkey": keys[1],
         "o_orderdate": o.column("o_orderdate"),
         "o_shippriority": o.column("o_shippriority"),
         "o_rows": None,
@@ -246,8 +276,8 @@ def run_q3(
     if impl == "fast":
         q = q3_raw_inputs(tables)
         t1 = time.perf_counter()
-        rev, hit, results, fits = q3_fast_join(_MODES[order], q["sizes"], q["masks"], q["keys"], q["words"],
-                                               window, table_size, batch_size)
+        rev, hit, results, fits = q3_fast_join(_MODES[order], q["sizes"], q["masks"], q["keys"], q["valid"],
+                                               q["words"], window, table_size, batch_size)
         if not fits:
             raise SchemaError("Q3: l_extendedprice or l_discount beyond 63 bits")
         stats: dict[str, Any] = {"join_results": results}
@@ -256,7 +286,8 @@ def run_q3(
         sides, rows = q3_filtered_arrival(q["masks"], order)
         t1 = time.perf_counter()
         rev, hit, stats = q3_stream_join(sides, rows, q["c_custkey"], q["o_orderkey"], q["o_custkey"],
-                                         q["l_orderkey"], q["l_revenue"], window, impl, table_size, batch_size)
+                                         q["l_orderkey"], q["l_revenue"], window, impl, table_size, batch_size,
+                                         q["valid"])
     t2 = time.perf_counter()
     answer = _top10(q, rev, hit)
     seconds = time.perf_counter() - t0
@@ -269,6 +300,7 @@ def run_q3(
         "passed": {n: int(np.count_nonzero(m)) for n, m in
                    zip(("customer", "orders", "lineitem"), q["masks"], strict=True)},
         "groups": int(np.count_nonzero(hit)),
+        "null_keys": q["null_keys"],
         **stats,
     }
     return answer, metrics
@@ -293,7 +325,7 @@ def _warm_up(impl: str) -> None:
             key = np.zeros(1, np.int64)
             key.flags.writeable = False
             for mode in _MODES.values():
-                q3_fast_join(mode, (1, 1, 1), (ok, ok, ok), (key, key, key, key), (words, words, 1), w)
+                q3_fast_join(mode, (1, 1, 1), (ok, ok, ok), (key, key, key, key), None, (words, words, 1), w)
         q3_stream_join(np.array([0, 1, 2], np.int8), np.zeros(3, np.int64), one, one, one, one, one, w,
                        impl)  # type: ignore[arg-type]
     _WARM.add(impl)

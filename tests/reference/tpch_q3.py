@@ -3,7 +3,7 @@
 Arrival: row i of a table of n rows at (i + 1/2) / n (ties customer, orders, lineitem), or the
 tables one after another. Selections first; each stream's window holds its last ``w`` passed
 tuples. An arriving tuple joins every pair of tuples in the other two windows that satisfies
-both join predicates; then its window expires its oldest (when full) and appends it. Revenue is
+both join predicates (a null key equals nothing); then its window expires its oldest (when full) and appends it. Revenue is
 summed per order with Python decimals; top 10 by revenue desc, o_orderdate.
 """
 
@@ -16,6 +16,10 @@ from typing import Any
 import pyarrow as pa
 
 DATE = dt.date(1995, 3, 15)
+
+
+def _eq(a: Any, b: Any) -> bool:
+    return a is not None and b is not None and a == b
 
 
 def q3_windowed(tables: dict[str, pa.Table], window: int, order: str = "interleaved") -> list[dict[str, Any]]:
@@ -49,21 +53,21 @@ def q3_windowed(tables: dict[str, pa.Table], window: int, order: str = "interlea
             continue
         if t == 0:
             for orr in win[1]:
-                if orr["o_custkey"] == r["c_custkey"]:
+                if _eq(orr["o_custkey"], r["c_custkey"]):
                     for lr in win[2]:
-                        if lr["l_orderkey"] == orr["o_orderkey"]:
+                        if _eq(lr["l_orderkey"], orr["o_orderkey"]):
                             emit(r, orr, lr)
         elif t == 1:
             for cr in win[0]:
-                if cr["c_custkey"] == r["o_custkey"]:
+                if _eq(cr["c_custkey"], r["o_custkey"]):
                     for lr in win[2]:
-                        if lr["l_orderkey"] == r["o_orderkey"]:
+                        if _eq(lr["l_orderkey"], r["o_orderkey"]):
                             emit(cr, r, lr)
         else:
             for orr in win[1]:
-                if orr["o_orderkey"] == r["l_orderkey"]:
+                if _eq(orr["o_orderkey"], r["l_orderkey"]):
                     for cr in win[0]:
-                        if cr["c_custkey"] == orr["o_custkey"]:
+                        if _eq(cr["c_custkey"], orr["o_custkey"]):
                             emit(cr, orr, r)
         if len(win[t]) == window:
             win[t].pop(0)

@@ -15,7 +15,7 @@ from splice.joins._hash_kernels import merge_by_fraction
 from splice.workloads.tpch_q3 import q3_arrival, q3_sql, run_q3
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from reference.tpch_q3 import q3_windowed  # noqa: E402
+from reference.tpch_q3 import DATE, q3_windowed  # noqa: E402
 
 SF = 0.01
 
@@ -75,3 +75,43 @@ def test_bad_input(tables) -> None:
         run_q3({"orders": tables["orders"], "lineitem": tables["lineitem"]}, None)
     with pytest.raises(SchemaError, match="lacks column 'o_custkey'"):
         run_q3({**tables, "orders": tables["orders"].drop_columns(["o_custkey"])}, None)
+
+
+def _with_null_keys(tables: dict[str, pa.Table], fraction: float, seed: int) -> dict[str, pa.Table]:
+    """``tables`` with about ``fraction`` of every join key set to null."""
+    rng = np.random.default_rng(seed)
+    out = dict(tables)
+    for name, key in (("customer", "c_custkey"), ("orders", "o_orderkey"), ("orders", "o_custkey"),
+                      ("lineitem", "l_orderkey")):
+        t = out[name]
+        col = t.column(key).combine_chunks()
+        nulls = rng.random(len(col)) < fraction
+        out[name] = t.set_column(t.schema.get_field_index(key), key,
+                                 pa.array(col.to_numpy(), col.type, mask=nulls))
+    return out
+
+
+@pytest.mark.parametrize("impl,window", [("fast", 64), ("hbsj", 64), ("fast", 512), ("fast", None)])
+def test_null_keys_never_match_and_are_counted(tables, impl, window) -> None:
+    nulled = _with_null_keys(tables, 0.2, seed=len(impl) + (window or 0))
+    got, metrics = run_q3(nulled, window, "interleaved", batch_size=333, impl=impl)
+    if window is None:
+        assert got.to_pylist() == q3_sql(nulled).to_pylist()
+    else:
+        assert got.to_pylist() == q3_windowed(nulled, window, "interleaved")
+    c, o, li = (nulled[n] for n in ("customer", "orders", "lineitem"))
+    want = {
+        "customer": sum(1 for r in c.to_pylist() if r["c_mktsegment"] == "BUILDING" and r["c_custkey"] is None),
+        "orders": sum(1 for r in o.to_pylist() if r["o_orderdate"] < DATE
+                      and (r["o_custkey"] is None or r["o_orderkey"] is None)),
+        "lineitem": sum(1 for r in li.to_pylist() if r["l_shipdate"] > DATE and r["l_orderkey"] is None),
+    }
+    assert metrics["null_keys"] == want and all(v > 0 for v in want.values())
+
+
+def test_fast_and_hbsj_agree_with_null_keys(tables) -> None:
+    nulled = _with_null_keys(tables, 0.3, seed=7)
+    fast, fm = run_q3(nulled, 128, "sequential", impl="fast")
+    hb, hm = run_q3(nulled, 128, "sequential", impl="hbsj", table_size=8)
+    assert fast.to_pylist() == hb.to_pylist() and fm["join_results"] == hm["join_results"]
+    assert fm["null_keys"] == hm["null_keys"]
