@@ -180,37 +180,51 @@ class KeyIndex:
     a cached total, so budget checks are O(1).
     """
 
-    __slots__ = ("e_code", "link", "e_rowid", "n", "table", "nbytes", "shift")
+    __slots__ = ("e_code", "link", "_rowid", "_base", "n", "table", "nbytes", "shift")
 
-    def __init__(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray,
+    def __init__(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray | int,
                  band: tuple[int, int] = (0, 2**63 - 1)):
-        """``band`` = the ``(lo, hi)`` the index will be probed with: chains are per key and time
-        bucket of ``2**band_shift(lo, hi)`` (one bucket, a chain per key, by default)."""
+        """``row_ids``: the rows' ids, or the first id of consecutive ones (one whole batch: no
+        id array is written until retirement or a gap needs one). ``band`` = the ``(lo, hi)``
+        the index will be probed with: chains are per key and time bucket of
+        ``2**band_shift(lo, hi)`` (one bucket, a chain per key, by default)."""
         self.shift = band_shift(*band)
         self._rebuild(codes, times, row_ids)
 
-    def _rebuild(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray) -> None:
+    def _rebuild(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray | int) -> None:
         n = len(codes)
         cap = max(64, n + n // 4)  # room for arrivals before the next rebuild
         if cap >= 2**31:
             raise StateError(f"key index: {n} rows, more than one index holds (2**31)")
         self.e_code = np.empty(cap, dtype=np.int64)
         self.link = np.empty((cap, 2), dtype=np.int64)
-        self.e_rowid = np.empty(cap, dtype=np.int64)
         self.e_code[:n] = codes
         self.link[:n, 0] = times
-        self.e_rowid[:n] = row_ids
+        if isinstance(row_ids, (int, np.integer)):
+            self._rowid: np.ndarray | None = None  # entry e has id _base + e
+            self._base = int(row_ids)
+        else:
+            self._rowid = np.empty(cap, dtype=np.int64)
+            self._rowid[:n] = row_ids
+            self._base = 0
         self.n = n
         # 1.2 slots a row of capacity (1.5 a row held now), not two: the table is written
         # whole when built, and a smaller one leaves more of the caches to the probes. Slots
         # hold distinct codes, so the load stays at most 5/6, and a slot is always free.
         self.table = new_table(cap * 3 // 5 + 1)
         index_insert(self.table, self.e_code, self.link, 0, n, self.shift)
-        self.nbytes = 4 * 8 * cap + self.table.nbytes
+        self.nbytes = 4 * 8 * cap + self.table.nbytes  # ids counted as if written
 
     @property
     def e_time(self) -> np.ndarray:
         return self.link[:, 0]
+
+    @property
+    def e_rowid(self) -> np.ndarray:
+        """Row id of each entry slot (made from the first id while the ids are consecutive)."""
+        if self._rowid is None:
+            return np.arange(self._base, self._base + len(self.e_code), dtype=np.int64)
+        return self._rowid
 
     def __len__(self) -> int:
         return self.n
@@ -219,17 +233,31 @@ class KeyIndex:
     def row_ids(self) -> np.ndarray:
         return self.e_rowid[: self.n]
 
-    def insert(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray) -> None:
-        """Append rows whose ids are all larger than every indexed id (an arrival)."""
+    def insert(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray | int) -> None:
+        """Append rows whose ids are all larger than every indexed id (an arrival); ``row_ids``
+        as for the constructor."""
         n, m = self.n, len(codes)
+        consecutive = (self._rowid is None and isinstance(row_ids, (int, np.integer))
+                       and int(row_ids) == self._base + n)
+        if not consecutive and self._rowid is None:
+            self._rowid = self.e_rowid  # a gap: write the ids from now on
+            self._base = 0
         if n + m > len(self.e_code):
+            ids: np.ndarray | int
+            if consecutive:
+                ids = self._base
+            else:
+                new = (np.arange(int(row_ids), int(row_ids) + m, dtype=np.int64)
+                       if isinstance(row_ids, (int, np.integer)) else row_ids)
+                ids = np.concatenate([self.row_ids, new])
             self._rebuild(np.concatenate([self.e_code[:n], codes]),
-                          np.concatenate([self.link[:n, 0], times]),
-                          np.concatenate([self.e_rowid[:n], row_ids]))
+                          np.concatenate([self.link[:n, 0], times]), ids)
             return
         self.e_code[n : n + m] = codes
         self.link[n : n + m, 0] = times
-        self.e_rowid[n : n + m] = row_ids
+        if self._rowid is not None:
+            self._rowid[n : n + m] = (np.arange(int(row_ids), int(row_ids) + m)
+                                      if isinstance(row_ids, (int, np.integer)) else row_ids)
         index_insert(self.table, self.e_code, self.link, n, n + m, self.shift)
         self.n = n + m
 
@@ -240,7 +268,7 @@ class KeyIndex:
         keep = times > threshold
         if keep.all():
             return
-        self._rebuild(self.e_code[:n][keep], times[keep], self.e_rowid[:n][keep])
+        self._rebuild(self.e_code[:n][keep], times[keep], self.row_ids[keep])
 
     def probe(
         self, codes: np.ndarray, times: np.ndarray, lo: int, hi: int
@@ -254,4 +282,6 @@ class KeyIndex:
                                 f"[{lo}, {hi}] wider than a bucket")
         pi, pe = index_probe(self.table, self.link, self.e_code, codes, times, lo, hi,
                              self.shift)
-        return pi, self.e_rowid[pe]
+        if self._rowid is None:
+            return pi, pe + self._base if self._base else pe
+        return pi, self._rowid[pe]

@@ -469,7 +469,7 @@ class _Side:
                 _ = self.nbytes
         if self.index is not None:
             before = self.index.nbytes
-            self.index.insert(codes, times, np.arange(start, start + n, dtype=np.int64))
+            self.index.insert(codes, times, start)
             self._bytes += self.index.nbytes - before
             buf.make_views(self.plans)
         elif self.n_alive > threshold:
@@ -478,8 +478,12 @@ class _Side:
     def build_index(self) -> None:
         """Index the retained rows by key; with it, the views for gathering every batch's
         payload (an indexed side is probed selectively, batch by batch, many times over)."""
-        codes, times, ids = self.alive_arrays()
-        self.index = KeyIndex(codes, times, ids, (self.lo, self.hi))
+        if len(self.batches) == 1 and self.batches[0].n_alive == len(self.batches[0].times):
+            b = self.batches[0]  # one whole batch: consecutive ids, no id array to write
+            self.index = KeyIndex(b.codes, b.times, b.start, (self.lo, self.hi))
+        else:
+            codes, times, ids = self.alive_arrays()
+            self.index = KeyIndex(codes, times, ids, (self.lo, self.hi))
         self._bytes += self.index.nbytes
         for b in self.batches:
             b.make_views(self.plans)

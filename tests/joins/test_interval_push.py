@@ -361,3 +361,30 @@ def test_large_batches_probe_only_rows_that_reach_the_other_side(shuffled, how):
     spec = IntervalJoin(left=L, right=R, on="k", time="ts", lower=-7, upper=5, how=how,
                         out_of_orderness=None if shuffled else 0, index_threshold=100)
     _run_both(spec, ls, rs, records)
+
+
+@settings(max_examples=40)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 60)), min_size=1, max_size=80),
+       st.integers(0, 3), st.integers(0, 5), st.integers(-5, 70))
+def test_key_index_consecutive_ids_without_an_id_array(entries, cut_kind, gap, retire_at):
+    # ids given as a first id (one whole batch) stay implicit while arrivals continue them; a gap
+    # or a retirement writes them out; answers equal brute force all along
+    codes = np.array([e[0] for e in entries], dtype=np.int64)
+    times = np.array([e[1] for e in entries], dtype=np.int64)
+    cut = [0, len(entries) // 3, len(entries) // 2, len(entries)][cut_kind]
+    base = 100
+    idx = KeyIndex(codes[:cut], times[:cut], base, (-4, 4))
+    assert idx._rowid is None
+    start = base + cut + gap
+    idx.insert(codes[cut:], times[cut:], start)
+    assert (idx._rowid is None) == (gap == 0)
+    ids = np.concatenate([np.arange(base, base + cut), np.arange(start, start + len(entries) - cut)])
+    assert idx.row_ids.tolist() == ids.tolist()
+    pc_ = np.arange(5, dtype=np.int64)
+    pt = np.full(5, 30, dtype=np.int64)
+    for alive in (np.ones(len(entries), bool), times > retire_at):
+        pi, rid = idx.probe(pc_, pt, -4, 4)
+        want = [(i, int(ids[j])) for i in range(5) for j in range(len(entries))
+                if alive[j] and codes[j] == pc_[i] and 26 <= times[j] <= 34]
+        assert list(zip(pi.tolist(), rid.tolist(), strict=True)) == want
+        idx.retire(retire_at)
