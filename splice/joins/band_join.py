@@ -269,7 +269,7 @@ class BandJoin(OperatorSpec):
     insertion_depth: int | None = None
     chain_length: int = 2
     threads: int = 1
-    task_size: int = 256
+    task_size: int = 64
     merge: MergeMode = "nonblocking"
     parallel: ParallelMode = "auto"
 
