@@ -264,31 +264,17 @@ def _fault(point: str, count: int) -> None:
 
 def _txn_snapshot(eng: Any) -> dict[str, Any]:
     """The transaction engine's shared state (as the transactional operator snapshots it)."""
-    store = eng.store
-    return {
-        "values": [v[: int(u)].copy() for v, u in zip(store.values, store.used, strict=True)],
-        "used": store.used.copy(),
-        "logs": [(lg.cell.copy(), lg.ts.copy(), lg.value.copy()) for lg in store.logs],
-        "last_punctuation": eng.last_punctuation,
-    }
+    return {**eng.store.snapshot(), "last_punctuation": eng.last_punctuation}
 
 
 def _txn_restore(eng: Any, state: dict[str, Any]) -> None:
-    import numpy as np
-
     from splice.core.errors import StateError
 
+    eng.store.restore(state)
     try:
-        store = eng.store
-        for ti, vals in enumerate(state["values"]):
-            store.grow(ti, vals.shape[0])
-            store.values[ti][: vals.shape[0]] = vals
-        store.used[:] = state["used"]
-        for log, (cell, ts, value) in zip(store.logs, state["logs"], strict=True):
-            log.append(cell, ts, value, np.iinfo(np.int64).min)
         eng.last_punctuation = state["last_punctuation"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StateError(f"txn: cannot restore the state tables from the checkpoint: {exc}") from exc
+    except KeyError as exc:
+        raise StateError(f"txn: the checkpoint lacks {exc}") from exc
 
 
 def run_txn_checkpointed(args: argparse.Namespace) -> int:
