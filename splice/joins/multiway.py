@@ -50,7 +50,7 @@ from splice.joins.hbsj import HBSJIndex
 from splice.joins.splitjoin import WindowIndex
 from splice.joins.window import RowStore
 
-__all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_fast_join"]
+__all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_fast_join", "Q3FastJoin"]
 
 #: ``(stream a, column of a, stream b, column of b)``: ``a.column == b.column``.
 Predicate = tuple[int, str, int, str]
@@ -359,6 +359,109 @@ class _MultiwayLogic(OperatorLogic):
 # --------------------------------------------------------------------------------------------
 
 
+class Q3FastJoin:
+    """Q3's join with fast-index stages over the raw arrival of the three tables, advanced in
+    steps, its whole state in arrays (so a run can be checkpointed between steps).
+
+    ``mode`` is an arrival mode of :mod:`splice.joins._q3_kernels` (``EXPLICIT`` reads
+    ``arrival`` = (table, raw row) arrays); ``masks`` are the selections over raw rows, ``keys``
+    c_custkey, o_orderkey, o_custkey, l_orderkey over raw rows and ``valid`` their validity (None:
+    no nulls; a null key takes its window position and joins nothing), ``words`` the (low, high)
+    words of l_extendedprice and l_discount and the unscaled 1. ``agg_rev``/``agg_hit``: revenue
+    and whether a result exists, per raw orders row.
+    """
+
+    def __init__(
+        self,
+        mode: int,
+        n_raw: tuple[int, int, int],
+        masks: tuple[np.ndarray, np.ndarray, np.ndarray],
+        keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        valid: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None,
+        words: tuple[np.ndarray, np.ndarray, int],
+        window: int | None,
+        table_size: int | None = None,
+        arrival: tuple[np.ndarray, np.ndarray] | None = None,
+    ):
+        passed = [int(np.count_nonzero(m)) for m in masks]
+        wins = [window if window is not None else max(1, n) for n in passed]
+        self.stages: list[np.ndarray] = []
+        shifts = []
+        for n_attrs, w in zip((1, 2, 1), wins, strict=True):
+            # 2 w buckets for a window, one per tuple when unbounded; int32 positions (halves the
+            # memory a probe touches: unbounded stages hold whole streams)
+            nb = table_size or max(16, 2 * w if window is not None else w)
+            nb = 1 << (nb - 1).bit_length()
+            tail = np.full((n_attrs, nb if window is not None else 1), -1, np.int32)
+            self.stages += (np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
+                            np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32), tail)
+            shifts.append(64 - (nb.bit_length() - 1))
+        self.agg_rev = np.zeros(n_raw[1], np.int64)
+        self.agg_hit = np.zeros(n_raw[1], np.bool_)
+        self.cursor = new_cursor()
+        self.mode = mode
+        sides, rows = arrival if arrival is not None else (np.zeros(0, np.int8), np.zeros(0, np.int64))
+        if valid is None:
+            valid = (np.ones(n_raw[0], np.bool_), *(np.ones(n_raw[1], np.bool_),) * 2, np.ones(n_raw[2], np.bool_))
+        c_key, o_okey, o_ckey, l_okey = (np.ascontiguousarray(k, np.int64) for k in keys)
+        st = self.stages
+        self._args = (np.ascontiguousarray(sides, np.int8), np.ascontiguousarray(rows, np.int64),
+                      np.array(n_raw, np.int64), *masks, valid[0], valid[2], valid[1], valid[3],
+                      c_key, o_okey, o_ckey, l_okey, *words,
+                      *st[0:5], shifts[0], *st[5:10], shifts[1], *st[10:15], shifts[2],
+                      self.agg_rev, self.agg_hit, window is None)
+
+    def step(self, n: int) -> bool:
+        """Process up to ``n`` raw arrivals; whether the arrival is exhausted."""
+        return bool(q3_join_arrival(self.mode, n, self.cursor, *self._args))
+
+    def run(self, batch_size: int = 65_536) -> None:
+        """Process the rest of the arrival, ``batch_size`` raw arrivals per kernel call."""
+        while not self.step(batch_size):
+            pass
+
+    @property
+    def consumed(self) -> int:
+        """Raw arrivals processed so far."""
+        return int(self.cursor[0] + self.cursor[1] + self.cursor[2]) if self.mode != EXPLICIT else int(self.cursor[11])
+
+    @property
+    def results(self) -> int:
+        return int(self.cursor[9])
+
+    @property
+    def fits(self) -> bool:
+        """Whether every revenue so far fit 63 bits."""
+        return bool(self.cursor[10])
+
+    def state_bytes(self) -> int:
+        return sum(a.nbytes for a in self.stages) + self.agg_rev.nbytes + self.agg_hit.nbytes + self.cursor.nbytes
+
+    def snapshot(self) -> dict[str, Any]:
+        """The cursor, the stages' arrays and the revenue of the orders that have results
+        (copies)."""
+        hit = np.flatnonzero(self.agg_hit)
+        return {"cursor": self.cursor.copy(), "stages": [a.copy() for a in self.stages],
+                "hit": hit, "revenue": self.agg_rev[hit]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load a :meth:`snapshot` of a join over the same inputs and parameters."""
+        try:
+            stages = state["stages"]
+            if len(stages) != len(self.stages) or any(
+                    a.shape != b.shape or a.dtype != b.dtype for a, b in zip(stages, self.stages, strict=True)):
+                raise ValueError("stage arrays differ in shape (another window, table size or input)")
+            for mine, saved in zip(self.stages, stages, strict=True):
+                mine[...] = saved
+            self.cursor[:] = state["cursor"]
+            self.agg_rev[:] = 0
+            self.agg_hit[:] = False
+            self.agg_rev[state["hit"]] = state["revenue"]
+            self.agg_hit[state["hit"]] = True
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise StateError(f"Q3: cannot restore the join from the checkpoint: {exc}") from exc
+
+
 def q3_fast_join(
     mode: int,
     n_raw: tuple[int, int, int],
@@ -371,41 +474,11 @@ def q3_fast_join(
     batch_size: int = 65_536,
     arrival: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int, bool]:
-    """Q3's join with fast-index stages over the raw arrival of the three tables.
-
-    ``mode`` is an arrival mode of :mod:`splice.joins._q3_kernels` (``EXPLICIT`` reads
-    ``arrival`` = (table, raw row) arrays); ``masks`` are the selections over raw rows, ``keys``
-    c_custkey, o_orderkey, o_custkey, l_orderkey over raw rows and ``valid`` their validity (None:
-    no nulls; a null key takes its window position and joins nothing), ``words`` the (low, high) words of
-    l_extendedprice and l_discount and the unscaled 1. Returns revenue and hit per raw orders
-    row, the number of join results, and whether every revenue fit 63 bits.
-    """
-    passed = [int(np.count_nonzero(m)) for m in masks]
-    wins = [window if window is not None else max(1, n) for n in passed]
-    stages: list[Any] = []
-    for n_attrs, w in zip((1, 2, 1), wins, strict=True):
-        # 2 w buckets for a window, one per tuple when unbounded; int32 positions (halves the
-        # memory a probe touches: unbounded stages hold whole streams)
-        nb = table_size or max(16, 2 * w if window is not None else w)
-        nb = 1 << (nb - 1).bit_length()
-        tail = np.full((n_attrs, nb if window is not None else 1), -1, np.int32)
-        stages += (np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
-                   np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32),
-                   tail, 64 - (nb.bit_length() - 1))
-    agg_rev = np.zeros(n_raw[1], np.int64)
-    agg_hit = np.zeros(n_raw[1], np.bool_)
-    sides, rows = arrival if arrival is not None else (np.zeros(0, np.int8), np.zeros(0, np.int64))
-    cur = new_cursor()
-    if valid is None:
-        valid = (np.ones(n_raw[0], np.bool_), *(np.ones(n_raw[1], np.bool_),) * 2, np.ones(n_raw[2], np.bool_))
-    c_key, o_okey, o_ckey, l_okey = (np.ascontiguousarray(k, np.int64) for k in keys)
-    args = (np.ascontiguousarray(sides, np.int8), np.ascontiguousarray(rows, np.int64),
-            np.array(n_raw, np.int64), *masks, valid[0], valid[2], valid[1], valid[3],
-            c_key, o_okey, o_ckey, l_okey, *words,
-            *stages, agg_rev, agg_hit, window is None)
-    while not q3_join_arrival(mode, batch_size, cur, *args):
-        pass
-    return agg_rev, agg_hit, int(cur[9]), bool(cur[10])
+    """:class:`Q3FastJoin` run to the end: (revenue and hit per raw orders row, the number of
+    join results, whether every revenue fit 63 bits)."""
+    join = Q3FastJoin(mode, n_raw, masks, keys, valid, words, window, table_size, arrival)
+    join.run(batch_size)
+    return join.agg_rev, join.agg_hit, join.results, join.fits
 
 
 def q3_stream_join(

@@ -50,9 +50,10 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError, SchemaError
 from splice.joins._hash_kernels import merge_by_fraction, merge_filtered3, q3_lineitem_pass
 from splice.joins._q3_kernels import INTERLEAVED, REVERSED, SEQUENTIAL
-from splice.joins.multiway import q3_fast_join, q3_stream_join
+from splice.joins.multiway import Q3FastJoin, q3_fast_join, q3_stream_join
 
-__all__ = ["run_q3", "q3_arrival", "q3_filtered_arrival", "q3_sql", "Q3_SQL", "ORDERS", "q3_inputs", "q3_raw_inputs"]
+__all__ = ["run_q3", "q3_arrival", "q3_filtered_arrival", "q3_sql", "Q3_SQL", "ORDERS", "q3_inputs", "q3_raw_inputs",
+           "q3_fast_run", "q3_answer"]
 
 ORDERS = ("interleaved", "sequential", "reversed")
 SEGMENT = "BUILDING"
@@ -248,6 +249,20 @@ def q3_raw_inputs(tables: dict[str, pa.Table]) -> dict[str, Any]:
 _MODES = {"interleaved": INTERLEAVED, "sequential": SEQUENTIAL, "reversed": REVERSED}
 
 
+def q3_fast_run(tables: dict[str, pa.Table], window: int | None, order: str = "interleaved",
+                table_size: int | None = None) -> tuple[dict[str, Any], Q3FastJoin]:
+    """The inputs (:func:`q3_raw_inputs`) and a :class:`~splice.joins.multiway.Q3FastJoin` over
+    them, not yet run: step it, checkpoint it, then :func:`q3_answer`."""
+    if window is not None and window < 1:
+        raise PlanError(f"Q3: --window must be 'unbounded' or >= 1, got {window}")
+    if order not in ORDERS:
+        raise PlanError(f"Q3 arrival order must be one of {', '.join(ORDERS)}, got {order!r}")
+    _warm_up("fast")
+    q = q3_raw_inputs(tables)
+    return q, Q3FastJoin(_MODES[order], q["sizes"], q["masks"], q["keys"], q["valid"], q["words"], window,
+                         table_size)
+
+
 def run_q3(
     tables: dict[str, pa.Table],
     window: int | None,
@@ -274,13 +289,13 @@ def run_q3(
     _warm_up(impl)
     t0 = time.perf_counter()
     if impl == "fast":
-        q = q3_raw_inputs(tables)
+        q, join = q3_fast_run(tables, window, order, table_size)
         t1 = time.perf_counter()
-        rev, hit, results, fits = q3_fast_join(_MODES[order], q["sizes"], q["masks"], q["keys"], q["valid"],
-                                               q["words"], window, table_size, batch_size)
-        if not fits:
+        join.run(batch_size)
+        if not join.fits:
             raise SchemaError("Q3: l_extendedprice or l_discount beyond 63 bits")
-        stats: dict[str, Any] = {"join_results": results}
+        rev, hit = join.agg_rev, join.agg_hit
+        stats: dict[str, Any] = {"join_results": join.results}
     else:
         q = q3_inputs(tables)
         sides, rows = q3_filtered_arrival(q["masks"], order)
@@ -289,7 +304,7 @@ def run_q3(
                                          q["l_orderkey"], q["l_revenue"], window, impl, table_size, batch_size,
                                          q["valid"])
     t2 = time.perf_counter()
-    answer = _top10(q, rev, hit)
+    answer = q3_answer(q, rev, hit)
     seconds = time.perf_counter() - t0
     metrics: dict[str, Any] = {
         "seconds": seconds,
@@ -331,7 +346,8 @@ def _warm_up(impl: str) -> None:
     _WARM.add(impl)
 
 
-def _top10(q: dict[str, Any], rev: np.ndarray, hit: np.ndarray) -> pa.Table:
+def q3_answer(q: dict[str, Any], rev: np.ndarray, hit: np.ndarray) -> pa.Table:
+    """The top 10 (l_orderkey, revenue, o_orderdate, o_shippriority) from the revenue per order."""
     idx = np.flatnonzero(hit)
     rows = idx if q["o_rows"] is None else q["o_rows"][idx]
     dates = _np(q["o_orderdate"])[rows]
