@@ -500,7 +500,6 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
                 o = merge_into(now_st, spare[8][0], spare[9][0], lo)
                 if o < 0:
                     atomic_store(ctl, C_ERROR, 1)
-                    _block(ctl, -1, res)
                     return n_out, TS_FULL
                 merge_install(spare, o)
                 # phase 2: swap the new index in, then insert the pending tuples
