@@ -251,7 +251,8 @@ class BandJoin(OperatorSpec):
     watermark, late tuples to the late side output (:mod:`splice.joins.band_time`; one thread);
     ``index`` one of ``nlwj bptree bchain ibchain imtree pimtree``.
     IM/PIM-Tree: ``merge_ratio`` m in (0, 1]; PIM-Tree: ``insertion_depth`` D_I (``None``: the
-    smaller of 1 and the deepest level of a full window's ``T_S``). Chains: ``chain_length`` >= 2.
+    smaller of 1 and the deepest level of a full window's ``T_S`` on one thread, that deepest
+    level with several threads). Chains: ``chain_length`` >= 2.
     ``threads`` >= 1, ``task_size`` tuples per task and ``merge`` mode of the parallel join;
     ``parallel``: ``task_queue`` (the seed's join, IM/PIM-Tree only), ``round_robin`` (the
     partitioned baseline, any index) or ``auto`` (task queue where it applies).
@@ -349,7 +350,9 @@ class BandJoin(OperatorSpec):
             return int(self.insertion_depth)
         if self.time_window is not None:
             return 1
-        return min(1, max_insertion_depth(max(self.windows)))
+        deepest = max_insertion_depth(max(self.windows))
+        # several threads: the most partitions, so that threads rarely meet on one lock
+        return deepest if self.threads > 1 else min(1, deepest)
 
     def _columns(self) -> tuple[str, str]:
         if isinstance(self.on, str):
