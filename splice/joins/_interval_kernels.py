@@ -227,9 +227,11 @@ def index_insert(
 def _probe_fill(
     table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
     p_times: np.ndarray, lo: int, hi: int, shift: int, pi: np.ndarray, pe: np.ndarray,
+    pt: np.ndarray,
 ) -> int:
-    """Write the pairs of :func:`index_probe` into ``pi``/``pe`` while they have room; return
-    how many pairs there are (more than ``len(pi)`` means the caller must call again, larger)."""
+    """Write the pairs of :func:`index_probe` into ``pi``/``pe`` (and each entry's time into
+    ``pt``) while they have room; return how many pairs there are (more than ``len(pi)`` means
+    the caller must call again, larger)."""
     mask = table.shape[0] - 1
     cap = len(pi)
     k = 0
@@ -254,6 +256,7 @@ def _probe_fill(
                 if k < cap:
                     pi[k] = i
                     pe[k] = e
+                    pt[k] = t
                 k += 1
     return k
 
@@ -262,9 +265,10 @@ def _probe_fill(
 def index_probe(
     table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
     p_times: np.ndarray, lo: int, hi: int, shift: int,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pairs ``(i, entry)``: equal codes and ``p_times[i]+lo <= time <= p_times[i]+hi``, for a
-    table built with ``2**shift >= hi - lo + 1``.
+    table built with ``2**shift >= hi - lo + 1``, and each pair's entry time (read on the line
+    the probe reads anyway, so the caller need not gather it from the payload).
 
     Ordered by ``i``, then by entry (insertion) order. One pass over the chains into buffers of
     ``max(16, len(p_codes))`` pairs; only when more pairs exist, a second pass into buffers of the
@@ -274,12 +278,14 @@ def index_probe(
     cap = max(16, len(p_codes))
     pi = np.empty(cap, dtype=np.int64)
     pe = np.empty(cap, dtype=np.int64)
-    k = _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, pi, pe)
+    pt = np.empty(cap, dtype=np.int64)
+    k = _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, pi, pe, pt)
     if k > cap:
         pi = np.empty(k, dtype=np.int64)
         pe = np.empty(k, dtype=np.int64)
-        _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, pi, pe)
-    return pi[:k], pe[:k]
+        pt = np.empty(k, dtype=np.int64)
+        _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, pi, pe, pt)
+    return pi[:k], pe[:k], pt[:k]
 
 
 @njit(cache=True, nogil=True)
@@ -317,7 +323,8 @@ def hash_band_pairs(
     link = np.empty((m, 2), dtype=np.int64)
     link[:, 0] = b_times
     index_insert(table, b_codes, link, 0, m, shift)
-    return index_probe(table, link, b_codes, p_codes, p_times, lo, hi, shift)
+    pi, pj, _ = index_probe(table, link, b_codes, p_codes, p_times, lo, hi, shift)
+    return pi, pj
 
 
 # -- the push's bookkeeping and payload gather -------------------------------------------------

@@ -277,11 +277,19 @@ class KeyIndex:
 
         Ordered by probe row, then row id (arrival order).
         """
+        pi, rid, _ = self.probe_times(codes, times, lo, hi)
+        return pi, rid
+
+    def probe_times(
+        self, codes: np.ndarray, times: np.ndarray, lo: int, hi: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`probe`'s pairs and, per pair, the indexed row's time (read from the index
+        entry the probe visits, not from the payload)."""
         if self.shift < 63 and hi - lo + 1 > 1 << self.shift:
             raise InternalError(f"key index of time buckets 2**{self.shift} probed with a band "
                                 f"[{lo}, {hi}] wider than a bucket")
-        pi, pe = index_probe(self.table, self.link, self.e_code, codes, times, lo, hi,
-                             self.shift)
+        pi, pe, pt = index_probe(self.table, self.link, self.e_code, codes, times, lo, hi,
+                                 self.shift)
         if self._rowid is None:
-            return pi, pe + self._base if self._base else pe
-        return pi, self._rowid[pe]
+            return pi, pe + self._base if self._base else pe, pt
+        return pi, self._rowid[pe], pt

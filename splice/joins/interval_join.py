@@ -383,9 +383,13 @@ class _Buffered:
             self.views = column_views(self.batch.columns, plans)
         return self.views
 
-    def columns(self, rows: np.ndarray, plans: list[tuple[str, Any]]) -> list[pa.Array]:
+    def columns(self, rows: np.ndarray, plans: list[tuple[str, Any]], skip: tuple[int, ...] = ()
+                ) -> list[pa.Array | None]:
+        """Rows ``rows`` of every column but those in ``skip`` (``None`` there)."""
         views = self.views if self.views is not None else self.make_views(plans)
-        return [v.take(rows) for v in views]
+        if not skip:
+            return [v.take(rows) for v in views]
+        return [None if c in skip else v.take(rows) for c, v in enumerate(views)]
 
 
 #: Batches added since the side's byte total was last brought up to date, at most.
@@ -524,10 +528,11 @@ class _Side:
         return locate(row_ids, self.starts)
 
     def columns(self, rows: np.ndarray, inv: np.ndarray, groups: np.ndarray,
-                cuts: np.ndarray | None) -> list[pa.Array]:
-        """The payload columns of the located rows, one row per pair (in the pairs' order)."""
+                cuts: np.ndarray | None, skip: tuple[int, ...] = ()) -> list[pa.Array | None]:
+        """The payload columns of the located rows, one row per pair (in the pairs' order);
+        ``None`` for the columns in ``skip`` (which the caller has from elsewhere)."""
         if len(groups) == 1:
-            return self.batches[int(groups[0])].columns(rows, self.plans)
+            return self.batches[int(groups[0])].columns(rows, self.plans, skip)
         assert cuts is not None
         # rows of several batches: each gathered once, in batch/row order, then spread to pairs
         bats = [self.batches[g] for g in groups.tolist()]
@@ -537,7 +542,7 @@ class _Side:
             # fixed-width columns without nulls (the common key, time and measure columns):
             # NumPy gathers from the cached views, no Arrow call but the array's creation
             for c, (kind, _) in enumerate(self.plans):
-                if kind != "fixed":
+                if kind != "fixed" or c in skip:
                     continue
                 views = [b.views[c] for b in bats if b.views is not None]
                 if any(v.kind != "fixed" or v.bits is not None for v in views):
@@ -548,7 +553,7 @@ class _Side:
                     vals = vals[inv]
                 out[c] = pa.Array.from_buffers(views[0].type, len(vals),
                                                [None, pa.py_buffer(vals)])
-        if any(a is None for a in out):
+        if any(a is None and c not in skip for c, a in enumerate(out)):
             parts = []
             for b, (a, z) in zip(bats, spans, strict=True):
                 rows_g = rows[a:z]
@@ -559,8 +564,9 @@ class _Side:
             whole = pa.concat_batches(parts)
             if len(inv):
                 whole = whole.take(pa.array(inv))
-            out = [whole.column(c) if a is None else a for c, a in enumerate(out)]
-        return out  # type: ignore[return-value]
+            out = [whole.column(c) if a is None and c not in skip else a
+                   for c, a in enumerate(out)]
+        return out
 
     def mark(self, rows: np.ndarray, groups: np.ndarray, cuts: np.ndarray | None) -> None:
         """Flag the located rows matched (an outer side)."""
@@ -697,6 +703,18 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         self.index_threshold = spec.index_threshold
         self._late: list[pa.RecordBatch] = []
         self._nl = len(ls.names)
+        # a schema of nullable fields without metadata is what a batch made from arrays and
+        # names has: the output is then made that way (half the cost of checking a schema)
+        plain = pa.schema([pa.field(f.name, f.type) for f in schema])
+        self._names: list[str] | None = (schema.names if schema.equals(plain, check_metadata=True)
+                                         else None)
+        # One exact key column of one plain type on both sides (integers, booleans, temporal
+        # types: equal codes are equal values, bit for bit): a pair's opposite key is the
+        # arriving row's key, so the opposite key column is never gathered.
+        lk, rk = ls.field(spec.on[0]).type, rs.field(spec.right_on[0]).type
+        self._same_key = (len(spec.on) == 1 and lk == rk
+                          and (pa.types.is_integer(lk) or pa.types.is_boolean(lk)
+                               or pa.types.is_temporal(lk)))
 
     # -- watermarks --------------------------------------------------------------------------
 
@@ -837,8 +855,12 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         if len(t) >= _PRUNE_ROWS:
             # the opposite rows lie in [omin, omax]: a row at t can match only if
             # omin - hi <= t <= omax - lo
-            omin = min(b.min_time for b in o.batches)
-            omax = max(b.max_time for b in o.batches)
+            bats = o.batches
+            if len(bats) == 1:
+                omin, omax = bats[0].min_time, bats[0].max_time
+            else:
+                omin = min(b.min_time for b in bats)
+                omax = max(b.max_time for b in bats)
             first, last = omin - s.hi, omax - s.lo
         else:
             first, last = tmin, tmax
@@ -863,8 +885,13 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             pc_, pt = codes[rows], t[rows]
         if o.index is None and o.n_alive > self.index_threshold:
             o.build_index()  # restored state: the derived index is rebuilt at its first probe
+        # the opposite rows' int64 times of an indexed side come with the pairs (from the index
+        # entries the probe reads), not from the payload
+        et: np.ndarray | None = None
         if o.index is not None:
-            pi, rid = o.index.probe(pc_, pt, s.lo, s.hi)
+            pi, rid, et = o.index.probe_times(pc_, pt, s.lo, s.hi)
+            if not o.time_int64:
+                et = None
         else:
             bc, bt, bids = o.alive_arrays()
             pi, pj = self.matcher.pairs(pc_, pt, bc, bt, s.lo, s.hi)
@@ -875,17 +902,21 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             pi = rows[pi]
         # where the opposite rows lie, by batch and row: the payload of each is read once per pair
         loc = o.locate(rid)
-        theirs = o.columns(*loc)
+        skip = ((o.key_index[0],) if self._same_key else ()) + (
+            (o.time_index,) if et is not None else ())
+        theirs = o.columns(*loc, skip)
         if not self.exact:  # equal codes: check the keys themselves
             ok = keys_equal([cols[c].take(pa.array(pi)) for c in s.key_index],
-                            [theirs[c] for c in o.key_index])
+                            [theirs[c] for c in o.key_index])  # type: ignore[misc]
             if not ok.all():
                 keep = np.flatnonzero(ok)
                 if len(keep) == 0:
                     return None
                 pi, rid = pi[keep], rid[keep]
+                if et is not None:
+                    et = et[keep]
                 sel = pa.array(keep)
-                theirs = [a.take(sel) for a in theirs]
+                theirs = [None if a is None else a.take(sel) for a in theirs]
                 loc = o.locate(rid)
         if o.outer:
             o.mark(loc[0], loc[2], loc[3])
@@ -895,7 +926,14 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             mine = cols
         else:
             mine = [v.take(pi) for v in column_views(cols, s.plans)]
+        if self._same_key:
+            theirs[o.key_index[0]] = mine[s.key_index[0]]
+        if et is not None:
+            theirs[o.time_index] = pa.Array.from_buffers(pa.int64(), len(et),
+                                                          [None, pa.py_buffer(et)])
         arrays = mine + theirs if s is self.L else theirs + mine
+        if self._names is not None:
+            return pa.RecordBatch.from_arrays(arrays, names=self._names)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _pad(self, s: _Side, parts: list[pa.RecordBatch]) -> list[pa.RecordBatch]:

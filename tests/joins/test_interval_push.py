@@ -388,3 +388,82 @@ def test_key_index_consecutive_ids_without_an_id_array(entries, cut_kind, gap, r
                 if alive[j] and codes[j] == pc_[i] and 26 <= times[j] <= 34]
         assert list(zip(pi.tolist(), rid.tolist(), strict=True)) == want
         idx.retire(retire_at)
+
+
+@settings(max_examples=40)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-40, 40)), max_size=60),
+       st.lists(st.tuples(st.integers(0, 5), st.integers(-40, 40)), max_size=30),
+       st.integers(-12, 6), st.integers(0, 12))
+def test_key_index_probe_times_are_the_matched_rows_times(entries, probes, lo, width):
+    # the times that come with the pairs (read from the index entries) equal the matched rows'
+    # own times, pair by pair, before and after a gap in the ids
+    hi = lo + width
+    codes = np.array([e[0] for e in entries], dtype=np.int64)
+    times = np.array([e[1] for e in entries], dtype=np.int64)
+    half = len(entries) // 2
+    idx = KeyIndex(codes[:half], times[:half], 10, (lo, hi))
+    idx.insert(codes[half:], times[half:], 10 + half + 3)
+    ids = np.concatenate([np.arange(10, 10 + half), np.arange(13 + half, 13 + len(entries))])
+    pc_ = np.array([p[0] for p in probes], dtype=np.int64)
+    pt = np.array([p[1] for p in probes], dtype=np.int64)
+    pi, rid, et = idx.probe_times(pc_, pt, lo, hi)
+    want = [(i, int(ids[j]), int(times[j])) for i in range(len(probes))
+            for j in range(len(entries))
+            if codes[j] == pc_[i] and pt[i] + lo <= times[j] <= pt[i] + hi]
+    assert list(zip(pi.tolist(), rid.tolist(), et.tolist(), strict=True)) == want
+    assert (pi.tolist(), rid.tolist()) == tuple(x.tolist() for x in idx.probe(pc_, pt, lo, hi))
+
+
+_KEY_TYPES = {
+    "int32": (pa.int32(), lambda k: k),
+    "uint8": (pa.uint8(), lambda k: k),
+    "bool": (pa.bool_(), lambda k: bool(k % 2)),
+    "timestamp": (pa.timestamp("ms"), lambda k: k * 1000),
+    "date32": (pa.date32(), lambda k: k),
+    # -0.0 and 0.0 are equal keys with different values: each side keeps its own
+    "float64": (pa.float64(), lambda k: -0.0 if k == 0 else float(k)),
+}
+
+
+@settings(max_examples=15)
+@pytest.mark.parametrize("kind", list(_KEY_TYPES))
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from([None, 0, 1, 2, 3]), st.integers(0, 30)),
+                min_size=1, max_size=60),
+       st.sampled_from([0, 3, 1024]), st.sampled_from(["inner", "full"]), st.data())
+def test_opposite_key_and_time_columns_equal_the_reference(kind, rows, threshold, how, data):
+    # the opposite key column of a pair is the arriving row's key (one exact key column of one
+    # type: integers, booleans, temporal types) and an indexed side's time column comes from its
+    # index; floats are gathered (-0.0 and 0.0 match but differ): outputs equal the reference
+    from splice.core.records import Data, End
+    from tests.joins.test_interval_join import _run_both
+
+    key_type, conv = _KEY_TYPES[kind]
+    ls = pa.schema([("k", key_type), ("ts", pa.int64()), ("v", pa.int64())])
+    rs = pa.schema([("k", key_type), ("ts", pa.int64()), ("w", pa.string())])
+    rows = sorted(rows, key=lambda r: r[2])
+    records: list = []
+    pos = 0
+    while pos < len(rows):
+        side = rows[pos][0]
+        size = data.draw(st.sampled_from([1, 2, 7, 50]))
+        run = []
+        while pos < len(rows) and rows[pos][0] == side and len(run) < size:
+            run.append(rows[pos])
+            pos += 1
+        # left keys as converted, right keys as plain numbers where that differs (0.0)
+        keys = [None if k is None else conv(k) if side or kind != "float64" else float(k)
+                for _, k, _ in run]
+        ts = [t for _, _, t in run]
+        if side:
+            b = pa.record_batch({"k": pa.array(keys, key_type), "ts": ts,
+                                 "v": list(range(pos - len(run), pos))}, schema=ls)
+            records.append(Data(L, b))
+        else:
+            b = pa.record_batch({"k": pa.array(keys, key_type), "ts": ts,
+                                 "w": [f"r{i}" for i in range(pos - len(run), pos)]}, schema=rs)
+            records.append(Data(R, b))
+    records.append(End())
+    spec = IntervalJoin(left=L, right=R, on="k", time="ts", lower=-5, upper=3, how=how,
+                        index_threshold=threshold, out_of_orderness=None)
+    h = _run_both(spec, ls, rs, records)
+    assert h.logic._same_key == (kind != "float64")
