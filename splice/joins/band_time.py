@@ -15,9 +15,10 @@ the count expiry of the index never drops a retained tuple. A probe searches the
 the retained positions and keeps the candidates within ``D`` in time (one vectorized filter per
 call). When a watermark ``W`` arrives on one stream, the other stream's tuples with time
 ``<= W - D`` can never match again (later tuples of the watermarked stream have times > ``W``);
-the longest such prefix of positions is evicted once it is at least half of what the stream
-retains, by rebuilding the index over the rest (amortized O(1) per tuple, as the hash join's
-time windows). Dead tuples behind a not yet evicted prefix stay until then and are filtered
+the longest such prefix of positions is dead. The IM-Tree and PIM-Tree evict it at once and in
+place: their window start moves past it, so searches skip it and the next merge drops it. The
+other indexes evict it once it is at least half of what the stream retains, by rebuilding the
+index over the rest (amortized O(1) per tuple, as the hash join's time windows). Dead tuples behind a not yet evicted prefix stay until then and are filtered
 by time. When arrivals would exceed ``C``, the index is rebuilt with ``C`` doubled.
 
 State: per stream the keys and times of the retained positions and the index (derived: rebuilt
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from splice.index._window import M_NEXT
+from splice.index._window import M_NEXT, M_W
 from splice.index.window import IndexKind, WindowIndex
 from splice.joins.band_join import BandCore
 
@@ -71,6 +72,10 @@ class TimeBandCore:
         self.core = BandCore(index, (MIN_CAPACITY, MIN_CAPACITY), self.dtype, lower, upper,
                              self_join, merge_ratio, insertion_depth, chain_length)
         self.first = [0] * n  # first retained position per stream
+        # IM/PIM-Tree: first live position; the index filters what lies before it out of every
+        # search and drops it at its next merge, so evicting needs no rebuild
+        self.in_place = index in ("imtree", "pimtree")
+        self.live = [0] * n
         # keys and times of the retained positions, by position - first (buffers, cnt used)
         self._keys = [np.zeros(MIN_CAPACITY, self.dtype) for _ in range(n)]
         self._times = [np.zeros(MIN_CAPACITY, np.int64) for _ in range(n)]
@@ -104,20 +109,25 @@ class TimeBandCore:
         """Continue numbering each stream's arrivals from ``positions`` (an empty core only)."""
         self.core.start_at(positions)
         for s in range(len(self.first)):
-            self.first[s] = int(positions[s])
+            self.first[s] = self.live[s] = int(positions[s])
 
     def _rebuild(self, s: int, first: int, capacity: int) -> None:
         """Index positions ``first .. next - 1`` of stream ``s`` afresh, with ``capacity``."""
-        drop = first - self.first[s]
-        keys, times = self.keys_of(s)[drop:].copy(), self.times_of(s)[drop:].copy()
+        self._compact(s, first)
         ix = WindowIndex(self.index, max(capacity, MIN_CAPACITY), self.dtype, **self.opts)
         ix.meta[M_NEXT] = first
-        ix.insert(keys)
+        ix.insert(self.keys_of(s))
         self.core.indexes[s] = ix
-        self.first[s] = first
-        self.cnt[s] = 0
-        self._append(s, keys, times)
         self.rebuilds += 1
+
+    def _compact(self, s: int, first: int) -> None:
+        """Drop the keys and times of stream ``s``'s positions before ``first``."""
+        drop = first - self.first[s]
+        if drop:
+            keys, times = self.keys_of(s)[drop:].copy(), self.times_of(s)[drop:].copy()
+            self.cnt[s] = 0
+            self._append(s, keys, times)
+        self.first[s] = self.live[s] = first
 
     def run(
         self, sides: np.ndarray, keys: np.ndarray, times: np.ndarray
@@ -133,20 +143,28 @@ class TimeBandCore:
             n_s = int(mine.sum())
             if not n_s:
                 continue
-            held = self._next(s) + n_s - self.first[s]
+            held = self._next(s) + n_s - self.live[s]
             if held > self.core.indexes[s].window:
-                self._rebuild(s, self.first[s], 2 * held)
+                self._rebuild(s, self.live[s], 2 * held)
+            if self.in_place:
+                # count expiry keeps every live position while these tuples enter
+                self.core.indexes[s].meta[M_W] = held
             self._append(s, keys[mine], times[mine])
         g, p = self.core.run(sides, keys)
         if not len(g):
             return g, p
         # keep the candidates within the time window
+        # (and after the live start: an in-place index may still hold evicted positions, whose
+        # times are out of reach of every tuple not late)
         other = np.zeros(len(g), np.int64) if self.self_join else 1 - sides[g].astype(np.int64)
         tp = np.empty(len(g), np.int64)
+        live = np.ones(len(g), np.bool_)
         for o in range(len(self.first)):
             sel = other == o
-            tp[sel] = self._times[o][p[sel] - self.first[o]]
-        ok = np.abs(times[g] - tp) <= self.length
+            po = p[sel]
+            live[sel] = po >= self.live[o]
+            tp[sel] = self._times[o][np.maximum(po - self.first[o], 0)]
+        ok = live & (np.abs(times[g] - tp) <= self.length)
         return g[ok], p[ok]
 
     def evict(self, s: int, upto: int) -> int:
@@ -157,9 +175,14 @@ class TimeBandCore:
             return self.first[s]
         alive = t > upto
         dead = int(np.argmax(alive)) if alive.any() else len(t)
+        if self.in_place and self.first[s] + dead > self.live[s]:
+            self.live[s] = self.first[s] + dead
+            self.core.indexes[s].meta[M_W] = self._next(s) - self.live[s]
         if dead and 2 * dead >= len(t):
-            held = len(t) - dead
-            self._rebuild(s, self.first[s] + dead, 2 * held)
+            if self.in_place:
+                self._compact(s, self.first[s] + dead)
+            else:
+                self._rebuild(s, self.first[s] + dead, 2 * (len(t) - dead))
         return self.first[s]
 
     def held(self) -> int:
