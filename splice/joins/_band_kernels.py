@@ -388,8 +388,8 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
        active and snapshot which index buffer is current (``cur``) and whether index updates are
        allowed (``allow``; 0 during phase 1 of a nonblocking merge of that window);
     2. *result generation* and 3. *index update* — :func:`par_task` (edge tuple read once per
-       tuple, index search before it, linear scan from it to ``t_l``; insert, flag, test-and-set
-       edge update);
+       tuple, a scan of the not yet indexed positions from it to ``t_l``, an index search over
+       ``[t_e, t_l]``; insert, indexed bit), then the edge tuples move by test-and-set;
     4. under the queue mutex the task becomes *completed* and the window's ``T_I`` count grows;
        the thread that sees a count reach ``thresh`` becomes the merging thread (blocking, or the
        two phases of the nonblocking merge: build the new ``T_S`` into the spare buffer while the
