@@ -26,7 +26,10 @@ time in ``[t + lo_S, t + hi_S]`` where ``(lo_L, hi_L) = (lower, upper)`` and
 3. locates the matched opposite rows by batch and row (sorted by batch/row order when they lie in
    several batches, so each is read once) and gathers their payload straight into output order
    from NumPy views of the retained batches' buffers (made once per batch, when its side is
-   indexed or at its first gather); codes that are not exact are checked for real key equality;
+   indexed or at its first gather), except what the pairs already give: the opposite key of one
+   exact key column of one type (integers, booleans, temporal types) is the arriving row's key,
+   and an indexed side's ``int64`` times come from the index entries the probe reads; codes that
+   are not exact are checked for real key equality;
 4. is retained (LEFT_BUFFER / RIGHT_BUFFER: a list of Arrow batches with their times, key codes
    and matched flags), except rows that already can never match a future row.
 
