@@ -5,11 +5,11 @@
 On a machine shared with other work, the cores a run gets change from second to second, so one
 pair of runs says little. For each ``w = 2^k`` (uniform keys, match rate 2, the two-stream
 workload of :mod:`benchmarks.band_windows`) this warms the serial PIM-Tree join and the
-task-queue join on ``--threads`` threads (merge ratio 1, deepest insertion depth, task size
-``--task-size``) with ``2w`` tuples each, then times ``--rounds`` consecutive segments of
-``--tuples`` tuples through both, alternating which goes first, and measures just before each
-pair the speedup of ``--threads`` threads of GIL-free busy work over one (``ceiling``). Every
-segment's results are asserted equal. One JSON line per pair (wall and CPU rates, ratio,
+task-queue join on ``--threads`` threads (merge ratio ``--merge-ratio``, by default 1; merge
+``--merge``; deepest insertion depth; task size ``--task-size``) with ``2w`` tuples each, then
+times ``--rounds`` consecutive segments of ``--tuples`` tuples through both, alternating which
+goes first, and measures just before each pair the speedup of ``--threads`` threads of GIL-free
+busy work over one (``ceiling``). Every segment's results are asserted equal. One JSON line per pair (wall and CPU rates, ratio,
 ceiling), then per window the median ratio over all pairs and over the pairs whose ceiling was
 at least ``--free`` (the moments the machine had the cores to give).
 """
@@ -42,15 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--task-size", type=int, default=64)
     ap.add_argument("--free", type=float, default=1.8, help="ceiling counted as 'cores free'")
+    ap.add_argument("--merge", default="nonblocking", choices=["nonblocking", "blocking"])
+    ap.add_argument("--merge-ratio", type=float, default=1.0)
     args = ap.parse_args(argv)
     for lw in [int(x) for x in args.logs.split(",")]:
         w = 1 << lw
         n = 2 * w + args.rounds * args.tuples
         sides, keys, eps = workload(n, w, 2.0, seed=lw)
         depth = max_insertion_depth(w)
-        serial = BandCore("pimtree", (w, w), np.dtype(np.float64), -eps, eps, False, 1.0, depth)
-        par = TaskQueueJoin("pimtree", (w, w), np.dtype(np.float64), -eps, eps, False, 1.0, depth,
-                            args.threads, args.task_size)
+        m = args.merge_ratio
+        serial = BandCore("pimtree", (w, w), np.dtype(np.float64), -eps, eps, False, m, depth)
+        par = TaskQueueJoin("pimtree", (w, w), np.dtype(np.float64), -eps, eps, False, m, depth,
+                            args.threads, args.task_size, args.merge)
         serial.run(sides[: 2 * w], keys[: 2 * w])
         par.run(sides[: 2 * w], keys[: 2 * w])
         ratios, free = [], []
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                   "parallel_cpu_rows_per_s": round(args.tuples / cp),
                   "speedup": round(ratio, 3)})
         emit({"bench": "band_parallel", "summary": True, "log_w": lw, "threads": args.threads,
+              "merge": args.merge, "merge_ratio": m,
               "median_speedup": round(float(np.median(ratios)), 3),
               "pairs_with_free_cores": len(free),
               "median_speedup_free_cores": round(float(np.median(free)), 3) if free else None,
