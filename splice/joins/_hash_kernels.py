@@ -661,34 +661,6 @@ def merge_filtered3(m0, m1, m2):  # type: ignore[no-untyped-def]
     return side, row
 
 
-@njit(cache=True, nogil=True)
-def q3_lineitem_pass(shipdate, day, orderkey, ep_words, dc_words, one):  # type: ignore[no-untyped-def]
-    """Q3's lineitem selection and decomposer in one pass: ``l_shipdate > day``; returns the pass
-    mask, l_orderkey and revenue ``ep * (one - dc)`` (unscaled decimals: ``*_words`` are the
-    (low, high) int64 words of decimal128 values) of the passing rows, and whether every value
-    fits 63 bits."""
-    n = shipdate.shape[0]
-    ok = np.empty(n, np.bool_)
-    m = 0
-    for i in range(n):
-        ok[i] = shipdate[i] > day
-        m += ok[i]
-    keys = np.empty(m, np.int64)
-    rev = np.empty(m, np.int64)
-    fits = True
-    j = 0
-    for i in range(n):
-        if ok[i]:
-            e = ep_words[i, 0]
-            d = dc_words[i, 0]
-            if ep_words[i, 1] != (e >> 63) or dc_words[i, 1] != (d >> 63):
-                fits = False
-            keys[j] = orderkey[i]
-            rev[j] = e * (one - d)
-            j += 1
-    return ok, keys, rev, fits
-
-
 #: ``fx_time_ring_sequence``'s "no time seen yet" (far below any event time, safe to subtract from).
 NO_TIME = -(1 << 62)
 

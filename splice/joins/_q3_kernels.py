@@ -85,6 +85,81 @@ def _next_table(mode, cur, n0, n1, n2, sides, rows):  # type: ignore[no-untyped-
     return best, row
 
 
+#: Helpers inlined into the kernel at compile time (a call that passes many arrays costs
+#: reference counting each time; an inlined one costs nothing).
+_inline: Any = njit(inline="always", **_NO_NRT)
+
+
+@_inline
+def _advance(cur, stage, cap):  # type: ignore[no-untyped-def]
+    """The ring position of a stage's next tuple, and whether it evicts the oldest."""
+    pos = cur[6 + stage]
+    cur[6 + stage] = pos + 1 if pos + 1 < cap else 0
+    full = cur[3 + stage] >= cap
+    cur[3 + stage] += 1
+    return pos, full
+
+
+@_inline
+def _unlink(a, pos, keys, nxt, head, tail, shift):  # type: ignore[no-untyped-def]
+    """Take the tuple at ``pos`` (the oldest: the head of its chain) off attribute ``a``'s chain."""
+    if nxt[a, pos] == UNLINKED:
+        return
+    b = fx_bucket(keys[a, pos], shift)
+    head[a, b] = nxt[a, pos]
+    if head[a, b] == -1:
+        tail[a, b] = -1
+
+
+@_inline
+def _link(a, pos, k, valid, keys, nxt, head, tail, shift, lifo):  # type: ignore[no-untyped-def]
+    """Store key ``k`` at ``pos`` on attribute ``a``: appended to its chain (prepended when
+    ``lifo``), on no chain when the key is null."""
+    keys[a, pos] = k
+    if not valid:
+        nxt[a, pos] = UNLINKED
+        return
+    b = fx_bucket(k, shift)
+    if lifo:
+        nxt[a, pos] = head[a, b]
+        head[a, b] = pos
+        return
+    nxt[a, pos] = -1
+    t = tail[a, b]
+    if t == -1:
+        head[a, b] = pos
+    else:
+        nxt[a, t] = pos
+    tail[a, b] = pos
+
+
+@_inline
+def _revenue(k, valid, l_ring, l_keys, l_nxt, l_head, shift_l, ep_words, dc_words, one):  # type: ignore[no-untyped-def]
+    """(revenue sum, count) of the lineitems in their window with ``l_orderkey == k``."""
+    tot = 0
+    n = 0
+    q = l_head[0, fx_bucket(k, shift_l)] if valid else -1
+    while q != -1:
+        if l_keys[0, q] == k:
+            li = l_ring[q]
+            tot += ep_words[li, 0] * (one - dc_words[li, 0])
+            n += 1
+        q = l_nxt[0, q]
+    return tot, n
+
+
+@_inline
+def _customers(k, valid, c_keys, c_nxt, c_head, shift_c):  # type: ignore[no-untyped-def]
+    """How many customers in their window have ``c_custkey == k``."""
+    n = 0
+    q = c_head[0, fx_bucket(k, shift_c)] if valid else -1
+    while q != -1:
+        if c_keys[0, q] == k:
+            n += 1
+        q = c_nxt[0, q]
+    return n
+
+
 @_kernel
 def q3_join_arrival(  # type: ignore[no-untyped-def]
     mode, n_steps, cur, sides, rows, n_raw,
@@ -125,99 +200,37 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             while p != -1:
                 if o_keys[0, p] == k:
                     o = o_ring[p]
-                    ok = o_okey[o]
-                    tot = 0
-                    nl = 0
-                    q = l_head[0, fx_bucket(ok, shift_l)] if oo_valid[o] else -1
-                    while q != -1:
-                        if l_keys[0, q] == ok:
-                            li = l_ring[q]
-                            tot += ep_words[li, 0] * (one - dc_words[li, 0])
-                            nl += 1
-                        q = l_nxt[0, q]
+                    tot, nl = _revenue(o_okey[o], oo_valid[o], l_ring, l_keys, l_nxt, l_head, shift_l,
+                                       ep_words, dc_words, one)
                     if nl:
                         agg_rev[o] += tot
                         agg_hit[o] = True
                         results += nl
                 p = o_nxt[0, p]
-            pos = cur[6]
-            cur[6] = pos + 1 if pos + 1 < cap_c else 0
-            if cur[3] >= cap_c and c_nxt[0, pos] != UNLINKED:
-                b = fx_bucket(c_keys[0, pos], shift_c)
-                c_head[0, b] = c_nxt[0, pos]
-                if c_head[0, b] == -1:
-                    c_tail[0, b] = -1
-            cur[3] += 1
+            pos, full = _advance(cur, 0, cap_c)
+            if full:
+                _unlink(0, pos, c_keys, c_nxt, c_head, c_tail, shift_c)
             c_ring[pos] = r
-            c_keys[0, pos] = k
-            b = fx_bucket(k, shift_c)
-            if not valid:
-                c_nxt[0, pos] = UNLINKED
-            elif lifo:
-                c_nxt[0, pos] = c_head[0, b]
-                c_head[0, b] = pos
-            else:
-                c_nxt[0, pos] = -1
-                t = c_tail[0, b]
-                if t == -1:
-                    c_head[0, b] = pos
-                else:
-                    c_nxt[0, t] = pos
-                c_tail[0, b] = pos
+            _link(0, pos, k, valid, c_keys, c_nxt, c_head, c_tail, shift_c, lifo)
         elif side == 1:
             if not o_ok[r]:
                 continue
             ck = o_ckey[r]
             ok = o_okey[r]
-            nc = 0
-            p = c_head[0, fx_bucket(ck, shift_c)] if oc_valid[r] and oo_valid[r] else -1
-            while p != -1:
-                if c_keys[0, p] == ck:
-                    nc += 1
-                p = c_nxt[0, p]
+            nc = _customers(ck, oc_valid[r] and oo_valid[r], c_keys, c_nxt, c_head, shift_c)
             if nc:
-                tot = 0
-                nl = 0
-                q = l_head[0, fx_bucket(ok, shift_l)]
-                while q != -1:
-                    if l_keys[0, q] == ok:
-                        li = l_ring[q]
-                        tot += ep_words[li, 0] * (one - dc_words[li, 0])
-                        nl += 1
-                    q = l_nxt[0, q]
+                tot, nl = _revenue(ok, True, l_ring, l_keys, l_nxt, l_head, shift_l, ep_words, dc_words, one)
                 if nl:
                     agg_rev[r] += nc * tot
                     agg_hit[r] = True
                     results += nc * nl
-            pos = cur[7]
-            cur[7] = pos + 1 if pos + 1 < cap_o else 0
-            if cur[4] >= cap_o:
-                for a in range(2):
-                    if o_nxt[a, pos] == UNLINKED:
-                        continue
-                    b = fx_bucket(o_keys[a, pos], shift_o)
-                    o_head[a, b] = o_nxt[a, pos]
-                    if o_head[a, b] == -1:
-                        o_tail[a, b] = -1
-            cur[4] += 1
+            pos, full = _advance(cur, 1, cap_o)
+            if full:
+                _unlink(0, pos, o_keys, o_nxt, o_head, o_tail, shift_o)
+                _unlink(1, pos, o_keys, o_nxt, o_head, o_tail, shift_o)
             o_ring[pos] = r
-            o_keys[0, pos] = ck
-            o_keys[1, pos] = ok
-            for a in range(2):
-                b = fx_bucket(o_keys[a, pos], shift_o)
-                if not (oc_valid[r] if a == 0 else oo_valid[r]):
-                    o_nxt[a, pos] = UNLINKED
-                elif lifo:
-                    o_nxt[a, pos] = o_head[a, b]
-                    o_head[a, b] = pos
-                else:
-                    o_nxt[a, pos] = -1
-                    t = o_tail[a, b]
-                    if t == -1:
-                        o_head[a, b] = pos
-                    else:
-                        o_nxt[a, t] = pos
-                    o_tail[a, b] = pos
+            _link(0, pos, ck, oc_valid[r], o_keys, o_nxt, o_head, o_tail, shift_o, lifo)
+            _link(1, pos, ok, oo_valid[r], o_keys, o_nxt, o_head, o_tail, shift_o, lifo)
         else:
             if not l_ok[r]:
                 continue
@@ -232,41 +245,16 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             while p != -1:
                 if o_keys[1, p] == k:
                     o = o_ring[p]
-                    ck = o_ckey[o]
-                    nc = 0
-                    q = c_head[0, fx_bucket(ck, shift_c)] if oc_valid[o] else -1
-                    while q != -1:
-                        if c_keys[0, q] == ck:
-                            nc += 1
-                        q = c_nxt[0, q]
+                    nc = _customers(o_ckey[o], oc_valid[o], c_keys, c_nxt, c_head, shift_c)
                     if nc:
                         agg_rev[o] += nc * rv
                         agg_hit[o] = True
                         results += nc
                 p = o_nxt[1, p]
-            pos = cur[8]
-            cur[8] = pos + 1 if pos + 1 < cap_l else 0
-            if cur[5] >= cap_l and l_nxt[0, pos] != UNLINKED:
-                b = fx_bucket(l_keys[0, pos], shift_l)
-                l_head[0, b] = l_nxt[0, pos]
-                if l_head[0, b] == -1:
-                    l_tail[0, b] = -1
-            cur[5] += 1
+            pos, full = _advance(cur, 2, cap_l)
+            if full:
+                _unlink(0, pos, l_keys, l_nxt, l_head, l_tail, shift_l)
             l_ring[pos] = r
-            l_keys[0, pos] = k
-            b = fx_bucket(k, shift_l)
-            if not valid:
-                l_nxt[0, pos] = UNLINKED
-            elif lifo:
-                l_nxt[0, pos] = l_head[0, b]
-                l_head[0, b] = pos
-            else:
-                l_nxt[0, pos] = -1
-                t = l_tail[0, b]
-                if t == -1:
-                    l_head[0, b] = pos
-                else:
-                    l_nxt[0, t] = pos
-                l_tail[0, b] = pos
+            _link(0, pos, k, valid, l_keys, l_nxt, l_head, l_tail, shift_l, lifo)
     cur[9] += results
     return False

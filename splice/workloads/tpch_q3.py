@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.core.errors import PlanError, SchemaError
-from splice.joins._hash_kernels import merge_by_fraction, merge_filtered3, q3_lineitem_pass
+from splice.joins._hash_kernels import merge_by_fraction, merge_filtered3
 from splice.joins._q3_kernels import INTERLEAVED, REVERSED, SEQUENTIAL
 from splice.joins.multiway import Q3FastJoin, q3_fast_join, q3_stream_join
 
@@ -158,41 +158,25 @@ def _null_keys(masks: Any, valid: tuple[np.ndarray, ...] | None) -> dict[str, in
 
 
 def q3_inputs(tables: dict[str, pa.Table]) -> dict[str, Any]:
-    """The selections and the decomposer: filtered key/value arrays and the pass masks.
-
-    Only the ten columns Q3 uses are read (zero-copy NumPy views where Arrow allows).
-    """
-    _check_columns(tables)
-    c, o, li = tables["customer"], tables["orders"], tables["lineitem"]
-    keys, valid = _join_keys(c, o, li)
-    day = (DATE - dt.date(1970, 1, 1)).days
-    c_ok = np.asarray(pc.fill_null(pc.equal(c.column("c_mktsegment"), SEGMENT), False).to_numpy(), np.bool_)
-    od = o.column("o_orderdate")
-    o_ok = _np(od) < day if od.null_count == 0 else np.asarray(
-        pc.fill_null(pc.less(od, pa.scalar(DATE, pa.date32())), False).to_numpy(), np.bool_)
-    sd = li.column("l_shipdate")
-    if sd.null_count:
-        raise SchemaError("Q3: stream 'lineitem' column 'l_shipdate' has nulls")
-    ep, s_e = _decimal_words(li.column("l_extendedprice"))
-    dc, s_d = _decimal_words(li.column("l_discount"))
-    # l_extendedprice * (1 - l_discount), unscaled at scale s_e + s_d
-    l_ok, l_orderkey, rev, fits = q3_lineitem_pass(_np(sd), day, keys[3], ep, dc, 10**s_d)
-    if not fits:
+    """The selections and the decomposer: filtered key/value arrays and the pass masks (for
+    joins over the filtered arrival, :func:`q3_filtered_arrival`)."""
+    raw = q3_raw_inputs(tables)
+    c_ok, o_ok, l_ok = raw["masks"]
+    keys, valid = raw["keys"], raw["valid"]
+    ep, dc, one = (w[l_ok] if isinstance(w, np.ndarray) else w for w in raw["words"])
+    if not (np.array_equal(ep[:, 1], ep[:, 0] >> 63) and np.array_equal(dc[:, 1], dc[:, 0] >> 63)):
         raise SchemaError("Q3: l_extendedprice or l_discount beyond 63 bits")
     o_idx = np.flatnonzero(o_ok)
     return {
-        "masks": [c_ok, o_ok, l_ok],
+        **raw,
         "c_custkey": keys[0][c_ok],
         "o_orderkey": keys[1][o_idx],
         "o_custkey": keys[2][o_idx],
         "valid": None if valid is None else (valid[0][c_ok], valid[1][o_idx], valid[2][o_idx], valid[3][l_ok]),
-        "null_keys": _null_keys((c_ok, o_ok, l_ok), valid),
-        "o_orderdate": o.column("o_orderdate"),
-        "o_shippriority": o.column("o_shippriority"),
         "o_rows": o_idx,
-        "l_orderkey": l_orderkey,
-        "l_revenue": rev,
-        "scale": s_e + s_d,
+        "l_orderkey": keys[3][l_ok],
+        # l_extendedprice * (1 - l_discount), unscaled at scale s_e + s_d
+        "l_revenue": ep[:, 0] * (one - dc[:, 0]),
     }
 
 
@@ -330,7 +314,6 @@ def _warm_up(impl: str) -> None:
         return
     one = np.zeros(1, np.int64)
     merge_filtered3(np.ones(1, np.bool_), np.ones(1, np.bool_), np.ones(1, np.bool_))
-    q3_lineitem_pass(np.zeros(1, np.int32), 0, one, np.zeros((1, 2), np.int64), np.zeros((1, 2), np.int64), 100)
     for w in (1, None):
         if impl == "hbsj" and w is None:
             continue
