@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "fail with a clear error, or route bad rows to --dead-letter")
     join.add_argument("--dead-letter", default=None,
                       help="JSON-lines file receiving bad rows with their reason (with --bad-input dead-letter)")
+    join.add_argument("--dedupe-on", default=None,
+                      help="id column(s), comma separated: a repeated id within an input is bad input ('duplicate')")
     _add_checkpoint_options(join)
 
     txn = sub.add_parser("txn", help="transactional workloads on shared state")

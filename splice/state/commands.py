@@ -287,21 +287,29 @@ def run_tpch_checkpointed(args: argparse.Namespace) -> int:
 
 def load_join_inputs(args: argparse.Namespace) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
     """Read ``--left``/``--right``; with ``--bad-input`` check them at the edge (keys ``--on``,
-    time ``--time``): fail clearly or route bad rows to ``--dead-letter``. (left, right, metrics)."""
+    time ``--time``) and with ``--dedupe-on`` pass only the first row of each id per input: fail
+    clearly or route bad rows to ``--dead-letter``. (left, right, metrics)."""
     from splice.io.files import read_table
 
     policy = getattr(args, "bad_input", None)
-    if policy is None:
+    dedupe = [c.strip() for c in (getattr(args, "dedupe_on", None) or "").split(",") if c.strip()]
+    if policy is None and not dedupe:
         if getattr(args, "dead_letter", None):
             raise PlanError("--dead-letter needs --bad-input dead-letter")
         return read_table(args.left), read_table(args.right), {}
     from splice.state.deadletter import DeadLetterSink, load_checked
+    from splice.state.dedupe import Deduplicator
 
     mode = "dead_letter" if policy == "dead-letter" else "fail"
     sink = DeadLetterSink(args.dead_letter) if mode == "dead_letter" else None
     keys = [k.strip() for k in str(args.on).split(",") if k.strip()]
-    tables = [load_checked(path, side, keys, args.time, mode, sink)  # type: ignore[arg-type]
-              for side, path in (("left", args.left), ("right", args.right))]
+    tables = []
+    for side, path in (("left", args.left), ("right", args.right)):
+        t = load_checked(path, side, keys, args.time, mode, sink)  # type: ignore[arg-type]
+        if dedupe:
+            d = Deduplicator(side, t.schema, dedupe, mode, sink)  # type: ignore[arg-type]
+            t = pa.Table.from_batches([d.check(b) for b in t.to_batches()], t.schema)
+        tables.append(t)
     extra: dict[str, Any] = {}
     if sink is not None:
         extra = {"dead_letter_rows": sink.total, "dead_letter_reasons": dict(sink.counts)}

@@ -101,6 +101,31 @@ def test_join_command_routes_bad_rows_and_counts_them(tmp_path: Path, capsys: py
     assert metrics["output_rows"] == 1
 
 
+def test_join_command_passes_the_first_row_of_each_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import pyarrow.parquet as pq
+
+    from splice.cli import main
+
+    (tmp_path / "l.csv").write_text("id,k,ts\n1,1,1\n2,1,2\n1,1,3\n3,2,4\n2,1,5\n")
+    (tmp_path / "r.csv").write_text("id,k,ts\n1,1,2\n1,1,3\n")
+    out = tmp_path / "o.parquet"
+    args = ["join", "--kind", "interval", "--left", str(tmp_path / "l.csv"), "--right", str(tmp_path / "r.csv"),
+            "--on", "k", "--time", "ts", "--lower", "-5", "--upper", "5", "--out", str(out), "--json",
+            "--dedupe-on", "id"]
+    assert main(args) == 2  # fail is the default policy
+    assert "stream 'left'" in capsys.readouterr().err
+    dead = tmp_path / "dead.jsonl"
+    assert main([*args, "--bad-input", "dead-letter", "--dead-letter", str(dead)]) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
+    assert metrics["dead_letter_reasons"] == {"duplicate": 3}
+    lines = [json.loads(x) for x in dead.read_text().splitlines()]
+    assert sorted((x["stream"], json.loads(x["record"])["ts"]) for x in lines) == [("left", 3), ("left", 5), ("right", 3)]
+    # left ids 1, 2 (k=1, ts 1, 2) and 3 (k=2) join right id 1 (k=1, ts 2)
+    assert sorted(pq.read_table(out).column("ts").to_pylist()) == [1, 2]
+
+
 def test_rows_over_the_byte_limit_fail_or_are_dead_lettered() -> None:
     from splice.state.deadletter import row_bytes
 
