@@ -28,7 +28,7 @@ from numba import njit
 
 from splice.joins._hash_kernels import _NO_NRT, fx_bucket
 
-__all__ = ["q3_join_arrival", "new_cursor", "INTERLEAVED", "SEQUENTIAL", "REVERSED", "EXPLICIT"]
+__all__ = ["q3_join_arrival", "new_cursor", "partition_of", "partition_sizes", "INTERLEAVED", "SEQUENTIAL", "REVERSED", "EXPLICIT"]
 
 #: ``nxt`` of a stored tuple whose key is null: in its window, on no chain (never matches).
 UNLINKED = -2
@@ -161,6 +161,22 @@ def _customers(k, valid, c_keys, c_nxt, c_head, shift_c):  # type: ignore[no-unt
 
 
 @_kernel
+def partition_of(key, n_parts):  # type: ignore[no-untyped-def]
+    """The partition (0 .. n_parts - 1) of an order key: bits of its Fibonacci hash."""
+    return fx_bucket(key, 48) % n_parts
+
+
+@_kernel
+def partition_sizes(mask, keys, out):  # type: ignore[no-untyped-def]
+    """Add to ``out[p]`` the rows with ``mask`` set in partition ``p`` of :func:`partition_of`
+    (``len(out)`` partitions)."""
+    n_parts = out.shape[0]
+    for i in range(mask.shape[0]):
+        if mask[i]:
+            out[partition_of(keys[i], n_parts)] += 1
+
+
+@_kernel
 def q3_join_arrival(  # type: ignore[no-untyped-def]
     mode, n_steps, cur, sides, rows, n_raw,
     c_ok, o_ok, l_ok, c_valid, oc_valid, oo_valid, l_valid,
@@ -168,7 +184,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
     c_ring, c_keys, c_nxt, c_head, c_tail, shift_c,
     o_ring, o_keys, o_nxt, o_head, o_tail, shift_o,
     l_ring, l_keys, l_nxt, l_head, l_tail, shift_l,
-    agg_rev, agg_hit, lifo,
+    agg_rev, agg_hit, lifo, part, n_parts,
 ):
     """Process up to ``n_steps`` raw arrivals (``mode``: see the constants; ``EXPLICIT`` reads
     ``sides``/``rows``); returns whether the arrival is exhausted.
@@ -177,7 +193,11 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
     ``*_key``/``*_okey``/``*_ckey`` the raw key columns and ``*_valid`` their validity (a tuple
     with a null key takes its window position but joins nothing). Revenue ``ep * (one - dc)`` is computed
     from the (low, high) int64 words of the decimal128 columns when a match needs it. A stage's
-    window is its ring's length; ``agg_rev``/``agg_hit`` are indexed by raw orders row.
+    window is its ring's length; ``agg_rev``/``agg_hit`` are indexed by raw orders row. With
+    ``n_parts > 1`` only the orders and lineitems of partition ``part`` (by order key,
+    :func:`partition_of`) are joined and stored, and every customer: exact for unbounded
+    stages only, where no tuple expires, so P kernels over P partitions (threads sharing
+    ``agg_*``: each order belongs to one) give the single kernel's results.
     """
     n0 = n_raw[0]
     n1 = n_raw[1]
@@ -213,7 +233,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             c_ring[pos] = r
             _link(0, pos, k, valid, c_keys, c_nxt, c_head, c_tail, shift_c, lifo)
         elif side == 1:
-            if not o_ok[r]:
+            if not o_ok[r] or (n_parts > 1 and partition_of(o_okey[r], n_parts) != part):
                 continue
             ck = o_ckey[r]
             ok = o_okey[r]
@@ -232,7 +252,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             _link(0, pos, ck, oc_valid[r], o_keys, o_nxt, o_head, o_tail, shift_o, lifo)
             _link(1, pos, ok, oo_valid[r], o_keys, o_nxt, o_head, o_tail, shift_o, lifo)
         else:
-            if not l_ok[r]:
+            if not l_ok[r] or (n_parts > 1 and partition_of(l_okey[r], n_parts) != part):
                 continue
             e = ep_words[r, 0]
             d = dc_words[r, 0]

@@ -43,14 +43,14 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.joins._hash_kernels import q3_hbsj_sequence
-from splice.joins._q3_kernels import EXPLICIT, new_cursor, q3_join_arrival
+from splice.joins._q3_kernels import EXPLICIT, new_cursor, partition_sizes, q3_join_arrival
 from splice.joins.hash_keys import HashKeys, common_key_type, common_key_types
 from splice.joins.hash_window_join import Impl, make_index
 from splice.joins.hbsj import HBSJIndex
 from splice.joins.splitjoin import WindowIndex
 from splice.joins.window import RowStore
 
-__all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_fast_join", "Q3FastJoin"]
+__all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_fast_join", "q3_partitioned_join", "Q3FastJoin"]
 
 #: ``(stream a, column of a, stream b, column of b)``: ``a.column == b.column``.
 Predicate = tuple[int, str, int, str]
@@ -368,7 +368,13 @@ class Q3FastJoin:
     c_custkey, o_orderkey, o_custkey, l_orderkey over raw rows and ``valid`` their validity (None:
     no nulls; a null key takes its window position and joins nothing), ``words`` the (low, high)
     words of l_extendedprice and l_discount and the unscaled 1. ``agg_rev``/``agg_hit``: revenue
-    and whether a result exists, per raw orders row.
+    and whether a result exists, per raw orders row (``agg``: arrays to share).
+
+    ``part``/``n_parts``: join only the orders and lineitems of partition ``part`` of the order
+    key, and every customer. Unbounded stages only (no tuple expires, so the partitions' joins
+    together give every result once); ``n_parts`` joins, one per thread, share ``agg``
+    (:func:`q3_partitioned_join`). ``stored``: how many tuples each stage will hold (default:
+    the rows each mask passes).
     """
 
     def __init__(
@@ -382,8 +388,14 @@ class Q3FastJoin:
         window: int | None,
         table_size: int | None = None,
         arrival: tuple[np.ndarray, np.ndarray] | None = None,
+        part: int = 0,
+        n_parts: int = 1,
+        agg: tuple[np.ndarray, np.ndarray] | None = None,
+        stored: tuple[int, int, int] | None = None,
     ):
-        passed = [int(np.count_nonzero(m)) for m in masks]
+        if n_parts > 1 and (window is not None or mode == EXPLICIT):
+            raise PlanError("Q3: only unbounded stages over a raw arrival can be partitioned")
+        passed = list(stored) if stored is not None else [int(np.count_nonzero(m)) for m in masks]
         wins = [window if window is not None else max(1, n) for n in passed]
         self.stages: list[np.ndarray] = []
         shifts = []
@@ -396,8 +408,10 @@ class Q3FastJoin:
             self.stages += (np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
                             np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32), tail)
             shifts.append(64 - (nb.bit_length() - 1))
-        self.agg_rev = np.zeros(n_raw[1], np.int64)
-        self.agg_hit = np.zeros(n_raw[1], np.bool_)
+        if agg is None:
+            agg = (np.zeros(n_raw[1], np.int64), np.zeros(n_raw[1], np.bool_))
+        self.agg_rev: np.ndarray = agg[0]
+        self.agg_hit: np.ndarray = agg[1]
         self.cursor = new_cursor()
         self.mode = mode
         sides, rows = arrival if arrival is not None else (np.zeros(0, np.int8), np.zeros(0, np.int64))
@@ -409,7 +423,7 @@ class Q3FastJoin:
                       np.array(n_raw, np.int64), *masks, valid[0], valid[2], valid[1], valid[3],
                       c_key, o_okey, o_ckey, l_okey, *words,
                       *st[0:5], shifts[0], *st[5:10], shifts[1], *st[10:15], shifts[2],
-                      self.agg_rev, self.agg_hit, window is None)
+                      self.agg_rev, self.agg_hit, window is None, part, n_parts)
 
     def step(self, n: int) -> bool:
         """Process up to ``n`` raw arrivals; whether the arrival is exhausted."""
@@ -460,6 +474,41 @@ class Q3FastJoin:
             self.agg_hit[state["hit"]] = True
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise StateError(f"Q3: cannot restore the join from the checkpoint: {exc}") from exc
+
+
+def q3_partitioned_join(
+    mode: int,
+    n_raw: tuple[int, int, int],
+    masks: tuple[np.ndarray, np.ndarray, np.ndarray],
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    valid: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None,
+    words: tuple[np.ndarray, np.ndarray, int],
+    n_parts: int,
+    batch_size: int = 65_536,
+) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """Q3's join with unbounded stages on ``n_parts`` threads: thread ``p`` joins the orders and
+    lineitems of partition ``p`` of the order key and every customer (SplitJoin's store-a-share,
+    by key). Same results as :func:`q3_fast_join` with ``window=None``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    okeys = np.ascontiguousarray(keys[1], np.int64)
+    lkeys = np.ascontiguousarray(keys[3], np.int64)
+    o_sizes = np.zeros(n_parts, np.int64)
+    l_sizes = np.zeros(n_parts, np.int64)
+    partition_sizes(masks[1], okeys, o_sizes)
+    partition_sizes(masks[2], lkeys, l_sizes)
+    customers = int(np.count_nonzero(masks[0]))
+    agg = (np.zeros(n_raw[1], np.int64), np.zeros(n_raw[1], np.bool_))
+
+    def one(p: int) -> Q3FastJoin:
+        join = Q3FastJoin(mode, n_raw, masks, (keys[0], okeys, keys[2], lkeys), valid, words, None,
+                          part=p, n_parts=n_parts, agg=agg, stored=(customers, int(o_sizes[p]), int(l_sizes[p])))
+        join.run(batch_size)
+        return join
+
+    with ThreadPoolExecutor(n_parts, thread_name_prefix="splice-q3") as pool:
+        joins = list(pool.map(one, range(n_parts)))
+    return agg[0], agg[1], sum(j.results for j in joins), all(j.fits for j in joins)
 
 
 def q3_fast_join(

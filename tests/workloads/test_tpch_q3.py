@@ -26,12 +26,15 @@ def tables() -> dict[str, pa.Table]:
 
 
 @pytest.mark.parametrize("order", ["interleaved", "sequential", "reversed"])
-def test_unbounded_equals_duckdb(tables: dict[str, pa.Table], order: str) -> None:
-    got, metrics = run_q3(tables, None, order, batch_size=4096)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_unbounded_equals_duckdb(tables: dict[str, pa.Table], order: str, threads: int) -> None:
+    got, metrics = run_q3(tables, None, order, batch_size=4096, threads=threads)
     want = q3_sql(tables)
     assert got.schema.equals(want.schema), (got.schema, want.schema)
     assert got.to_pylist() == want.to_pylist()
-    assert metrics["seconds"] > 0 and metrics["window"] == "unbounded"
+    assert metrics["seconds"] > 0 and metrics["window"] == "unbounded" and metrics["threads"] == threads
+    one, m1 = run_q3(tables, None, order, threads=1)
+    assert metrics["join_results"] == m1["join_results"] and metrics["groups"] == m1["groups"]
 
 
 @pytest.mark.parametrize("window,order,impl,table_size,batch", [
@@ -69,6 +72,8 @@ def test_interleaved_arrival_is_proportional() -> None:
 def test_bad_input(tables) -> None:
     with pytest.raises(PlanError, match=">= 1"):
         run_q3(tables, 0)
+    with pytest.raises(PlanError, match="threads must be >= 1"):
+        run_q3(tables, None, threads=0)
     with pytest.raises(PlanError, match="arrival order"):
         run_q3(tables, 4, "random")
     with pytest.raises(PlanError, match="'customer' is missing"):
@@ -94,7 +99,7 @@ def _with_null_keys(tables: dict[str, pa.Table], fraction: float, seed: int) -> 
 @pytest.mark.parametrize("impl,window", [("fast", 64), ("hbsj", 64), ("fast", 512), ("fast", None)])
 def test_null_keys_never_match_and_are_counted(tables, impl, window) -> None:
     nulled = _with_null_keys(tables, 0.2, seed=len(impl) + (window or 0))
-    got, metrics = run_q3(nulled, window, "interleaved", batch_size=333, impl=impl)
+    got, metrics = run_q3(nulled, window, "interleaved", batch_size=333, impl=impl, threads=3)
     if window is None:
         assert got.to_pylist() == q3_sql(nulled).to_pylist()
     else:
