@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="q3: arrival order of customer/orders/lineitem: interleaved|sequential")
     tpch.add_argument("--executor", default="pipelined", choices=["serial", "pipelined"],
                       help="q1/q6: one thread, or a thread per brick (default; same answer)")
+    tpch.add_argument("--threads", type=_positive_int, default=None,
+                      help="q3 --window unbounded: join threads (default: one per core)")
     tpch.add_argument("--data-dir", default=None,
                       help="cache directory for generated TPC-H data (default ~/.cache/splice/tpch)")
     tpch.add_argument("--json", action="store_true", help="one JSON object per row, then metrics")

@@ -27,7 +27,11 @@ def _columns(text: str | None) -> tuple[str, ...]:
 
 
 def check_state_backend(args: argparse.Namespace) -> str:
-    """The ``--state-backend`` option, refused where nothing would use it."""
+    """The ``--state-backend`` option, refused where nothing would use it (and ``--threads``
+    likewise: it applies to unbounded Q3 without checkpoints only)."""
+    if getattr(args, "threads", None) is not None and (
+            args.query != "q3" or args.window != "unbounded" or getattr(args, "checkpoint_dir", None)):
+        raise PlanError("--threads applies to q3 --window unbounded without --checkpoint-dir")
     backend: str = getattr(args, "state_backend", "memory")
     if backend != "memory" and args.query != "q1" and not _columns(getattr(args, "dedupe_on", None)):
         raise PlanError(f"--state-backend {backend} applies to q1's group-by and to --dedupe-on; "
@@ -87,7 +91,7 @@ def run_tpch(args: argparse.Namespace) -> int:
         else:
             window = None
         load_seconds = time.perf_counter() - t0
-        answer, extra = run_q3(tables, window, args.order, args.batch_size)
+        answer, extra = run_q3(tables, window, args.order, args.batch_size, threads=getattr(args, "threads", None))
         seconds = float(extra.pop("seconds"))
         input_rows = sum(t.num_rows for t in tables.values())
     else:
