@@ -28,7 +28,7 @@ from numba import njit
 
 from splice.joins._hash_kernels import _NO_NRT, fx_bucket
 
-__all__ = ["q3_join_arrival", "new_cursor", "partition_of", "partition_sizes", "INTERLEAVED", "SEQUENTIAL", "REVERSED", "EXPLICIT"]
+__all__ = ["q3_join_arrival", "new_cursor", "partition_of", "partition_arrival", "INTERLEAVED", "SEQUENTIAL", "REVERSED", "EXPLICIT"]
 
 #: ``nxt`` of a stored tuple whose key is null: in its window, on no chain (never matches).
 UNLINKED = -2
@@ -162,18 +162,72 @@ def _customers(k, valid, c_keys, c_nxt, c_head, shift_c):  # type: ignore[no-unt
 
 @_kernel
 def partition_of(key, n_parts):  # type: ignore[no-untyped-def]
-    """The partition (0 .. n_parts - 1) of an order key: bits of its Fibonacci hash."""
-    return fx_bucket(key, 48) % n_parts
+    """The partition (0 .. n_parts - 1) of an order key: 16 bits of its Fibonacci hash scaled to
+    ``n_parts`` (a multiply and a shift, no division)."""
+    return (fx_bucket(key, 48) * n_parts) >> 16
 
 
-@_kernel
-def partition_sizes(mask, keys, out):  # type: ignore[no-untyped-def]
-    """Add to ``out[p]`` the rows with ``mask`` set in partition ``p`` of :func:`partition_of`
-    (``len(out)`` partitions)."""
-    n_parts = out.shape[0]
-    for i in range(mask.shape[0]):
-        if mask[i]:
-            out[partition_of(keys[i], n_parts)] += 1
+@njit(cache=True, nogil=True)
+def partition_arrival(mode, n_raw, c_ok, o_ok, l_ok, o_okey, l_okey, part, n_parts):  # type: ignore[no-untyped-def]
+    """The arrival (table, raw row) of every customer that passes its selection and of the
+    passing orders and lineitems of partition ``part``, in the order of ``mode`` (not
+    ``EXPLICIT``). Filtering keeps the relative order of the full arrival: it is a total order by
+    (position, table)."""
+    n0 = n_raw[0]
+    n1 = n_raw[1]
+    n2 = n_raw[2]
+    rows0 = np.empty(n0, np.int64)
+    rows1 = np.empty(n1, np.int64)
+    rows2 = np.empty(n2, np.int64)
+    m0 = 0
+    for i in range(n0):
+        if c_ok[i]:
+            rows0[m0] = i
+            m0 += 1
+    m1 = 0
+    for i in range(n1):
+        if o_ok[i] and partition_of(o_okey[i], n_parts) == part:
+            rows1[m1] = i
+            m1 += 1
+    m2 = 0
+    for i in range(n2):
+        if l_ok[i] and partition_of(l_okey[i], n_parts) == part:
+            rows2[m2] = i
+            m2 += 1
+    m = m0 + m1 + m2
+    sides = np.empty(m, np.int8)
+    rows = np.empty(m, np.int64)
+    j0 = j1 = j2 = 0
+    for j in range(m):
+        best = -1
+        if mode == INTERLEAVED:
+            # the smallest (2 i + 1) / n over raw rows i; ties go to the lower table
+            if j0 < m0:
+                best = 0
+            if j1 < m1 and (best == -1 or (2 * rows1[j1] + 1) * n0 < (2 * rows0[j0] + 1) * n1):
+                best = 1
+            if j2 < m2:
+                if best == -1:
+                    best = 2
+                elif best == 0 and (2 * rows2[j2] + 1) * n0 < (2 * rows0[j0] + 1) * n2:
+                    best = 2
+                elif best == 1 and (2 * rows2[j2] + 1) * n1 < (2 * rows1[j1] + 1) * n2:
+                    best = 2
+        elif mode == SEQUENTIAL:
+            best = 0 if j0 < m0 else 1 if j1 < m1 else 2
+        else:
+            best = 2 if j2 < m2 else 1 if j1 < m1 else 0
+        sides[j] = best
+        if best == 0:
+            rows[j] = rows0[j0]
+            j0 += 1
+        elif best == 1:
+            rows[j] = rows1[j1]
+            j1 += 1
+        else:
+            rows[j] = rows2[j2]
+            j2 += 1
+    return sides, rows
 
 
 @_kernel
@@ -184,7 +238,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
     c_ring, c_keys, c_nxt, c_head, c_tail, shift_c,
     o_ring, o_keys, o_nxt, o_head, o_tail, shift_o,
     l_ring, l_keys, l_nxt, l_head, l_tail, shift_l,
-    agg_rev, agg_hit, lifo, part, n_parts,
+    agg_rev, agg_hit, lifo,
 ):
     """Process up to ``n_steps`` raw arrivals (``mode``: see the constants; ``EXPLICIT`` reads
     ``sides``/``rows``); returns whether the arrival is exhausted.
@@ -193,11 +247,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
     ``*_key``/``*_okey``/``*_ckey`` the raw key columns and ``*_valid`` their validity (a tuple
     with a null key takes its window position but joins nothing). Revenue ``ep * (one - dc)`` is computed
     from the (low, high) int64 words of the decimal128 columns when a match needs it. A stage's
-    window is its ring's length; ``agg_rev``/``agg_hit`` are indexed by raw orders row. With
-    ``n_parts > 1`` only the orders and lineitems of partition ``part`` (by order key,
-    :func:`partition_of`) are joined and stored, and every customer: exact for unbounded
-    stages only, where no tuple expires, so P kernels over P partitions (threads sharing
-    ``agg_*``: each order belongs to one) give the single kernel's results.
+    window is its ring's length; ``agg_rev``/``agg_hit`` are indexed by raw orders row.
     """
     n0 = n_raw[0]
     n1 = n_raw[1]
@@ -233,7 +283,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             c_ring[pos] = r
             _link(0, pos, k, valid, c_keys, c_nxt, c_head, c_tail, shift_c, lifo)
         elif side == 1:
-            if not o_ok[r] or (n_parts > 1 and partition_of(o_okey[r], n_parts) != part):
+            if not o_ok[r]:
                 continue
             ck = o_ckey[r]
             ok = o_okey[r]
@@ -252,7 +302,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             _link(0, pos, ck, oc_valid[r], o_keys, o_nxt, o_head, o_tail, shift_o, lifo)
             _link(1, pos, ok, oo_valid[r], o_keys, o_nxt, o_head, o_tail, shift_o, lifo)
         else:
-            if not l_ok[r] or (n_parts > 1 and partition_of(l_okey[r], n_parts) != part):
+            if not l_ok[r]:
                 continue
             e = ep_words[r, 0]
             d = dc_words[r, 0]

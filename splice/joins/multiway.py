@@ -43,7 +43,7 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.joins._hash_kernels import q3_hbsj_sequence
-from splice.joins._q3_kernels import EXPLICIT, new_cursor, partition_sizes, q3_join_arrival
+from splice.joins._q3_kernels import EXPLICIT, new_cursor, partition_arrival, q3_join_arrival
 from splice.joins.hash_keys import HashKeys, common_key_type, common_key_types
 from splice.joins.hash_window_join import Impl, make_index
 from splice.joins.hbsj import HBSJIndex
@@ -370,11 +370,7 @@ class Q3FastJoin:
     words of l_extendedprice and l_discount and the unscaled 1. ``agg_rev``/``agg_hit``: revenue
     and whether a result exists, per raw orders row (``agg``: arrays to share).
 
-    ``part``/``n_parts``: join only the orders and lineitems of partition ``part`` of the order
-    key, and every customer. Unbounded stages only (no tuple expires, so the partitions' joins
-    together give every result once); ``n_parts`` joins, one per thread, share ``agg``
-    (:func:`q3_partitioned_join`). ``stored``: how many tuples each stage will hold (default:
-    the rows each mask passes).
+    ``stored``: how many tuples each stage will hold (default: the rows each mask passes).
     """
 
     def __init__(
@@ -388,13 +384,9 @@ class Q3FastJoin:
         window: int | None,
         table_size: int | None = None,
         arrival: tuple[np.ndarray, np.ndarray] | None = None,
-        part: int = 0,
-        n_parts: int = 1,
         agg: tuple[np.ndarray, np.ndarray] | None = None,
         stored: tuple[int, int, int] | None = None,
     ):
-        if n_parts > 1 and (window is not None or mode == EXPLICIT):
-            raise PlanError("Q3: only unbounded stages over a raw arrival can be partitioned")
         passed = list(stored) if stored is not None else [int(np.count_nonzero(m)) for m in masks]
         wins = [window if window is not None else max(1, n) for n in passed]
         self.stages: list[np.ndarray] = []
@@ -423,7 +415,7 @@ class Q3FastJoin:
                       np.array(n_raw, np.int64), *masks, valid[0], valid[2], valid[1], valid[3],
                       c_key, o_okey, o_ckey, l_okey, *words,
                       *st[0:5], shifts[0], *st[5:10], shifts[1], *st[10:15], shifts[2],
-                      self.agg_rev, self.agg_hit, window is None, part, n_parts)
+                      self.agg_rev, self.agg_hit, window is None)
 
     def step(self, n: int) -> bool:
         """Process up to ``n`` raw arrivals; whether the arrival is exhausted."""
@@ -488,21 +480,20 @@ def q3_partitioned_join(
 ) -> tuple[np.ndarray, np.ndarray, int, bool]:
     """Q3's join with unbounded stages on ``n_parts`` threads: thread ``p`` joins the orders and
     lineitems of partition ``p`` of the order key and every customer (SplitJoin's store-a-share,
-    by key). Same results as :func:`q3_fast_join` with ``window=None``."""
+    by key), in their arrival order (:func:`~splice.joins._q3_kernels.partition_arrival`). Same
+    results as :func:`q3_fast_join` with ``window=None``."""
     from concurrent.futures import ThreadPoolExecutor
 
     okeys = np.ascontiguousarray(keys[1], np.int64)
     lkeys = np.ascontiguousarray(keys[3], np.int64)
-    o_sizes = np.zeros(n_parts, np.int64)
-    l_sizes = np.zeros(n_parts, np.int64)
-    partition_sizes(masks[1], okeys, o_sizes)
-    partition_sizes(masks[2], lkeys, l_sizes)
-    customers = int(np.count_nonzero(masks[0]))
+    n = np.array(n_raw, np.int64)
     agg = (np.zeros(n_raw[1], np.int64), np.zeros(n_raw[1], np.bool_))
 
     def one(p: int) -> Q3FastJoin:
-        join = Q3FastJoin(mode, n_raw, masks, (keys[0], okeys, keys[2], lkeys), valid, words, None,
-                          part=p, n_parts=n_parts, agg=agg, stored=(customers, int(o_sizes[p]), int(l_sizes[p])))
+        sides, rows = partition_arrival(mode, n, *masks, okeys, lkeys, p, n_parts)
+        stored = tuple(int(np.count_nonzero(sides == t)) for t in range(3))
+        join = Q3FastJoin(EXPLICIT, n_raw, masks, (keys[0], okeys, keys[2], lkeys), valid, words, None,
+                          arrival=(sides, rows), agg=agg, stored=stored)  # type: ignore[arg-type]
         join.run(batch_size)
         return join
 
