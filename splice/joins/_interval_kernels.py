@@ -44,6 +44,8 @@ __all__ = [
     "gather_bits_py",
     "gather_var",
     "gather_var_py",
+    "var_parts",
+    "probe_pairs",
 ]
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -265,10 +267,15 @@ def _probe_fill(
 def index_probe(
     table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
     p_times: np.ndarray, lo: int, hi: int, shift: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, int, int]:
     """Pairs ``(i, entry)``: equal codes and ``p_times[i]+lo <= time <= p_times[i]+hi``, for a
     table built with ``2**shift >= hi - lo + 1``, and each pair's entry time (read on the line
     the probe reads anyway, so the caller need not gather it from the payload).
+
+    Returns ``(buf, cap, k)``: the ``k`` pairs' probe rows are ``buf[:k]``, their entries
+    ``buf[cap:cap + k]`` and the entries' times ``buf[2 * cap:2 * cap + k]`` (one array to hand
+    back instead of three: each array returned from a compiled function costs about a
+    microsecond to box). :func:`probe_pairs` splits it.
 
     Ordered by ``i``, then by entry (insertion) order. One pass over the chains into buffers of
     ``max(16, len(p_codes))`` pairs; only when more pairs exist, a second pass into buffers of the
@@ -276,16 +283,22 @@ def index_probe(
     registers and made the probe three times slower.)
     """
     cap = max(16, len(p_codes))
-    pi = np.empty(cap, dtype=np.int64)
-    pe = np.empty(cap, dtype=np.int64)
-    pt = np.empty(cap, dtype=np.int64)
-    k = _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, pi, pe, pt)
+    buf = np.empty(3 * cap, dtype=np.int64)
+    k = _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, buf[:cap],
+                    buf[cap : 2 * cap], buf[2 * cap :])
     if k > cap:
-        pi = np.empty(k, dtype=np.int64)
-        pe = np.empty(k, dtype=np.int64)
-        pt = np.empty(k, dtype=np.int64)
-        _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, pi, pe, pt)
-    return pi[:k], pe[:k], pt[:k]
+        cap = k
+        buf = np.empty(3 * cap, dtype=np.int64)
+        _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, buf[:cap],
+                    buf[cap : 2 * cap], buf[2 * cap :])
+    return buf, cap, k
+
+
+def probe_pairs(probed: tuple[np.ndarray, int, int]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(probe rows, entries, entry times)`` of :func:`index_probe`'s result."""
+    buf, cap, k = probed
+    return buf[:k], buf[cap : cap + k], buf[2 * cap : 2 * cap + k]
 
 
 @njit(cache=True, nogil=True)
@@ -323,7 +336,8 @@ def hash_band_pairs(
     link = np.empty((m, 2), dtype=np.int64)
     link[:, 0] = b_times
     index_insert(table, b_codes, link, 0, m, shift)
-    pi, pj, _ = index_probe(table, link, b_codes, p_codes, p_times, lo, hi, shift)
+    buf, cap, k = index_probe(table, link, b_codes, p_codes, p_times, lo, hi, shift)
+    pi, pj = buf[:k], buf[cap : cap + k]
     return pi, pj
 
 
@@ -465,25 +479,11 @@ def gather_bits_py(bits: np.ndarray, bit_offset: int, rows: np.ndarray) -> np.nd
 
 
 @njit(cache=True, nogil=True)
-def gather_var(
-    offsets: np.ndarray, data: np.ndarray, bits: np.ndarray, bit_offset: int, rows: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Values ``data[offsets[r]:offsets[r+1]]`` for ``r`` in ``rows``: ``(new offsets, new data,
-    new validity bitmap)``, the offsets from 0 and of ``offsets``' type, the bitmap as
-    :func:`gather_bits` makes it from ``bits`` (empty when ``bits`` is: no nulls). Empty offsets
-    mean the values would not fit the type (32-bit offsets past 2**31 - 1 bytes)."""
-    m = len(rows)
-    total = np.int64(0)
-    for k in range(m):
-        r = rows[k]
-        total += np.int64(offsets[r + 1]) - np.int64(offsets[r])
-    if offsets.itemsize == 4 and total > 2147483647:
-        return (np.empty(0, dtype=offsets.dtype), np.empty(0, dtype=np.uint8),
-                np.empty(0, dtype=np.uint8))
-    out_off = np.empty(m + 1, dtype=offsets.dtype)
-    out = np.empty(total, dtype=np.uint8)
-    out_off[0] = 0
+def _copy_var(offsets: np.ndarray, data: np.ndarray, rows: np.ndarray, out_off: np.ndarray,
+              out: np.ndarray) -> None:
     d = np.int64(0)
+    out_off[0] = 0
+    m = len(rows)
     for k in range(m):
         r = rows[k]
         a = np.int64(offsets[r])
@@ -496,8 +496,57 @@ def gather_var(
             dst[x] = src[x]
         d += n
         out_off[k + 1] = d
-    valid = gather_bits(bits, bit_offset, rows) if len(bits) else np.empty(0, dtype=np.uint8)
-    return out_off, out, valid
+
+
+@njit(cache=True, nogil=True)
+def gather_var(
+    offsets: np.ndarray, data: np.ndarray, bits: np.ndarray, bit_offset: int, rows: np.ndarray
+) -> tuple[np.ndarray, int, int]:
+    """Values ``data[offsets[r]:offsets[r+1]]`` for ``r`` in ``rows``, as one buffer
+    ``(buf, offsets_at, data_at)``: the validity bitmap as :func:`gather_bits` makes it from
+    ``bits`` in ``buf[:(len(rows) + 7) // 8]`` (meaningless when ``bits`` is empty: no nulls),
+    the new offsets (from 0, of ``offsets``' type) from byte ``offsets_at``, the values from
+    byte ``data_at`` to the end; each part starts 8-byte aligned. One array to hand back instead
+    of three (each array returned from a compiled function costs about a microsecond to box);
+    :func:`var_parts` splits it. ``offsets_at`` is ``-1`` when the values would not fit the type
+    (32-bit offsets past 2**31 - 1 bytes)."""
+    m = len(rows)
+    total = np.int64(0)
+    for k in range(m):
+        r = rows[k]
+        total += np.int64(offsets[r + 1]) - np.int64(offsets[r])
+    isz = offsets.itemsize
+    if isz == 4 and total > 2147483647:
+        return np.empty(0, dtype=np.uint8), -1, -1
+    off_at = ((m + 7) // 8 + 7) // 8 * 8
+    data_at = off_at + ((m + 1) * isz + 7) // 8 * 8
+    buf = np.empty(data_at + total, dtype=np.uint8)
+    out = buf[data_at:]
+    if isz == 4:
+        _copy_var(offsets, data, rows, buf[off_at:data_at].view(np.int32), out)
+    else:
+        _copy_var(offsets, data, rows, buf[off_at:data_at].view(np.int64), out)
+    if len(bits):
+        valid = buf[: (m + 7) // 8]
+        valid[:] = 0
+        for k in range(m):
+            p = rows[k] + bit_offset
+            if (bits[p >> 3] >> (p & 7)) & 1:
+                valid[k >> 3] |= np.uint8(1 << (k & 7))
+    return buf, off_at, data_at
+
+
+def var_parts(gathered: tuple[np.ndarray, int, int], rows: int, offset_type: type,
+              nulls: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(offsets, data, validity bitmap)`` of :func:`gather_var`'s result for ``rows`` rows
+    (the bitmap empty without ``nulls``); empty offsets where it did not fit."""
+    buf, off_at, data_at = gathered
+    if off_at < 0:
+        return np.zeros(0, offset_type), np.zeros(0, np.uint8), np.zeros(0, np.uint8)
+    size = np.dtype(offset_type).itemsize
+    offsets: np.ndarray = buf[off_at : off_at + (rows + 1) * size].view(offset_type)
+    valid = buf[: (rows + 7) // 8] if nulls else np.zeros(0, np.uint8)
+    return offsets, buf[data_at:], valid
 
 
 def gather_var_py(

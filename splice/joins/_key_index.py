@@ -38,6 +38,7 @@ from splice.joins._interval_kernels import (
     index_insert,
     index_probe,
     new_table,
+    probe_pairs,
 )
 
 __all__ = ["KeyCodec", "KeyIndex"]
@@ -288,8 +289,8 @@ class KeyIndex:
         if self.shift < 63 and hi - lo + 1 > 1 << self.shift:
             raise InternalError(f"key index of time buckets 2**{self.shift} probed with a band "
                                 f"[{lo}, {hi}] wider than a bucket")
-        pi, pe, pt = index_probe(self.table, self.link, self.e_code, codes, times, lo, hi,
-                                 self.shift)
+        pi, pe, pt = probe_pairs(index_probe(self.table, self.link, self.e_code, codes, times,
+                                             lo, hi, self.shift))
         if self._rowid is None:
             return pi, pe + self._base if self._base else pe, pt
         return pi, self._rowid[pe], pt

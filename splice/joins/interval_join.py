@@ -332,14 +332,18 @@ class _ColumnView:
                                          [validity, pa.py_buffer(self.values[rows])])
         if kind == "var":
             bits = self.bits
-            offsets, data, valid = gather_var(self.offsets, self.values,
+            buf, off_at, data_at = gather_var(self.offsets, self.values,
                                               _NO_BITS if bits is None else bits,
                                               self.bit_offset, rows)
-            if len(offsets):
+            if off_at >= 0:
+                # one buffer holds bitmap, offsets and values: Arrow slices of it
+                m = len(rows)
+                whole = pa.py_buffer(buf)
                 return pa.Array.from_buffers(
-                    self.type, len(rows),
-                    [None if bits is None else pa.py_buffer(valid), pa.py_buffer(offsets),
-                     pa.py_buffer(data)])
+                    self.type, m,
+                    [None if bits is None else whole.slice(0, (m + 7) >> 3),
+                     whole.slice(off_at, (m + 1) * self.offsets.itemsize),
+                     whole.slice(data_at)])
             # repeated rows overflow 32-bit offsets: Arrow's take says so
         return self.array.take(pa.array(rows))
 

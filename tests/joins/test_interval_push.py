@@ -27,6 +27,7 @@ from splice.joins._interval_kernels import (
     locate_py,
     time_range,
     time_range_py,
+    var_parts,
 )
 from splice.joins._key_index import KeyIndex
 from splice.joins.interval_join import (
@@ -95,7 +96,11 @@ def test_gather_var_matches_twin(large, values, data):
     bits = np.frombuffer(bufs[0], np.uint8) if arr.null_count else np.zeros(0, np.uint8)
     rows = np.array(data.draw(st.lists(st.integers(0, len(values) - 1), max_size=40)),
                     dtype=np.int64)
-    got, want = gather_var(off, dat, bits, 0, rows), gather_var_py(off, dat, bits, 0, rows)
+    gathered = gather_var(off, dat, bits, 0, rows)
+    buf, off_at, data_at = gathered
+    assert off_at % 8 == 0 and data_at % 8 == 0 and off_at >= (len(rows) + 7) // 8
+    got = var_parts(gathered, len(rows), off.dtype.type, bool(arr.null_count))
+    want = gather_var_py(off, dat, bits, 0, rows)
     assert got[0].dtype == off.dtype and got[0].tolist() == want[0].tolist()
     assert bytes(got[1]) == bytes(want[1]) == b"".join(values[r] or b"" for r in rows.tolist())
     assert got[2].tolist() == want[2].tolist()
@@ -467,3 +472,19 @@ def test_opposite_key_and_time_columns_equal_the_reference(kind, rows, threshold
                         index_threshold=threshold, out_of_orderness=None)
     h = _run_both(spec, ls, rs, records)
     assert h.logic._same_key == (kind != "float64")
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20)), max_size=80),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20)), min_size=1, max_size=5))
+def test_index_probe_pairs_and_times_match_twin_past_the_first_buffer(entries, probes):
+    # few keys and few probes: pairs often outnumber the first buffers (16), so the second pass
+    # into a larger buffer runs; the one-buffer result splits into pairs and entry times
+    codes = np.array([c for c, _ in entries], np.int64)
+    times = np.array([t for _, t in entries], np.int64)
+    idx = KeyIndex(codes, times, np.arange(len(entries), dtype=np.int64), (-5, 5))
+    pc_ = np.array([c for c, _ in probes], np.int64)
+    pt = np.array([t for _, t in probes], np.int64)
+    pi, rid, et = idx.probe_times(pc_, pt, -5, 5)
+    want_i, want_j = index_probe_py(codes, times, len(entries), pc_, pt, -5, 5)
+    assert pi.tolist() == want_i.tolist() and rid.tolist() == want_j.tolist()
+    assert et.tolist() == times[want_j].tolist()
