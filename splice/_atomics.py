@@ -157,5 +157,6 @@ def spin_lock(locks: Any, i: Any) -> None:
 
 @njit(**_INLINE)
 def spin_unlock(locks: Any, i: Any) -> None:
-    """Release spin lock ``locks[i]``."""
-    atomic_xchg(locks, i, 0)
+    """Release spin lock ``locks[i]`` (a release store: the critical section's reads and writes
+    stay before it; a plain store on x86, where an exchange would be a full barrier)."""
+    atomic_store_release(locks, i, 0)

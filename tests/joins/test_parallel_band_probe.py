@@ -1,0 +1,70 @@
+"""The parallel join's probe (``par_task``) with positions still in flight, against brute force.
+
+A probe finds its partners among indexed positions through the index and among positions not
+yet indexed (other threads' unfinished tasks, a merge's phase 1) by scanning the indexed bitmap
+from the edge tuple. Here the in-flight positions are chosen at random, so the scan meets every
+shape of bitmap word (empty, full, partial, ranges starting and ending inside a word).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splice.index.window import WindowIndex
+from splice.joins._band_kernels import (
+    LOCK_STRIDE,
+    R_ALLOW,
+    R_LEN,
+    clear_bits,
+    par_insert_range,
+    par_task,
+)
+from splice.joins.band_join import probe_offsets
+
+RING = 512  # window slots (a power of 2, 8 bitmap words)
+
+
+@settings(max_examples=80)
+@given(
+    keys=st.lists(st.integers(0, 30), min_size=1, max_size=400),
+    data=st.data(),
+    probe=st.integers(0, 30),
+    band=st.tuples(st.integers(-4, 0), st.integers(0, 4)),
+)
+def test_probe_with_positions_in_flight_matches_brute_force(keys, data, probe, band):
+    n = len(keys)
+    in_flight = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), bool)
+    t_e = data.draw(st.integers(0, n - 1))
+    ring = np.zeros(RING, np.int64)
+    ring[:n] = keys
+    bits = np.zeros(RING // 64, np.int64)
+    ix = WindowIndex("pimtree", RING, np.dtype(np.int64), merge_ratio=1.0, insertion_depth=0)
+    locks = np.zeros(ix.state[7].shape[0] * LOCK_STRIDE, np.int64)
+    path = np.zeros(1024, np.int64)
+    res = np.zeros(R_LEN, np.int64)
+    # index every position but those in flight (flagged first so the insert skips them), then
+    # mark the in-flight ones not indexed again
+    for p in np.flatnonzero(in_flight):
+        bits[p >> 6] |= 1 << (p & 63)
+    assert par_insert_range(ix.state, locks, ring, bits, 0, n - 1, path, res) == n - in_flight.sum()
+    for p in np.flatnonzero(in_flight):
+        clear_bits(bits, p, p + 1)
+    # the edge: at or before the first position in flight (every position before it indexed)
+    first = int(np.argmax(in_flight)) if in_flight.any() else n
+    edge = np.array([data.draw(st.integers(0, first)), 0], np.int64)
+    lo, hi = probe_offsets(band[0], band[1], np.dtype(np.int64), True)
+    out_g = np.zeros(n + 1, np.int64)
+    out_p = np.zeros(n + 1, np.int64)
+    res[R_ALLOW] = 0  # probe only
+    g, m, status = par_task(
+        0, 1, np.zeros(1, np.int8), np.array([probe], np.int64), np.array([n], np.int64),
+        np.array([t_e], np.int64), np.array([n - 1], np.int64), lo, hi, True, ix.state,
+        ix.state, locks, locks, ring, ring, bits, bits, edge, np.zeros(1, np.int64),
+        np.array([n + 1, 0], np.int64), res, path, out_g, out_p, 0,
+    )
+    assert (g, status) == (1, 0)
+    want = [p for p in range(t_e, n) if probe + band[0] <= keys[p] <= probe + band[1]]
+    assert out_p[:m].tolist() == want
+    assert (out_g[:m] == 0).all()
