@@ -268,7 +268,9 @@ class TaskQueueJoin:
         return all_g[idx], all_p[idx]
 
     def _work(self, tid: int, shared: tuple[Any, ...], cap: int) -> tuple[np.ndarray, np.ndarray, int]:
-        res = np.zeros(R_LEN, np.int64)
+        # the thread's resume record and counters, written per tuple: padded by a cache line on
+        # each side so no other thread's data shares its lines
+        res = np.zeros(R_LEN + 2 * LOCK_STRIDE, np.int64)[LOCK_STRIDE : LOCK_STRIDE + R_LEN]
         res[R_TASK] = -1
         path = np.zeros(1024, np.int64)
         out_g = np.empty(cap, np.int64)
