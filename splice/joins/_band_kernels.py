@@ -201,6 +201,14 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
     Returns ``(next g, count, status)``; status 2: ``out`` is full (grow it and resume at
     ``next g``), 1: a node pool ran low (the join cannot continue).
     """
+    # indexed flags are set once per bitmap word and task, not per tuple: the words are shared
+    # with the task another thread runs next to this one (an atomic or per tuple would move
+    # their cache line between the cores every time); until then a probe finds these positions
+    # by the scan and drops the index's duplicates
+    fw0 = -1
+    fm0 = 0
+    fw1 = -1
+    fm1 = 0
     for g in range(g0, g1):
         s = sides[g]
         o = s if self_join else 1 - s
@@ -229,7 +237,13 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
                 slot = p & mask
                 b = slot & 63
                 span = min(64 - b, tl - p + 1)
-                z = ~atomic_load(obits, slot >> 6) >> b
+                wd = atomic_load(obits, slot >> 6)
+                # this task's own inserts whose flags are not set yet are indexed too
+                if o == 0 and slot >> 6 == fw0:
+                    wd |= fm0
+                elif o == 1 and slot >> 6 == fw1:
+                    wd |= fm1
+                z = ~wd >> b
                 if span < 64:
                     z &= (1 << span) - 1
                 while z != 0:
@@ -239,6 +253,8 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
                     v = oring[q & mask]
                     if v >= klo and v <= khi:
                         if r >= cap:
+                            _flush(bits_l, fw0, fm0)
+                            _flush(bits_r, fw1, fm1)
                             return g, m0, OUT_FULL
                         out_p[r] = q
                         r += 1
@@ -248,6 +264,8 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
             #    it (flag stored after the insert); drop what the scan matched already
             r = _par_search(other, olocks, klo, khi, te, tl, out_p, r, res)
             if r < 0:
+                _flush(bits_l, fw0, fm0)
+                _flush(bits_r, fw1, fm1)
                 return g, m0, OUT_FULL
             k = m1
             for j in range(m1, r):
@@ -268,12 +286,36 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
         if res[R_ALLOW + s]:
             own = st_l if s == 0 else st_r
             if nodes_free(own[6]) < own[15][M_POOLMIN]:
+                _flush(bits_l, fw0, fm0)
+                _flush(bits_r, fw1, fm1)
                 return g, n_out, 1
             olk = locks_l if s == 0 else locks_r
             _par_insert(own, olk, x, pos[g], path, res)
-            _flag(bits_l if s == 0 else bits_r, pos[g])
             res[R_INS + s] += 1
+            if s == 0:
+                slot = pos[g] & (bits_l.shape[0] * 64 - 1)
+                if slot >> 6 != fw0:
+                    _flush(bits_l, fw0, fm0)
+                    fw0 = slot >> 6
+                    fm0 = 0
+                fm0 |= 1 << (slot & 63)
+            else:
+                slot = pos[g] & (bits_r.shape[0] * 64 - 1)
+                if slot >> 6 != fw1:
+                    _flush(bits_r, fw1, fm1)
+                    fw1 = slot >> 6
+                    fm1 = 0
+                fm1 |= 1 << (slot & 63)
+    _flush(bits_l, fw0, fm0)
+    _flush(bits_r, fw1, fm1)
     return g1, n_out, 0
+
+
+@kernel(inline="always")
+def _flush(bits, w, m):
+    # set the indexed flags ``m`` of word ``w`` (after their inserts)
+    if m != 0:
+        atomic_or(bits, w, m)
 
 
 @kernel(inline="always")

@@ -9,6 +9,7 @@ shape of bitmap word (empty, full, partial, ranges starting and ending inside a 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,7 @@ from splice.joins._band_kernels import (
     par_task,
 )
 from splice.joins.band_join import probe_offsets
+from splice.joins.parallel_band import TaskQueueJoin
 
 RING = 512  # window slots (a power of 2, 8 bitmap words)
 
@@ -68,3 +70,22 @@ def test_probe_with_positions_in_flight_matches_brute_force(keys, data, probe, b
     want = [p for p in range(t_e, n) if probe + band[0] <= keys[p] <= probe + band[1]]
     assert out_p[:m].tolist() == want
     assert (out_g[:m] == 0).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_every_inserted_position_is_flagged_after_a_run(threads):
+    # the indexed flags are set per word at the end of a task: after a run every position is
+    # flagged, so the edge tuples reach the end of both streams
+    rng = np.random.default_rng(threads)
+    n = 5000
+    sides = rng.integers(0, 2, n).astype(np.int8)
+    keys = rng.integers(0, 1000, n)
+    join = TaskQueueJoin("pimtree", (700, 300), np.dtype(np.int64), -3, 3, False, 1.0, 1,
+                         threads, 5)
+    join.run(sides, keys)
+    counts = [int((sides == 0).sum()), int((sides == 1).sum())]
+    assert join.edge.tolist() == counts
+    for s in (0, 1):
+        flagged = [(int(join.bits[s][(p & (len(join.bits[s]) * 64 - 1)) >> 6]) >> (p & 63)) & 1
+                   for p in range(max(0, counts[s] - 2000), counts[s])]
+        assert all(flagged)
