@@ -195,9 +195,11 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
     cost nothing, not a step each); then it searches the
     index over the whole range ``[t_e, t_l]`` and drops the hits the scan already matched (an
     entry is flagged only after its insert, so nothing is missed). Then, when
-    ``res[R_ALLOW + s]`` (no merge phase 1 on its window), it enters its own index and is
-    flagged indexed (``res[R_INS + s]`` counts them; lock waits and scanned entries are counted
-    in ``res`` too). The caller moves the edge tuples once per task (:func:`try_advance_edge`).
+    ``res[R_ALLOW + s]`` (no merge phase 1 on its window), it enters its own index
+    (``res[R_INS + s]`` counts them; lock waits and scanned entries are counted in ``res``
+    too); its indexed flag is set with the task's others of the same bitmap word, when the task
+    moves to another word and at every return (the task's own scans count those pending flags
+    as set). The caller moves the edge tuples once per task (:func:`try_advance_edge`).
     Returns ``(next g, count, status)``; status 2: ``out`` is full (grow it and resume at
     ``next g``), 1: a node pool ran low (the join cannot continue).
     """

@@ -15,13 +15,16 @@ buffers or at the end of the queue:
    (count windows);
 2. *result generation* — for each tuple read the opposite window's **edge tuple** (the earliest
    position not yet indexed) once, scan the positions from the edge to ``t_l`` that are not yet
-   indexed (a bitmap with one bit per window slot: whole indexed words are skipped, so a task
-   held up by a preempted thread does not make every later probe compare keys all the way),
-   then search the index (``T_S`` lock-free, each ``T_I`` partition under its spin lock, one
-   cache line per lock) over ``[t_e, t_l]``, dropping the hits the scan matched already;
-3. *index update* — insert the tuple into its window's PIM-Tree (one partition lock) and set its
-   indexed bit (atomic or); after the task, the thread tries the edge mutex (test-and-set: skip
-   when held) and moves each edge past the indexed tuples;
+   indexed (a bitmap with one bit per window slot, read a word at a time, its zero bits visited
+   by trailing-zero count, so a task held up by a preempted thread does not make every later
+   probe compare keys all the way), then search the index (``T_S`` lock-free, each ``T_I``
+   partition under its spin lock, one cache line per lock) over ``[t_e, t_l]``, dropping the
+   hits the scan matched already;
+3. *index update* — insert the tuple into its window's PIM-Tree (one partition lock); its
+   indexed bit is set with the others of its bitmap word and task (one atomic or per word and
+   task: the words are shared with the task the other thread runs); after the task, the thread
+   tries the edge mutex (test-and-set: skip when held) and moves each edge past the indexed
+   tuples;
 4. *result propagation* — the task is *completed*; a thread that wins the propagation mutex
    (test-and-set) moves the queue head past the completed tasks and stamps the time. The rows
    stay in the thread's buffer; the queue records where each task's rows are, and the caller
