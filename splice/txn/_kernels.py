@@ -981,3 +981,26 @@ def executors(udf: Any) -> tuple[Any, Any, Any]:
     if udf is None:
         return run_ops, run_serial, run_partitioned
     return run_ops_udf, run_serial_udf, run_partitioned_udf
+
+
+@njit(cache=True, nogil=True)
+def tpg_counts(chain, n_chains, txn_ptr, kind, sum_write, sum_add):  # type: ignore[no-untyped-def]
+    """The decision model's TPG counts in one pass each: (longest chain, operations of
+    multi-operation transactions, summation operations)."""
+    lengths = np.zeros(max(n_chains, 1), np.int64)
+    for i in range(chain.shape[0]):
+        lengths[chain[i]] += 1
+    longest = 0
+    for c in range(lengths.shape[0]):
+        if lengths[c] > longest:
+            longest = lengths[c]
+    multi = 0
+    for t in range(txn_ptr.shape[0] - 1):
+        k = txn_ptr[t + 1] - txn_ptr[t]
+        if k > 1:
+            multi += k
+    sums = 0
+    for i in range(kind.shape[0]):
+        if kind[i] == sum_write or kind[i] == sum_add:
+            sums += 1
+    return longest, multi, sums

@@ -92,12 +92,11 @@ def refresh_tpg(tpg: TPG, store: StateStore) -> None:
 
 
 def tpg_stats(tpg: TPG) -> dict[str, float]:
-    """Measured TPG statistics for the decision model: dependency counts and degree skew."""
+    """Measured TPG statistics for the decision model: dependency counts and degree skew (one
+    kernel call: the model runs once per batch, and a batch of SL takes a few milliseconds)."""
     n = tpg.pred.shape[0]
-    chain_len = np.bincount(tpg.chain, minlength=tpg.n_chains) if n else np.zeros(1, np.int64)
-    ops_per_txn = tpg.txn_ptr[1:] - tpg.txn_ptr[:-1]
-    multi = int(ops_per_txn[ops_per_txn > 1].sum())
-    sums = int(np.count_nonzero((tpg.kind == SUM_WRITE) | (tpg.kind == SUM_ADD)))
+    longest, multi, sums = K.tpg_counts(tpg.chain, tpg.n_chains, tpg.txn_ptr, tpg.kind, SUM_WRITE, SUM_ADD)
+    mean_chain = n / max(tpg.n_chains, 1)
     return {
         "ops": float(n),
         "chains": float(tpg.n_chains),
@@ -106,7 +105,7 @@ def tpg_stats(tpg: TPG) -> dict[str, float]:
         "ld": float(multi),
         "sum_ops": float(sums),
         "checks": float(tpg.chk_op.shape[0]),
-        "max_chain": float(chain_len.max()) if chain_len.size else 0.0,
-        "mean_chain": float(n / max(tpg.n_chains, 1)),
-        "degree_skew": float(chain_len.max() / max(n / max(tpg.n_chains, 1), 1e-9)) if n else 0.0,
+        "max_chain": float(longest),
+        "mean_chain": float(mean_chain),
+        "degree_skew": float(longest / max(mean_chain, 1e-9)) if n else 0.0,
     }
