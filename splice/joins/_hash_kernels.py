@@ -47,6 +47,7 @@ __all__ = [
     "hb_time_sequence",
     "NO_TIME",
     "ring_positions",
+    "first_by_position",
     "hb_update",
     "hb_probe",
     "hb_join_sequence",
@@ -606,6 +607,26 @@ def merge_by_fraction(sizes):  # type: ignore[no-untyped-def]
     return side, row
 
 
+@njit(cache=True, nogil=True, inline="always")
+def first_by_position(has0, has1, has2, i0, i1, i2, n0, n1, n2):  # type: ignore[no-untyped-def]
+    """Which of three tables (of ``n0``, ``n1``, ``n2`` rows) sends the next tuple when row ``i``
+    of a table of ``n`` rows arrives at ``(i + 1/2) / n`` and ties go to the lower table;
+    ``has*``: whether that table still has a candidate (row ``i*``). -1 when none has."""
+    best = -1
+    if has0:
+        best = 0
+    if has1 and (best == -1 or (2 * i1 + 1) * n0 < (2 * i0 + 1) * n1):
+        best = 1
+    if has2:
+        if best == -1:
+            best = 2
+        elif best == 0 and (2 * i2 + 1) * n0 < (2 * i0 + 1) * n2:
+            best = 2
+        elif best == 1 and (2 * i2 + 1) * n1 < (2 * i1 + 1) * n2:
+            best = 2
+    return best
+
+
 @njit(cache=True, nogil=True)
 def merge_filtered3(m0, m1, m2):  # type: ignore[no-untyped-def]
     """:func:`merge_by_fraction` of three tables keeping only rows whose mask is set; rows are
@@ -624,19 +645,7 @@ def merge_filtered3(m0, m1, m2):  # type: ignore[no-untyped-def]
     k0 = k1 = k2 = 0
     j = 0
     while i0 < n0 or i1 < n1 or i2 < n2:
-        # the smallest (2 i + 1) / n; ties go to the lower table
-        best = -1
-        if i0 < n0:
-            best = 0
-        if i1 < n1 and (best == -1 or (2 * i1 + 1) * n0 < (2 * i0 + 1) * n1):
-            best = 1
-        if i2 < n2:
-            if best == -1:
-                best = 2
-            elif best == 0 and (2 * i2 + 1) * n0 < (2 * i0 + 1) * n2:
-                best = 2
-            elif best == 1 and (2 * i2 + 1) * n1 < (2 * i1 + 1) * n2:
-                best = 2
+        best = first_by_position(i0 < n0, i1 < n1, i2 < n2, i0, i1, i2, n0, n1, n2)
         if best == 0:
             if m0[i0]:
                 side[j] = 0

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from splice.joins._hash_kernels import _NO_NRT, fx_bucket
+from splice.joins._hash_kernels import _NO_NRT, first_by_position, fx_bucket
 
 __all__ = ["q3_join_arrival", "new_cursor", "partition_of", "partition_arrival", "INTERLEAVED", "SEQUENTIAL", "REVERSED", "EXPLICIT"]
 
@@ -56,18 +56,7 @@ def _next_table(mode, cur, n0, n1, n2, sides, rows):  # type: ignore[no-untyped-
     i2 = cur[2]
     best = -1
     if mode == INTERLEAVED:
-        # the smallest (2 i + 1) / n; ties go to the lower table
-        if i0 < n0:
-            best = 0
-        if i1 < n1 and (best == -1 or (2 * i1 + 1) * n0 < (2 * i0 + 1) * n1):
-            best = 1
-        if i2 < n2:
-            if best == -1:
-                best = 2
-            elif best == 0 and (2 * i2 + 1) * n0 < (2 * i0 + 1) * n2:
-                best = 2
-            elif best == 1 and (2 * i2 + 1) * n1 < (2 * i1 + 1) * n2:
-                best = 2
+        best = first_by_position(i0 < n0, i1 < n1, i2 < n2, i0, i1, i2, n0, n1, n2)
     elif mode == SEQUENTIAL:
         best = 0 if i0 < n0 else 1 if i1 < n1 else 2 if i2 < n2 else -1
     elif mode == REVERSED:
@@ -200,19 +189,10 @@ def partition_arrival(mode, n_raw, c_ok, o_ok, l_ok, o_okey, l_okey, part, n_par
     j0 = j1 = j2 = 0
     for j in range(m):
         best = -1
-        if mode == INTERLEAVED:
-            # the smallest (2 i + 1) / n over raw rows i; ties go to the lower table
-            if j0 < m0:
-                best = 0
-            if j1 < m1 and (best == -1 or (2 * rows1[j1] + 1) * n0 < (2 * rows0[j0] + 1) * n1):
-                best = 1
-            if j2 < m2:
-                if best == -1:
-                    best = 2
-                elif best == 0 and (2 * rows2[j2] + 1) * n0 < (2 * rows0[j0] + 1) * n2:
-                    best = 2
-                elif best == 1 and (2 * rows2[j2] + 1) * n1 < (2 * rows1[j1] + 1) * n2:
-                    best = 2
+        if mode == INTERLEAVED:  # by position of the raw rows
+            best = first_by_position(j0 < m0, j1 < m1, j2 < m2, rows0[min(j0, m0 - 1)] if m0 else 0,
+                                     rows1[min(j1, m1 - 1)] if m1 else 0, rows2[min(j2, m2 - 1)] if m2 else 0,
+                                     n0, n1, n2)
         elif mode == SEQUENTIAL:
             best = 0 if j0 < m0 else 1 if j1 < m1 else 2
         else:

@@ -172,6 +172,20 @@ def _emit(metrics: dict[str, Any], as_json: bool) -> None:
         print(" ".join(f"{k}={v}" for k, v in metrics.items()))
 
 
+def _print_answer(args: argparse.Namespace, answer: pa.Table, metrics: dict[str, Any]) -> int:
+    """``splice tpch``'s output: the answer's rows then the metrics, as JSON lines or a table."""
+    from splice.io.rows import json_rows, print_table
+
+    if args.json:
+        for line in json_rows(answer):
+            print(line)
+        _emit(metrics, True)
+    else:
+        print_table(answer, title=f"TPC-H {args.query.upper()} at SF {args.sf:g}")
+        _emit(metrics, False)
+    return 0
+
+
 def _run_q3_checkpointed(args: argparse.Namespace, tables: dict[str, pa.Table], window: int | None,
                          load_seconds: float, bad: dict[str, Any]) -> int:
     """``tpch q3 --checkpoint-dir``: the fused Q3 join (:class:`~splice.joins.multiway.Q3FastJoin`)
@@ -181,7 +195,6 @@ def _run_q3_checkpointed(args: argparse.Namespace, tables: dict[str, pa.Table], 
     answer is printed once, at the end: a rerun after a crash prints what an uninterrupted run does.
     """
     from splice.core.errors import SchemaError, StateError
-    from splice.io.rows import json_rows, print_table
     from splice.state.store import open_store
     from splice.workloads.tpch_q3 import q3_answer, q3_fast_run
 
@@ -230,21 +243,13 @@ def _run_q3_checkpointed(args: argparse.Namespace, tables: dict[str, pa.Table], 
                "join_results": join.results, "checkpoints": checkpoints,
                "resumed_from": cp.checkpoint_id if cp is not None else None,
                "restore_seconds": round(restore_seconds, 6), **bad}
-    if args.json:
-        for line in json_rows(answer):
-            print(line)
-        _emit(metrics, True)
-    else:
-        print_table(answer, title=f"TPC-H Q3 at SF {args.sf:g}")
-        _emit(metrics, False)
-    return 0
+    return _print_answer(args, answer, metrics)
 
 
 def run_tpch_checkpointed(args: argparse.Namespace) -> int:
     """``splice tpch ... --checkpoint-dir D``: the query as an engine plan with checkpoints."""
     from pathlib import Path
 
-    from splice.io.rows import json_rows, print_table
     from splice.workloads.tpch_command import check_state_backend, load_tpch_inputs
 
     backend = check_state_backend(args)
@@ -275,14 +280,7 @@ def run_tpch_checkpointed(args: argparse.Namespace) -> int:
                "rows_per_s": round(input_rows / seconds, 1) if seconds > 0 else None, **metrics, **bad}
     if backend != "memory":
         metrics["state_backend"] = backend
-    if args.json:
-        for line in json_rows(answer):
-            print(line)
-        _emit(metrics, True)
-    else:
-        print_table(answer, title=f"TPC-H {args.query.upper()} at SF {args.sf:g}")
-        _emit(metrics, False)
-    return 0
+    return _print_answer(args, answer, metrics)
 
 
 def load_join_inputs(args: argparse.Namespace) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
