@@ -50,7 +50,7 @@ from splice.joins.hbsj import HBSJIndex
 from splice.joins.splitjoin import WindowIndex
 from splice.joins.window import RowStore
 
-__all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_fast_join", "q3_partitioned_join", "Q3FastJoin"]
+__all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_partitioned_join", "Q3FastJoin"]
 
 #: ``(stream a, column of a, stream b, column of b)``: ``a.column == b.column``.
 Predicate = tuple[int, str, int, str]
@@ -481,7 +481,7 @@ def q3_partitioned_join(
     """Q3's join with unbounded stages on ``n_parts`` threads: thread ``p`` joins the orders and
     lineitems of partition ``p`` of the order key and every customer (SplitJoin's store-a-share,
     by key), in their arrival order (:func:`~splice.joins._q3_kernels.partition_arrival`). Same
-    results as :func:`q3_fast_join` with ``window=None``."""
+    results as one :class:`Q3FastJoin` with ``window=None``."""
     from concurrent.futures import ThreadPoolExecutor
 
     okeys = np.ascontiguousarray(keys[1], np.int64)
@@ -500,25 +500,6 @@ def q3_partitioned_join(
     with ThreadPoolExecutor(n_parts, thread_name_prefix="splice-q3") as pool:
         joins = list(pool.map(one, range(n_parts)))
     return agg[0], agg[1], sum(j.results for j in joins), all(j.fits for j in joins)
-
-
-def q3_fast_join(
-    mode: int,
-    n_raw: tuple[int, int, int],
-    masks: tuple[np.ndarray, np.ndarray, np.ndarray],
-    keys: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    valid: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None,
-    words: tuple[np.ndarray, np.ndarray, int],
-    window: int | None,
-    table_size: int | None = None,
-    batch_size: int = 65_536,
-    arrival: tuple[np.ndarray, np.ndarray] | None = None,
-) -> tuple[np.ndarray, np.ndarray, int, bool]:
-    """:class:`Q3FastJoin` run to the end: (revenue and hit per raw orders row, the number of
-    join results, whether every revenue fit 63 bits)."""
-    join = Q3FastJoin(mode, n_raw, masks, keys, valid, words, window, table_size, arrival)
-    join.run(batch_size)
-    return join.agg_rev, join.agg_hit, join.results, join.fits
 
 
 def q3_stream_join(
@@ -553,11 +534,11 @@ def q3_stream_join(
         ones = [np.ones(k, np.bool_) for k in (nc, no, nl)]
         rev = np.ascontiguousarray(l_revenue, np.int64)
         ep = np.stack([rev, rev >> 63], axis=1)
-        agg_rev, agg_hit, results, _ = q3_fast_join(
-            EXPLICIT, (nc, no, nl), (ones[0], ones[1], ones[2]), (c_custkey, o_orderkey, o_custkey, l_orderkey),
-            valid, (ep, np.zeros((nl, 2), np.int64), 1), window, table_size, batch_size or max(1, n),
-            (sides, rows))
-        return agg_rev, agg_hit, {"join_results": results}
+        join = Q3FastJoin(EXPLICIT, (nc, no, nl), (ones[0], ones[1], ones[2]),
+                          (c_custkey, o_orderkey, o_custkey, l_orderkey), valid,
+                          (ep, np.zeros((nl, 2), np.int64), 1), window, table_size, (sides, rows))
+        join.run(batch_size or max(1, n))
+        return join.agg_rev, join.agg_hit, {"join_results": join.results}
     wins = [window if window is not None else max(1, n) for n in (nc, no, nl)]
     hb = [HBSJIndex(1, wins[0], table_size), HBSJIndex(2, wins[1], table_size),
           HBSJIndex(1, wins[2], table_size)]

@@ -22,7 +22,7 @@ lineitem stage on ``l_orderkey``, then Aggregation-GroupBy on the join results a
 produced, and OrderBy/top-10 at END. With the fast stages (default) the selections become pass
 masks over the raw tables (only the ten columns the query uses are read, as zero-copy views) and
 one kernel walks the raw arrival, drops the tuples a selection rejects and joins and aggregates
-the rest (:func:`splice.joins.multiway.q3_fast_join`); no filtered copy or arrival array is
+the rest (:class:`splice.joins.multiway.Q3FastJoin`); no filtered copy or arrival array is
 written. HB-SJ stages run on the filtered arrival (:func:`q3_filtered_arrival`,
 :func:`splice.joins.multiway.q3_stream_join`). Both give the same answer and join-result count.
 
@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError, SchemaError
 from splice.joins._hash_kernels import merge_by_fraction, merge_filtered3
 from splice.joins._q3_kernels import INTERLEAVED, REVERSED, SEQUENTIAL
-from splice.joins.multiway import Q3FastJoin, q3_fast_join, q3_partitioned_join, q3_stream_join
+from splice.joins.multiway import Q3FastJoin, q3_partitioned_join, q3_stream_join
 
 __all__ = ["run_q3", "q3_arrival", "q3_filtered_arrival", "q3_sql", "Q3_SQL", "ORDERS", "q3_inputs", "q3_raw_inputs",
            "q3_fast_run", "q3_answer"]
@@ -262,7 +262,7 @@ def run_q3(
     Returns the answer (l_orderkey, revenue, o_orderdate, o_shippriority; top 10) and metrics:
     ``seconds``, ``join_results``, per stream input/passed counts, HB-SJ statistics when used.
     With ``impl="fast"`` one kernel walks the raw arrival, applies the selections and joins
-    (:func:`splice.joins.multiway.q3_fast_join`; ``batch_size`` raw tuples per call); HB-SJ stages
+    (:class:`splice.joins.multiway.Q3FastJoin`; ``batch_size`` raw tuples per call); HB-SJ stages
     join the filtered arrival (:func:`q3_filtered_arrival`) ``batch_size`` tuples per call.
     Unbounded fast stages run on ``threads`` threads (default: one per core), each joining a
     partition of the order keys (:func:`splice.joins.multiway.q3_partitioned_join`): with no
@@ -341,7 +341,7 @@ def _warm_up(impl: str) -> None:
             key = np.zeros(1, np.int64)
             key.flags.writeable = False
             for mode in _MODES.values():
-                q3_fast_join(mode, (1, 1, 1), (ok, ok, ok), (key, key, key, key), None, (words, words, 1), w)
+                Q3FastJoin(mode, (1, 1, 1), (ok, ok, ok), (key, key, key, key), None, (words, words, 1), w).run()
                 if w is None:
                     q3_partitioned_join(mode, (1, 1, 1), (ok, ok, ok), (key, key, key, key), None,
                                         (words, words, 1), 2)
