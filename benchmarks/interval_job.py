@@ -58,17 +58,23 @@ def run_stream(spec: OperatorSpec, left: pa.Table, right: pa.Table, batch: int
     """Seconds, output rows and peak state bytes of one streamed run (batches prepared first)."""
     lb, rb = left.to_batches(batch), right.to_batches(batch)
     logic = spec.build({L: left.schema, R: right.schema})
-    out = peak = 0
     t0 = time.perf_counter()
+    out, peak = push_pairs(logic, lb, rb)
+    for o in logic.on_end():
+        out += o.num_rows
+    return time.perf_counter() - t0, out, peak
+
+
+def push_pairs(logic: Any, lb: list[pa.RecordBatch], rb: list[pa.RecordBatch]) -> tuple[int, int]:
+    """Push left and right batches in turn: output rows and peak state bytes."""
+    out = peak = 0
     for a, b in zip(lb, rb, strict=True):
         for o in logic.on_batch(L, a):
             out += o.num_rows
         for o in logic.on_batch(R, b):
             out += o.num_rows
         peak = max(peak, logic.state_bytes())
-    for o in logic.on_end():
-        out += o.num_rows
-    return time.perf_counter() - t0, out, peak
+    return out, peak
 
 
 def _duck(sql: str, **tables: pa.Table) -> tuple[float, int]:
@@ -162,15 +168,10 @@ def main(argv: list[str] | None = None) -> int:
             n = min(chunk, args.long_rows - start)
             lt, rt = streams(n, seed=100 + i, offset=start)
             lb, rb = lt.to_batches(batch), rt.to_batches(batch)
-            peak = 0
             t0 = time.perf_counter()
-            for a, b in zip(lb, rb, strict=True):
-                for o in logic.on_batch(L, a):
-                    out += o.num_rows
-                for o in logic.on_batch(R, b):
-                    out += o.num_rows
-                peak = max(peak, logic.state_bytes())
+            n_out, peak = push_pairs(logic, lb, rb)
             secs += time.perf_counter() - t0
+            out += n_out
             peaks.append(peak)
         emit(bench="interval_job", variant="long_run", batch=batch, rows=2 * args.long_rows,
              output_rows=out, seconds=round(secs, 3),

@@ -11,7 +11,7 @@ from splice.txn.engine import TxnEngine
 from splice.txn.scheduler import ALL_STRATEGIES
 from splice.txn.state import StateTable
 from tests.txn.reference import SerialReference
-from tests.txn.workload import random_batch
+from tests.txn.workload import assert_matches_reference
 
 SCHEDULERS = ["serial", "sstore", "tstream", "auto"] + [s.name for s in ALL_STRATEGIES]
 TABLES = [StateTable("a", keys=8, initial=10.0, history=1000),
@@ -22,21 +22,7 @@ def _check(scheduler: str, threads: int, seed: int, keys: int, skew: float, abor
            n_txn: int, batches: int) -> None:
     eng = TxnEngine(TABLES, threads=threads, scheduler=scheduler)
     ref = SerialReference({0: 10.0, 1: 0.0})
-    rng = np.random.default_rng(seed)
-    ts = 0
-    try:
-        for _ in range(batches):
-            batch = random_batch(rng, eng.store, ts, n_txn, keys, skew, abort_bias)
-            ts = int(batch.txn_ts[-1]) if n_txn else ts
-            got = eng.execute(batch)
-            committed, reasons, results = ref.run(batch)
-            assert got.committed.tolist() == committed
-            assert got.reason.tolist() == reasons
-            np.testing.assert_array_equal(got.op_result, np.array(results, dtype=np.float64))
-        cells = np.concatenate([eng.store.cells(0, np.arange(keys)), eng.store.cells(1, np.arange(keys))])
-        np.testing.assert_array_equal(eng.store.gather(cells), ref.values(cells))
-    finally:
-        eng.close()
+    assert_matches_reference(eng, ref, np.random.default_rng(seed), batches, n_txn, keys, skew, abort_bias)
 
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)

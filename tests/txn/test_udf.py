@@ -16,7 +16,7 @@ from splice.txn.ops import REASON_CONDITION, REASON_OPERAND
 from splice.txn.scheduler import ALL_STRATEGIES
 from tests.txn.reference import SerialReference
 from tests.txn.udfs import ledger_udf, returns_one_value
-from tests.txn.workload import random_batch
+from tests.txn.workload import assert_matches_reference
 
 SCHEDULERS = ["serial", "sstore", "tstream", "auto"] + [s.name for s in ALL_STRATEGIES]
 TABLES = [StateTable("a", keys=8, initial=10.0, history=1000),
@@ -32,21 +32,7 @@ def test_udf_batches_equal_serial_reference(scheduler: str, threads: int, seed: 
                                             skew: float, udf_ratio: float, n_txn: int) -> None:
     eng = TxnEngine(TABLES, threads=threads, scheduler=scheduler, udf=ledger_udf)
     ref = SerialReference({0: 10.0, 1: 0.0}, udf=ledger_udf)
-    rng = np.random.default_rng(seed)
-    ts = 0
-    try:
-        for _ in range(3):
-            batch = random_batch(rng, eng.store, ts, n_txn, keys, skew, 0.3, udf_ratio=udf_ratio)
-            ts = int(batch.txn_ts[-1]) if n_txn else ts
-            got = eng.execute(batch)
-            committed, reasons, results = ref.run(batch)
-            assert got.committed.tolist() == committed
-            assert got.reason.tolist() == reasons
-            np.testing.assert_array_equal(got.op_result, np.array(results, dtype=np.float64))
-        cells = np.concatenate([eng.store.cells(0, np.arange(keys)), eng.store.cells(1, np.arange(keys))])
-        np.testing.assert_array_equal(eng.store.gather(cells), ref.values(cells))
-    finally:
-        eng.close()
+    assert_matches_reference(eng, ref, np.random.default_rng(seed), 3, n_txn, keys, skew, 0.3, udf_ratio=udf_ratio)
 
 
 def _fee_transfer(e: dict) -> list:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from splice.txn.ops import (
@@ -67,3 +69,24 @@ def random_batch(rng: np.random.Generator, store: StateStore, ts0: int, n_txn: i
               [r[4] for r in summed], [r[5] for r in summed], [r[6] for r in summed],
               sources=[r[7] for r in summed])
     return b.build()
+
+
+def assert_matches_reference(eng: Any, ref: Any, rng: np.random.Generator, batches: int, n_txn: int,
+                             keys: int, skew: float, abort_bias: float, udf_ratio: float = 0.0) -> None:
+    """Run ``batches`` random batches through the engine and the serial reference: each
+    transaction's outcome, reason and results, then the final state of both tables, are equal.
+    Closes the engine."""
+    ts = 0
+    try:
+        for _ in range(batches):
+            batch = random_batch(rng, eng.store, ts, n_txn, keys, skew, abort_bias, udf_ratio=udf_ratio)
+            ts = int(batch.txn_ts[-1]) if n_txn else ts
+            got = eng.execute(batch)
+            committed, reasons, results = ref.run(batch)
+            assert got.committed.tolist() == committed
+            assert got.reason.tolist() == reasons
+            np.testing.assert_array_equal(got.op_result, np.array(results, dtype=np.float64))
+        cells = np.concatenate([eng.store.cells(0, np.arange(keys)), eng.store.cells(1, np.arange(keys))])
+        np.testing.assert_array_equal(eng.store.gather(cells), ref.values(cells))
+    finally:
+        eng.close()
