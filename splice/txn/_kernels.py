@@ -926,17 +926,21 @@ def chain_blocks(chain_len: np.ndarray, nthreads: int) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def data_closure(proc: np.ndarray, pred: np.ndarray, txn: np.ndarray, src_ptr: np.ndarray,
-                 src_op: np.ndarray, changed: np.ndarray) -> np.ndarray:
-    """Ops whose value depends on a transaction in ``changed`` through data edges only.
+def reset_closure(proc: np.ndarray, pred: np.ndarray, txn: np.ndarray, src_ptr: np.ndarray,
+                  src_op: np.ndarray, changed: np.ndarray, first: int, txn_ptr: np.ndarray,
+                  state: np.ndarray, failed: np.ndarray, raised: np.ndarray) -> int:
+    """Reset the ops whose value depends on a transaction in ``changed`` through data edges
+    only, for a redo; returns how many.
 
     In timestamp order: an op is affected when its transaction changed, or its TD predecessor or
     a PD source is affected. With commit decisions fixed (lazy abort with an exclusion set),
-    these are exactly the ops a change of exclusions can alter.
+    these are exactly the ops a change of exclusions can alter. No op of a transaction before
+    ``first`` (the earliest changed one) can be affected, so the walk starts there.
     """
     n = proc.shape[0]
     aff = np.zeros(n, np.bool_)
-    for w in range(n):
+    count = 0
+    for w in range(txn_ptr[first], n):
         i = proc[w]
         a = changed[txn[i]]
         p = pred[i]
@@ -947,8 +951,13 @@ def data_closure(proc: np.ndarray, pred: np.ndarray, txn: np.ndarray, src_ptr: n
                 if aff[src_op[j]]:
                     a = True
                     break
-        aff[i] = a
-    return aff
+        if a:
+            aff[i] = True
+            state[i] = 0
+            failed[i] = False
+            raised[i] = False
+            count += 1
+    return count
 
 
 # --------------------------------------------------------------------------------------------

@@ -88,9 +88,18 @@ class Execution:
 class ThreadTeam:
     """A persistent pool of executor threads; thread 0 is the caller."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, pool: ThreadPoolExecutor | None = None) -> None:
         self.threads = threads
-        self._pool = ThreadPoolExecutor(max_workers=threads - 1) if threads > 1 else None
+        self._owns = pool is None
+        if pool is None and threads > 1:
+            pool = ThreadPoolExecutor(max_workers=threads - 1)
+        self._pool = pool if threads > 1 else None
+
+    def using(self, threads: int) -> ThreadTeam:
+        """A team of this team's first ``threads`` threads (sharing its pool; nothing to close)."""
+        if threads >= self.threads:
+            return self
+        return ThreadTeam(threads, self._pool)
 
     def run(self, fn: Any, *args: Any) -> list[Any]:
         """Call ``fn(t, *args)`` for every thread id t concurrently; return the results."""
@@ -101,9 +110,9 @@ class ThreadTeam:
         return [first] + [f.result() for f in futs]
 
     def close(self) -> None:
-        if self._pool is not None:
+        if self._pool is not None and self._owns:
             self._pool.shutdown(wait=True)
-            self._pool = None
+        self._pool = None
 
 
 class _Run:
@@ -167,6 +176,10 @@ def _finish(tpg: TPG, run: _Run, committed_valid: np.ndarray, batch: OpBatch,
 _EMPTY_I = np.zeros(0, np.int64)
 _EMPTY_F = np.zeros(0, np.float64)
 
+#: Lazy abort redoes the whole batch (instead of the data-edge closure of the changed
+#: exclusions) once more than one transaction in ``FULL_REDO_SHARE`` changes its exclusion.
+FULL_REDO_SHARE = 16
+
 
 def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
             team: ThreadTeam, busy: int, history: bool = True, udf: Any = None) -> Execution:
@@ -194,14 +207,20 @@ def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
             first = int(bad[0])
             new = run.excluded.copy()
             new[first:] = fails[first:]
-            aff = K.data_closure(tpg.proc, tpg.pred, tpg.txn, tpg.src_ptr, tpg.src_op,
-                                 new != run.excluded)
-            redo_ops += int(aff.sum())
-            run.state[aff] = 0
-            run.failed[aff] = False
-            run.raised[aff] = False
-            run.excluded = new
-            s2, b2 = run.go(team, tpg, wo, False, True, busy, udf, batch.udf_params)
+            changed = new != run.excluded
+            if int(np.count_nonzero(changed)) * FULL_REDO_SHARE > tpg.n_txn:
+                # so many exclusions change that nearly every later op depends on one: a
+                # fresh pass is cheaper than finding the few it could skip
+                run = _reset(run, tpg, new)
+                redo_ops += tpg.pred.shape[0]
+                skip = False
+            else:
+                redo_ops += K.reset_closure(tpg.proc, tpg.pred, tpg.txn, tpg.src_ptr, tpg.src_op,
+                                            changed, first, tpg.txn_ptr, run.state, run.failed,
+                                            run.raised)
+                run.excluded = new
+                skip = True
+            s2, b2 = run.go(team, tpg, wo, False, skip, busy, udf, batch.udf_params)
             sync += s2
             barrier += b2
             rounds += 1
