@@ -87,6 +87,7 @@ def run_workload(app: TxnApp, w: TxnWorkload, scheduler: str, threads: int,
         "breakdown_s": {k: round(eng.times[k], 6) for k in TIME_KEYS},
         "build_s": round(out["build_seconds"], 6),
         "strategies": dict(eng.strategies),
+        "executor_threads": dict(eng.thread_use),
         "memory_per_batch_bytes": eng.peak_batch_bytes,
         "state_bytes": eng.store.nbytes(),
     }
@@ -145,6 +146,8 @@ def run_txn(args: argparse.Namespace) -> int:
     print("breakdown   " + "  ".join(f"{k} {v:.3f}s ({100 * v / total:.0f}%)"
                                       for k, v in m["breakdown_s"].items()))
     print(f"strategies  {m['strategies']}")
+    if m["executor_threads"]:
+        print(f"threads     {m['executor_threads']} (auto: executor threads per batch)")
     print(f"memory      {m['memory_per_batch_bytes']:,} bytes per batch, state {m['state_bytes']:,} bytes")
     print(f"checksum    {m['state_checksum']}")
     return 0

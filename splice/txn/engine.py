@@ -17,6 +17,7 @@ the baselines ``"serial"``, ``"sstore"``, ``"tstream"``, or ``nested`` per trans
 from __future__ import annotations
 
 import numbers
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -41,7 +42,12 @@ from splice.txn.executor import (
 )
 from splice.txn.objects import run_with_objects
 from splice.txn.ops import REASON_CONDITION, REASON_LATE, REASON_UDF, OpBatch
-from splice.txn.scheduler import Strategy, choose_strategy
+from splice.txn.scheduler import (
+    Strategy,
+    choose_strategy,
+    executor_threads,
+    initial_executor_threads,
+)
 from splice.txn.state import StateStore, StateTable
 from splice.txn.tpg import TPG, build_tpg, refresh_tpg, tpg_stats
 
@@ -122,10 +128,27 @@ class _Prep:
     t0: float
     now: int
     tpg: TPG | None = None
+    stats: dict[str, float] | None = None   # the decision model's TPG statistics (auto)
     sstore: SStorePrep | None = None
     nested: bool = False
     objects: bool = False
     construct: float = 0.0
+
+
+def available_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity interface on this platform
+        return os.cpu_count() or 1
+
+
+def _timed(go: Callable[[], tuple[Execution, str]]) -> tuple[Execution, str]:
+    """Run an execution and record its wall time in ``info["wall_s"]``."""
+    t0 = time.perf_counter()
+    ex, name = go()
+    ex.info["wall_s"] = time.perf_counter() - t0
+    return ex, name
 
 
 class TxnEngine:
@@ -172,6 +195,9 @@ class TxnEngine:
         self.busy = busy_iters_for(complexity_us)
         self.complexity_us = complexity_us
         self.team = ThreadTeam(threads)
+        # auto, pipelined: executor threads per batch
+        self.exec_threads = initial_executor_threads(threads, available_cores(), complexity_us)
+        self.thread_use: Counter[int] = Counter()
         self.last_punctuation: int | None = None
         self.abort_ema = 0.0
         self.times = dict.fromkeys(TIME_KEYS, 0.0)
@@ -285,10 +311,17 @@ class TxnEngine:
                 continue
             prep = self._prepare(batch)
             if pending is not None:
-                yield self._complete(pending[0], *pending[1].result())
+                t_wait = time.perf_counter()
+                ex, name = pending[1].result()
+                if self.scheduler == "auto":
+                    self.exec_threads = executor_threads(
+                        self.exec_threads, self.threads, time.perf_counter() - t_wait,
+                        ex.info.get("wall_s", 0.0))
+                yield self._complete(pending[0], ex, name)
             if self._driver is None:
                 self._driver = ThreadPoolExecutor(max_workers=1)
-            pending = (prep, self._driver.submit(self._launch(prep)))
+            go = self._launch(prep, self.team.using(self.exec_threads))
+            pending = (prep, self._driver.submit(_timed, go))
         if pending is not None:
             yield self._complete(pending[0], *pending[1].result())
 
@@ -315,11 +348,17 @@ class TxnEngine:
             prep.sstore = prepare_sstore(batch, refused, self.threads)
         elif self.scheduler != "serial":
             prep.tpg = build_tpg(batch, refused, self.store)
+            if self.scheduler == "auto":
+                # measured here, while the previous batch executes: only the abort ratio the
+                # model also reads must wait for that batch's outcome
+                prep.stats = tpg_stats(prep.tpg)
         prep.construct = time.perf_counter() - t0
         return prep
 
-    def _launch(self, prep: _Prep) -> Callable[[], tuple[Execution, str]]:
-        """Read the starting state, decide the strategy; return the execution to run."""
+    def _launch(self, prep: _Prep, auto_team: ThreadTeam | None = None
+                ) -> Callable[[], tuple[Execution, str]]:
+        """Read the starting state, decide the strategy; return the execution to run.
+        ``auto_team``: the threads ``auto`` gives this batch (default: all)."""
         batch, refused = prep.batch, prep.refused
         udf = self.udf
         if prep.objects:
@@ -337,10 +376,13 @@ class TxnEngine:
             return lambda: (run_tstream(batch, refused, tpg, self.team, self.busy, self.history,
                                         udf), "tstream")
         if self.scheduler == "auto":
-            strategy = choose_strategy(tpg_stats(tpg), self.threads, self.complexity_us,
-                                       self.abort_ema)
-        else:
-            strategy = Strategy.parse(self.scheduler)
+            stats = prep.stats if prep.stats is not None else tpg_stats(tpg)
+            team = auto_team or self.team
+            strategy = choose_strategy(stats, team.threads, self.complexity_us, self.abort_ema)
+            self.thread_use[team.threads] += 1
+            return lambda: (run_tpg(batch, refused, tpg, strategy, team, self.busy,
+                                    self.history, udf), strategy.name)
+        strategy = Strategy.parse(self.scheduler)
         return lambda: (run_tpg(batch, refused, tpg, strategy, self.team, self.busy,
                                 self.history, udf), strategy.name)
 

@@ -35,7 +35,8 @@ from splice.txn import _kernels as K
 from splice.txn.tpg import TPG
 
 __all__ = ["Strategy", "Explore", "Granularity", "AbortMode", "WorkOrder", "work_order",
-           "choose_strategy", "ALL_STRATEGIES"]
+           "choose_strategy", "executor_threads",
+           "initial_executor_threads", "ALL_STRATEGIES"]
 
 Explore = Literal["s", "ns"]
 Granularity = Literal["c", "f"]
@@ -194,11 +195,43 @@ def choose_strategy(
     heavy = complexity_us >= 5.0
     abort: AbortMode = "e" if abort_ratio >= 0.02 and heavy else "l"
     if threads <= 1:
-        return Strategy("ns", "f", abort)
+        return _BY_PARTS[("ns", "f", abort)]
     ops = max(stats["ops"], 1.0)
     width = ops / max(stats["max_chain"], 1.0)
     wide = width >= 256 * threads and stats["degree_skew"] < 4
     explore: Explore = "s" if heavy and wide else "ns"
     coupled = stats["checks"] + stats["pd"] > 0
     granularity: Granularity = "c" if heavy and not coupled else "f"
-    return Strategy(explore, granularity, abort)
+    return _BY_PARTS[(explore, granularity, abort)]
+
+
+#: The strategies by their parts: the model runs once per batch and returns one of these.
+_BY_PARTS = {(s.explore, s.granularity, s.abort): s for s in ALL_STRATEGIES}
+
+
+def initial_executor_threads(most: int, cores: int, complexity_us: float) -> int:
+    """Executor threads for ``auto``'s first pipelined batch: all of them for heavy operations
+    (>= 5 us, execution dominates), otherwise as many as leave the driver thread a core of its
+    own (construction runs beside execution); :func:`executor_threads` adapts it from there."""
+    if complexity_us >= 5.0:
+        return most
+    return max(1, min(most, cores - 1))
+
+
+def executor_threads(current: int, most: int, waited_s: float, exec_s: float) -> int:
+    """How many executor threads ``auto`` gives the next batch of a pipelined run.
+
+    While batch k executes, the driver thread constructs batch k+1 (decomposition, TPG). When the
+    driver then hardly waits for batch k (``waited_s`` under a tenth of its execution time
+    ``exec_s``), construction is the bottleneck: every executor thread beyond what keeps up only
+    spins on dependencies and takes a core from the driver when cores are short (2 executor
+    threads and the driver on 2 cores), so one thread fewer. When the driver waits for more than
+    a third of the execution, execution is the bottleneck: one thread more, up to ``most``.
+    """
+    if exec_s <= 0.0:
+        return current
+    if waited_s < 0.1 * exec_s and current > 1:
+        return current - 1
+    if waited_s > exec_s / 3 and current < most:
+        return current + 1
+    return current

@@ -106,8 +106,8 @@ def test_pipelined_runs_equal_one_batch_at_a_time(case: tuple[str, dict]) -> Non
     app_name, kw = case
     w = TxnWorkload(events=900, punctuation=128, seed=11, **kw)
     sums = set()
-    for sched, threads in (("serial", 1), ("auto", 2), ("tstream", 2), ("sstore", 2),
-                           ("s,c,e", 3)):
+    for sched, threads in (("serial", 1), ("auto", 2), ("auto", 3), ("tstream", 2),
+                           ("sstore", 2), ("s,c,e", 3)):
         app = make_app(app_name, w)
         eng = TxnEngine(app.tables, threads=threads, scheduler=sched)
         out = run_app(app, eng, w.punctuation)

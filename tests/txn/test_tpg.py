@@ -20,7 +20,12 @@ from splice.txn import (
     choose_strategy,
 )
 from splice.txn.executor import ThreadTeam, run_tpg
-from splice.txn.scheduler import ALL_STRATEGIES, work_order
+from splice.txn.scheduler import (
+    ALL_STRATEGIES,
+    executor_threads,
+    initial_executor_threads,
+    work_order,
+)
 from splice.txn.tpg import build_tpg, tpg_stats
 
 
@@ -106,3 +111,30 @@ def test_decision_model_follows_statistics() -> None:
     assert choose_strategy(flat, 2, 0.0, 0.0).explore == "ns"
     assert choose_strategy(coupled, 2, 10.0, 0.0).granularity == "f"
     assert choose_strategy(flat, 1, 0.0, 0.0) == Strategy("ns", "f", "l")
+
+
+def test_executor_threads_follow_the_pipeline_bottleneck() -> None:
+    # the driver hardly waited: construction is the bottleneck, one thread fewer (not below 1)
+    assert executor_threads(2, 2, 0.0001, 0.003) == 1
+    assert executor_threads(1, 2, 0.0, 0.003) == 1
+    # the driver waited for most of the execution: one thread more (not above the most)
+    assert executor_threads(1, 4, 0.002, 0.003) == 2
+    assert executor_threads(4, 4, 0.002, 0.003) == 4
+    # in between, or nothing measured: unchanged
+    assert executor_threads(2, 4, 0.0005, 0.003) == 2
+    assert executor_threads(3, 4, 0.5, 0.0) == 3
+    assert initial_executor_threads(2, 2, 0.0) == 1
+    assert initial_executor_threads(2, 2, 10.0) == 2
+    assert initial_executor_threads(8, 16, 0.0) == 8
+    assert initial_executor_threads(16, 16, 0.0) == 15
+    assert initial_executor_threads(4, 1, 0.0) == 1
+
+
+def test_a_team_of_fewer_threads_shares_the_pool() -> None:
+    team = ThreadTeam(3)
+    two = team.using(2)
+    assert two.threads == 2 and team.using(5) is team
+    assert sorted(two.run(lambda t: t)) == [0, 1]
+    two.close()  # a view: the team's pool keeps serving
+    assert sorted(team.run(lambda t: t)) == [0, 1, 2]
+    team.close()
