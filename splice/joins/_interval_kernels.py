@@ -266,39 +266,48 @@ def _probe_fill(
 @njit(cache=True, nogil=True)
 def index_probe(
     table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
-    p_times: np.ndarray, lo: int, hi: int, shift: int,
-) -> tuple[np.ndarray, int, int]:
+    p_times: np.ndarray, lo: int, hi: int, shift: int, buf: np.ndarray,
+) -> tuple[int, bool]:
     """Pairs ``(i, entry)``: equal codes and ``p_times[i]+lo <= time <= p_times[i]+hi``, for a
     table built with ``2**shift >= hi - lo + 1``, and each pair's entry time (read on the line
     the probe reads anyway, so the caller need not gather it from the payload).
 
-    Returns ``(buf, cap, k)``: the ``k`` pairs' probe rows are ``buf[:k]``, their entries
-    ``buf[cap:cap + k]`` and the entries' times ``buf[2 * cap:2 * cap + k]`` (one array to hand
-    back instead of three: each array returned from a compiled function costs about a
-    microsecond to box). :func:`probe_pairs` splits it.
+    Writes into the caller's ``buf`` of ``3 * cap`` slots: the pairs' probe rows in
+    ``buf[:cap]``, their entries in ``buf[cap:2 * cap]`` and the entries' times in
+    ``buf[2 * cap:]``, and returns ``(k, in_order)``: the number of pairs (more than ``cap``:
+    call again with a buffer for ``k``) and whether the probe rows are exactly ``0 .. n-1`` (every
+    probe row matched once, in order). The caller allocating the buffer spares the boxing of a
+    returned array; :func:`probe_pairs` calls it and splits the result.
 
-    Ordered by ``i``, then by entry (insertion) order. One pass over the chains into buffers of
-    ``max(16, len(p_codes))`` pairs; only when more pairs exist, a second pass into buffers of the
-    exact size. (Growing the buffers inside the loop kept the compiler from holding them in
-    registers and made the probe three times slower.)
+    Ordered by ``i``, then by entry (insertion) order. (Growing the buffers inside the loop kept
+    the compiler from holding them in registers and made the probe three times slower.)
     """
-    cap = max(16, len(p_codes))
-    buf = np.empty(3 * cap, dtype=np.int64)
+    cap = len(buf) // 3
     k = _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, buf[:cap],
                     buf[cap : 2 * cap], buf[2 * cap :])
+    in_order = k == len(p_codes) and k <= cap
+    if in_order:
+        for j in range(k):
+            if buf[j] != j:
+                in_order = False
+                break
+    return k, in_order
+
+
+def probe_pairs(table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
+                p_times: np.ndarray, lo: int, hi: int, shift: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """:func:`index_probe` into buffers of ``max(16, len(p_codes))`` pairs (a second call into
+    buffers of the exact size only when more pairs exist): ``(probe rows, entries, entry times,
+    in_order)``."""
+    cap = max(16, len(p_codes))
+    buf = np.empty(3 * cap, dtype=np.int64)
+    k, in_order = index_probe(table, link, e_code, p_codes, p_times, lo, hi, shift, buf)
     if k > cap:
         cap = k
         buf = np.empty(3 * cap, dtype=np.int64)
-        _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, buf[:cap],
-                    buf[cap : 2 * cap], buf[2 * cap :])
-    return buf, cap, k
-
-
-def probe_pairs(probed: tuple[np.ndarray, int, int]
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(probe rows, entries, entry times)`` of :func:`index_probe`'s result."""
-    buf, cap, k = probed
-    return buf[:k], buf[cap : cap + k], buf[2 * cap : 2 * cap + k]
+        k, in_order = index_probe(table, link, e_code, p_codes, p_times, lo, hi, shift, buf)
+    return buf[:k], buf[cap : cap + k], buf[2 * cap : 2 * cap + k], in_order
 
 
 @njit(cache=True, nogil=True)
@@ -336,9 +345,14 @@ def hash_band_pairs(
     link = np.empty((m, 2), dtype=np.int64)
     link[:, 0] = b_times
     index_insert(table, b_codes, link, 0, m, shift)
-    buf, cap, k = index_probe(table, link, b_codes, p_codes, p_times, lo, hi, shift)
-    pi, pj = buf[:k], buf[cap : cap + k]
-    return pi, pj
+    cap = max(16, len(p_codes))
+    buf = np.empty(3 * cap, dtype=np.int64)
+    k, _ = index_probe(table, link, b_codes, p_codes, p_times, lo, hi, shift, buf)
+    if k > cap:
+        cap = k
+        buf = np.empty(3 * cap, dtype=np.int64)
+        index_probe(table, link, b_codes, p_codes, p_times, lo, hi, shift, buf)
+    return buf[:k], buf[cap : cap + k]
 
 
 # -- the push's bookkeeping and payload gather -------------------------------------------------

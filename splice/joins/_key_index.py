@@ -36,7 +36,6 @@ from splice.joins._interval_kernels import (
     band_shift,
     hash_bytes,
     index_insert,
-    index_probe,
     new_table,
     probe_pairs,
 )
@@ -278,19 +277,20 @@ class KeyIndex:
 
         Ordered by probe row, then row id (arrival order).
         """
-        pi, rid, _ = self.probe_times(codes, times, lo, hi)
+        pi, rid, _, _ = self.probe_times(codes, times, lo, hi)
         return pi, rid
 
     def probe_times(
         self, codes: np.ndarray, times: np.ndarray, lo: int, hi: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`probe`'s pairs and, per pair, the indexed row's time (read from the index
-        entry the probe visits, not from the payload)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+        """:meth:`probe`'s pairs, per pair the indexed row's time (read from the index entry the
+        probe visits, not from the payload), and whether the probe rows are exactly
+        ``0 .. len(codes)-1`` (each probe matched one row: the probe side is output as it is)."""
         if self.shift < 63 and hi - lo + 1 > 1 << self.shift:
             raise InternalError(f"key index of time buckets 2**{self.shift} probed with a band "
                                 f"[{lo}, {hi}] wider than a bucket")
-        pi, pe, pt = probe_pairs(index_probe(self.table, self.link, self.e_code, codes, times,
-                                             lo, hi, self.shift))
+        pi, pe, pt, in_order = probe_pairs(self.table, self.link, self.e_code, codes, times,
+                                           lo, hi, self.shift)
         if self._rowid is None:
-            return pi, pe + self._base if self._base else pe, pt
-        return pi, self._rowid[pe], pt
+            return pi, pe + self._base if self._base else pe, pt, in_order
+        return pi, self._rowid[pe], pt, in_order

@@ -895,8 +895,11 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         # the opposite rows' int64 times of an indexed side come with the pairs (from the index
         # entries the probe reads), not from the payload
         et: np.ndarray | None = None
+        in_order: bool | None = None  # pi is 0 .. len(t)-1 (None: not known yet)
         if o.index is not None:
-            pi, rid, et = o.index.probe_times(pc_, pt, s.lo, s.hi)
+            pi, rid, et, in_order = o.index.probe_times(pc_, pt, s.lo, s.hi)
+            if rows is not None:  # positions among the probing rows only
+                in_order = None
             if not o.time_int64:
                 et = None
         else:
@@ -920,6 +923,7 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
                 if len(keep) == 0:
                     return None
                 pi, rid = pi[keep], rid[keep]
+                in_order = None
                 if et is not None:
                     et = et[keep]
                 sel = pa.array(keep)
@@ -929,7 +933,7 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             o.mark(loc[0], loc[2], loc[3])
         if matched is not None:
             matched[pi] = True
-        if is_arange(pi, len(t)):
+        if in_order if in_order is not None else is_arange(pi, len(t)):
             mine = cols
         else:
             mine = [v.take(pi) for v in column_views(cols, s.plans)]
