@@ -276,8 +276,7 @@ def index_probe(
     ``buf[:cap]``, their entries in ``buf[cap:2 * cap]`` and the entries' times in
     ``buf[2 * cap:]``, and returns ``(k, in_order)``: the number of pairs (more than ``cap``:
     call again with a buffer for ``k``) and whether the probe rows are exactly ``0 .. n-1`` (every
-    probe row matched once, in order). The caller allocating the buffer spares the boxing of a
-    returned array; :func:`probe_pairs` calls it and splits the result.
+    probe row matched once, in order); :func:`probe_pairs` calls it.
 
     Ordered by ``i``, then by entry (insertion) order. (Growing the buffers inside the loop kept
     the compiler from holding them in registers and made the probe three times slower.)
@@ -294,12 +293,15 @@ def index_probe(
     return k, in_order
 
 
+@njit(cache=True, nogil=True)
 def probe_pairs(table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
                 p_times: np.ndarray, lo: int, hi: int, shift: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+                ) -> tuple[np.ndarray, int, int, bool]:
     """:func:`index_probe` into buffers of ``max(16, len(p_codes))`` pairs (a second call into
-    buffers of the exact size only when more pairs exist): ``(probe rows, entries, entry times,
-    in_order)``."""
+    buffers of the exact size only when more pairs exist): ``(buf, cap, k, in_order)``, the
+    ``k`` pairs' probe rows in ``buf[:k]``, entries in ``buf[cap:cap + k]``, entry times in
+    ``buf[2 * cap:2 * cap + k]`` (one array to hand back instead of three: each array returned
+    from a compiled function costs about a microsecond to box)."""
     cap = max(16, len(p_codes))
     buf = np.empty(3 * cap, dtype=np.int64)
     k, in_order = index_probe(table, link, e_code, p_codes, p_times, lo, hi, shift, buf)
@@ -307,7 +309,7 @@ def probe_pairs(table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes
         cap = k
         buf = np.empty(3 * cap, dtype=np.int64)
         k, in_order = index_probe(table, link, e_code, p_codes, p_times, lo, hi, shift, buf)
-    return buf[:k], buf[cap : cap + k], buf[2 * cap : 2 * cap + k], in_order
+    return buf, cap, k, in_order
 
 
 @njit(cache=True, nogil=True)
@@ -345,13 +347,7 @@ def hash_band_pairs(
     link = np.empty((m, 2), dtype=np.int64)
     link[:, 0] = b_times
     index_insert(table, b_codes, link, 0, m, shift)
-    cap = max(16, len(p_codes))
-    buf = np.empty(3 * cap, dtype=np.int64)
-    k, _ = index_probe(table, link, b_codes, p_codes, p_times, lo, hi, shift, buf)
-    if k > cap:
-        cap = k
-        buf = np.empty(3 * cap, dtype=np.int64)
-        index_probe(table, link, b_codes, p_codes, p_times, lo, hi, shift, buf)
+    buf, cap, k, _ = probe_pairs(table, link, b_codes, p_codes, p_times, lo, hi, shift)
     return buf[:k], buf[cap : cap + k]
 
 
