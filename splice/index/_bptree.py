@@ -22,6 +22,7 @@ nodes are free before an insert; the kernels never allocate.
 from __future__ import annotations
 
 import numpy as np
+from numba import uint64
 
 from splice._atomics import atomic_add
 from splice.index._jit import kernel
@@ -96,22 +97,52 @@ def _free(pmeta, nxt, n):
 
 
 @kernel(inline="always")
-def _less(k1, p1, k2, p2):
-    return k1 < k2 or (k1 == k2 and p1 < p2)
+def _count_lt(keys, n, j0, m, k):
+    # slots j in [j0, m) of node n with keys[n, j] < k: a count, not a binary search (no branch
+    # to mispredict; the row's cache lines load in parallel, not one after another)
+    c = 0
+    row = uint64(n)
+    for j in range(uint64(j0), uint64(m)):
+        c += keys[row, j] < k
+    return c
+
+
+@kernel(inline="always")
+def _count_le(keys, poss, n, j0, m, k, p):
+    # slots j in [j0, m) of node n whose entry is <= (k, p); poss is read only on equal keys
+    c = 0
+    e = 0
+    row = uint64(n)
+    for j in range(uint64(j0), uint64(m)):
+        kk = keys[row, j]
+        c += kk < k
+        e += kk == k
+    if e != 0:
+        for j in range(uint64(j0), uint64(m)):
+            c += (keys[row, j] == k) & (poss[row, j] <= p)
+    return c
+
+
+@kernel(inline="always")
+def _count_less(keys, poss, n, j0, m, k, p):
+    # slots j in [j0, m) of node n whose entry is < (k, p)
+    c = 0
+    e = 0
+    row = uint64(n)
+    for j in range(uint64(j0), uint64(m)):
+        kk = keys[row, j]
+        c += kk < k
+        e += kk == k
+    if e != 0:
+        for j in range(uint64(j0), uint64(m)):
+            c += (keys[row, j] == k) & (poss[row, j] < p)
+    return c
 
 
 @kernel(inline="always")
 def _route(keys, poss, cnt, n, k, p):
     # child slot of inner node n for entry (k, p): last slot whose separator <= (k, p)
-    lo = 1
-    hi = cnt[n]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if _less(k, p, keys[n, mid], poss[n, mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo - 1
+    return _count_le(keys, poss, n, 1, cnt[n], k, p)
 
 
 @kernel()
@@ -139,15 +170,8 @@ def bpt_insert(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path, at
         path[2 * lvl + 1] = c
         n = child[n, c]
     # leaf: first slot whose entry > (k, p)
-    lo = 0
-    hi = cnt[n]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if _less(k, p, keys[n, mid], poss[n, mid]):
-            hi = mid
-        else:
-            lo = mid + 1
     m = cnt[n]
+    lo = _count_le(keys, poss, n, 0, m, k, p)
     for j in range(m, lo, -1):
         keys[n, j] = keys[n, j - 1]
         poss[n, j] = poss[n, j - 1]
@@ -223,15 +247,8 @@ def bpt_delete(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path):
         path[2 * lvl] = n
         path[2 * lvl + 1] = c
         n = child[n, c]
-    lo = 0
-    hi = cnt[n]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if _less(keys[n, mid], poss[n, mid], k, p):
-            lo = mid + 1
-        else:
-            hi = mid
     m = cnt[n]
+    lo = _count_less(keys, poss, n, 0, m, k, p)
     if lo >= m or keys[n, lo] != k or poss[n, lo] != p:
         return 0
     for j in range(lo, m - 1):
@@ -289,24 +306,8 @@ def bpt_search(keys, poss, child, cnt, nxt, tmeta, t, lo, hi, plo, phi, out, n_o
         return n_out
     cap = out.shape[0]
     for _ in range(tmeta[t, T_HEIGHT] - 1):
-        a = 1
-        b = cnt[n]
-        while a < b:
-            mid = (a + b) >> 1
-            if lo <= keys[n, mid]:
-                b = mid
-            else:
-                a = mid + 1
-        n = child[n, a - 1]
-    a = 0
-    b = cnt[n]
-    while a < b:
-        mid = (a + b) >> 1
-        if keys[n, mid] < lo:
-            a = mid + 1
-        else:
-            b = mid
-    j = a
+        n = child[n, _count_lt(keys, n, 1, cnt[n], lo)]
+    j = _count_lt(keys, n, 0, cnt[n], lo)
     while n >= 0:
         m = cnt[n]
         while j < m:

@@ -10,6 +10,8 @@ each level's offset and entry count; the top level has one node (the root, depth
 
 from __future__ import annotations
 
+from numba import uint64
+
 from splice.index._jit import kernel
 
 __all__ = [
@@ -19,6 +21,8 @@ __all__ = [
     "inner_capacity",
     "ibt_build",
     "ibt_lower_bound",
+    "ibt_leaf",
+    "ibt_leaf_bound",
     "ibt_search",
     "ibt_levels",
     "ibt_route",
@@ -83,16 +87,45 @@ def ibt_build(ks, n, inner, loff, lcnt):
 
 @kernel(inline="always")
 def _child(inner, base, m, lo):
-    # last entry c of the node (entries base..base+m-1) with entry < lo; 0 when none
-    a = 1
-    b = m
-    while a < b:
-        mid = (a + b) >> 1
-        if inner[base + mid] < lo:
-            a = mid + 1
-        else:
-            b = mid
-    return a - 1
+    # last entry c of the node (entries base..base+m-1) with entry < lo; 0 when none. A count of
+    # the entries < lo, not a binary search: no branch to mispredict, and the node's cache lines
+    # load in parallel instead of one after another
+    b = uint64(base)
+    c = 0
+    if m == FANOUT:
+        for j in range(1, FANOUT):
+            c += inner[b + uint64(j)] < lo
+    else:
+        for j in range(1, m):
+            c += inner[b + uint64(j)] < lo
+    return c
+
+
+@kernel(inline="always")
+def ibt_leaf_bound(ks, n, b, lo):
+    """Index of the first entry with key >= ``lo`` given that it lies in leaf ``b`` or at the start
+    of leaf ``b + 1`` (a count over the leaf, as :func:`_child`)."""
+    i = b * LEAF_SIZE
+    u = uint64(i)
+    c = 0
+    if i + LEAF_SIZE <= n:
+        for j in range(LEAF_SIZE):
+            c += ks[u + uint64(j)] < lo
+    else:
+        for j in range(n - i):
+            c += ks[u + uint64(j)] < lo
+    return i + c
+
+
+@kernel(inline="always")
+def ibt_leaf(inner, loff, lcnt, nlev, lo):
+    """The leaf whose block holds the first entry with key >= ``lo`` (or ends just before it)."""
+    node = 0
+    for lvl in range(nlev - 1, -1, -1):
+        start = node * FANOUT
+        m = min(FANOUT, lcnt[lvl] - start)
+        node = start + _child(inner, loff[lvl] + start, m, lo)
+    return node
 
 
 @kernel()
@@ -100,15 +133,7 @@ def ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo):
     """Index of the first entry with key >= ``lo`` (``n`` when none)."""
     if n == 0:
         return 0
-    node = 0
-    for lvl in range(nlev - 1, -1, -1):
-        start = node * FANOUT
-        m = min(FANOUT, lcnt[lvl] - start)
-        node = start + _child(inner, loff[lvl] + start, m, lo)
-    i = node * LEAF_SIZE
-    while i < n and ks[i] < lo:
-        i += 1
-    return i
+    return ibt_leaf_bound(ks, n, ibt_leaf(inner, loff, lcnt, nlev, lo), lo)
 
 
 @kernel()
