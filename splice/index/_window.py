@@ -190,8 +190,12 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
 @kernel()
 def merge_into(st, out_k, out_p, lo):
     """Write the entries of ``st``'s ``T_S`` and ``T_I`` at positions >= ``lo`` into
-    ``out_k``/``out_p`` in ``(key, pos)`` order (one pass over ``T_S`` and the leaf chains of
-    the ``T_I`` partitions, in partition order); return their count."""
+    ``out_k``/``out_p`` in ``(key, pos)`` order; return their count, or ``-1`` when they do not fit.
+
+    One pass: the ``T_I`` entries in order (the leaf chains of the partitions, in partition order,
+    which is key order), and before each the run of ``T_S`` entries below it, copied without a
+    branch per entry (an expired entry is written and then overwritten by the next one).
+    """
     pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
     parts = max(meta[M_NPART], 1)
     ns = sm[0, 0]
@@ -200,43 +204,37 @@ def merge_into(st, out_k, out_p, lo):
     cap = out_k.shape[0]
     i = 0
     o = 0
-    q = 0
-    n = bpt_first_leaf(pc, tm, 0)
-    j = 0
-    while True:
-        # next live T_I entry (partition q, leaf n, slot j)
-        while True:
-            while n >= 0 and j >= pn[n]:
-                n = nx[n]
-                j = 0
-            if n < 0:
-                q += 1
-                if q >= parts:
-                    break
-                n = bpt_first_leaf(pc, tm, q)
-                j = 0
-                continue
-            if pp[n, j] >= lo:
-                break
-            j += 1
-        while i < ns and s_p[i] < lo:
-            i += 1
-        has_t = n >= 0
-        if i >= ns and not has_t:
-            return o
-        if has_t and (i >= ns or pk[n, j] < s_k[i] or (pk[n, j] == s_k[i] and pp[n, j] < s_p[i])):
-            kk = pk[n, j]
-            kp = pp[n, j]
-            j += 1
-        else:
-            kk = s_k[i]
-            kp = s_p[i]
-            i += 1
-        if o >= cap:
-            return -1
-        out_k[o] = kk
-        out_p[o] = kp
-        o += 1
+    for q in range(parts):
+        n = bpt_first_leaf(pc, tm, q)
+        while n >= 0:
+            for j in range(pn[n]):
+                tk = pk[n, j]
+                tp = pp[n, j]
+                # the T_S entries before (tk, tp)
+                while i < ns:
+                    kk = s_k[i]
+                    kp = s_p[i]
+                    if not ((kk < tk) | ((kk == tk) & (kp < tp))):
+                        break
+                    if o < cap:
+                        out_k[o] = kk
+                        out_p[o] = kp
+                    o += kp >= lo
+                    i += 1
+                if tp >= lo:
+                    if o < cap:
+                        out_k[o] = tk
+                        out_p[o] = tp
+                    o += 1
+            n = nx[n]
+    while i < ns:
+        kp = s_p[i]
+        if o < cap:
+            out_k[o] = s_k[i]
+            out_p[o] = kp
+        o += kp >= lo
+        i += 1
+    return -1 if o > cap else o
 
 
 @kernel()
