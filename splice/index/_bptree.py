@@ -64,7 +64,7 @@ def new_pool(capacity: int, trees: int, dtype: np.dtype) -> tuple:
     return keys, poss, child, cnt, nxt, prv, pmeta, tmeta
 
 
-@kernel()
+@kernel(inline="always")
 def nodes_free(pmeta: np.ndarray) -> int:
     """Nodes that can still be allocated."""
     return pmeta[P_CAP] - pmeta[P_BUMP] + pmeta[P_NFREE]

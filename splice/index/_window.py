@@ -124,7 +124,7 @@ def _pim_route(st, k):
     return ibt_route(st[10][0], st[11][0], st[12][0], nlev, nlev - 1 - meta[M_PLEVEL], k)
 
 
-@kernel()
+@kernel(inline="always")
 def idx_search(st, lo, hi, plo, phi, out, n_out):
     """Append positions in ``[plo, phi]`` whose key is in ``[lo, hi]``; ``-1`` when ``out`` is full.
 

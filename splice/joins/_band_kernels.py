@@ -84,46 +84,55 @@ R_SPIN_PART, R_SPIN_QUEUE, R_WAIT_MERGE, R_YIELDS, R_SCANNED = 8, 9, 10, 11, 12
 R_LEN = 16
 
 
+@kernel(inline="always")
+def _seq_step(g, s, x, own, other, offs_lo, offs_hi, out_g, out_p, n_out):
+    # one tuple of the serial join: probe ``other``, then enter ``own``; returns (count, status)
+    meta = own[15]
+    if nodes_free(own[6]) < meta[M_POOLMIN]:
+        return n_out, 1
+    ometa = other[15]
+    phi = ometa[M_NEXT] - 1
+    plo = max(0, ometa[M_NEXT] - ometa[M_W])
+    if phi >= plo:
+        m0 = n_out
+        r = idx_search(other, x + offs_lo[s], x + offs_hi[s], plo, phi, out_p, n_out)
+        if r < 0:
+            return m0, OUT_FULL
+        n_out = r
+        if r - m0 > 1 and ometa[M_KIND] != NLWJ:
+            sort_small(out_p, m0, n_out)
+        for j in range(m0, n_out):
+            out_g[j] = g
+    idx_insert(own, x)
+    return n_out, 0
+
+
 @kernel()
 def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out):
     """IBWJ over ``(sides[g], keys[g])`` from ``g = start``, in arrival order.
 
-    A tuple of side ``s`` probes the opposite window (its own, before it, for a self-join) for
-    keys in ``[x + offs_lo[s], x + offs_hi[s]]``, then enters its own window. Matches are
-    ``(g, partner position)`` with partners ascending. Returns ``(next g, count, status)``:
-    status 1/3 — the left/right pool needs room, 2 — ``out`` is full; 0 — done.
+    A tuple of side ``s`` probes the opposite window (its own, before it, for a self-join: then
+    ``st_l`` and ``st_r`` are the same state) for keys in ``[x + offs_lo[s], x + offs_hi[s]]``,
+    then enters its own window. Matches are ``(g, partner position)`` with partners ascending.
+    Returns ``(next g, count, status)``: status 1/3 — the left/right pool needs room, 2 — ``out``
+    is full; 0 — done.
+
+    The step is written out once per side with the states fixed: choosing between the two
+    states per tuple made every array of both live across the loop (hundreds of values kept and
+    spilled per tuple, more than the probe of a small window costs).
     """
     n = keys.shape[0]
     for g in range(start, n):
         s = sides[g]
-        if s == 0 or self_join:
-            own = st_l
-            other = st_l if self_join else st_r
-        else:
-            own = st_r
-            other = st_l
-        meta = own[15]
-        if nodes_free(own[6]) < meta[M_POOLMIN]:
-            return g, n_out, LOW_LEFT_POOL if (s == 0 or self_join) else LOW_RIGHT_POOL
         x = keys[g]
-        if self_join:
-            phi = meta[M_NEXT] - 1
-            plo = max(0, meta[M_NEXT] - meta[M_W])
+        if s == 0 or self_join:
+            n_out, status = _seq_step(g, s, x, st_l, st_r, offs_lo, offs_hi, out_g, out_p, n_out)
+            if status != 0:
+                return g, n_out, LOW_LEFT_POOL if status == 1 else status
         else:
-            ometa = other[15]
-            phi = ometa[M_NEXT] - 1
-            plo = max(0, ometa[M_NEXT] - ometa[M_W])
-        if phi >= plo:
-            m0 = n_out
-            r = idx_search(other, x + offs_lo[s], x + offs_hi[s], plo, phi, out_p, n_out)
-            if r < 0:
-                return g, m0, OUT_FULL
-            n_out = r
-            if other[15][M_KIND] != NLWJ:
-                sort_small(out_p, m0, n_out)
-            for j in range(m0, n_out):
-                out_g[j] = g
-        idx_insert(own, x)
+            n_out, status = _seq_step(g, s, x, st_r, st_l, offs_lo, offs_hi, out_g, out_p, n_out)
+            if status != 0:
+                return g, n_out, LOW_RIGHT_POOL if status == 1 else status
     return n, n_out, 0
 
 
