@@ -178,7 +178,7 @@ _EMPTY_F = np.zeros(0, np.float64)
 
 #: Lazy abort redoes the whole batch (instead of the data-edge closure of the changed
 #: exclusions) once more than one transaction in ``FULL_REDO_SHARE`` changes its exclusion.
-FULL_REDO_SHARE = 16
+FULL_REDO_SHARE = 4
 
 
 def run_tpg(batch: OpBatch, refused: np.ndarray, tpg: TPG, strategy: Strategy,
