@@ -108,13 +108,13 @@ def sort_small(a, lo, hi):
         gap //= 3
 
 
-@kernel()
+@kernel(inline="always")
 def _pim_boundary(st, q):
     meta = st[15]
     return st[10][0, st[11][0, meta[M_PLEVEL]] + q * FANOUT]
 
 
-@kernel()
+@kernel(inline="always")
 def _pim_route(st, k):
     meta = st[15]
     if meta[M_NPART] <= 1:
