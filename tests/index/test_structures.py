@@ -18,6 +18,7 @@ from splice.index import (
     WindowIndex,
     max_insertion_depth,
 )
+from splice.index._window import merge_into
 from tests.reference.sorted_index import SlidingWindowReference, SortedListIndex
 
 small_keys = st.integers(-20, 20)
@@ -134,6 +135,36 @@ def test_large_window_random(kind):
         assert ix.search(lo, lo + 0.01).tolist() == want.tolist()
     if kind == "pimtree":
         assert ix.partitions > 1 and ix.merges > 0
+
+
+@settings(max_examples=40)
+@given(
+    kind=st.sampled_from(["imtree", "pimtree"]),
+    window=st.integers(1, 300),
+    keys=st.lists(st.integers(0, 40), min_size=1, max_size=900),
+    merge_ratio=st.sampled_from([0.05, 0.3, 1.0]),
+    depth=st.integers(0, 2),
+    cut=st.integers(0, 300),
+    slack=st.integers(-2, 2),
+)
+def test_merge_into_matches_sorted_entries(kind, window, keys, merge_ratio, depth, cut, slack):
+    """``merge_into``: the window's entries at positions >= lo, in (key, pos) order (entries of
+    ``T_S`` before lo dropped), into a buffer of exactly the needed size or a bit more; one entry
+    short returns -1."""
+    depth = min(depth, max_insertion_depth(window))
+    ix = WindowIndex(kind, window, np.int64, merge_ratio=merge_ratio, insertion_depth=depth)
+    ix.insert(np.array(keys, np.int64))
+    lo = max(0, len(keys) - window) + min(cut, window)
+    want = sorted((k, p) for p, k in enumerate(keys) if p >= lo)
+    for size in (len(want) + 3, max(len(want) + slack, 0)):
+        out_k = np.zeros(size, np.int64)
+        out_p = np.zeros(size, np.int64)
+        n = merge_into(ix.state, out_k, out_p, lo)
+        if size >= len(want):
+            assert n == len(want)
+            assert list(zip(out_k[:n].tolist(), out_p[:n].tolist(), strict=True)) == want
+        else:
+            assert n == -1
 
 
 def test_pim_partitions_follow_depth():
