@@ -182,7 +182,7 @@ def _par_search(st, locks, lo, hi, plo, phi, out, n_out, res):
     return n_out
 
 
-@kernel()
+@kernel(inline="always")
 def _par_insert(st, locks, k, p, path, res):
     q = _pim_route(st, k)
     _lock(locks, q * LOCK_STRIDE, res, R_SPIN_PART)
@@ -220,106 +220,111 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
     fm0 = 0
     fw1 = -1
     fm1 = 0
+    if self_join:  # one window: every tuple probes and enters it (its flags are side 0's)
+        st_r, locks_r, ring_r, bits_r = st_l, locks_l, ring_l, bits_l
     for g in range(g0, g1):
         s = sides[g]
-        o = s if self_join else 1 - s
-        other = st_l if o == 0 else st_r
-        olocks = locks_l if o == 0 else locks_r
-        oring = ring_l if o == 0 else ring_r
-        x = keys[g]
-        klo = x + offs_lo[s]
-        khi = x + offs_hi[s]
-        te = t_e[g]
-        tl = t_l[g]
-        if tl >= te:
-            # 1) the window's positions from the edge to t_l that are not indexed yet, by a
-            #    scan of the indexed bitmap (64 positions a word; whole indexed words skipped)
-            e = atomic_load(edge, o)
-            obits = bits_l if o == 0 else bits_r
-            m0 = n_out
-            r = n_out
-            cap = out_p.shape[0]
-            mask = oring.shape[0] - 1
-            p = max(e, te)
-            start = p
-            while p <= tl:
-                # the word of ``p``: its not-indexed bits from ``p`` to ``min(tl, word end)``,
-                # visited by trailing-zero count (no step per indexed position)
-                slot = p & mask
-                b = slot & 63
-                span = min(64 - b, tl - p + 1)
-                wd = atomic_load(obits, slot >> 6)
-                # this task's own inserts whose flags are not set yet are indexed too
-                if o == 0 and slot >> 6 == fw0:
-                    wd |= fm0
-                elif o == 1 and slot >> 6 == fw1:
-                    wd |= fm1
-                z = ~wd >> b
-                if span < 64:
-                    z &= (1 << span) - 1
-                while z != 0:
-                    q = p + trailing_zeros(z)
-                    z &= z - 1
-                    res[R_SCANNED] += 1
-                    v = oring[q & mask]
-                    if v >= klo and v <= khi:
-                        if r >= cap:
-                            _flush(bits_l, fw0, fm0)
-                            _flush(bits_r, fw1, fm1)
-                            return g, m0, OUT_FULL
-                        out_p[r] = q
-                        r += 1
-                p += span
-            m1 = r
-            # 2) the index over the whole range: every position flagged before the scan is in
-            #    it (flag stored after the insert); drop what the scan matched already
-            r = _par_search(other, olocks, klo, khi, te, tl, out_p, r, res)
-            if r < 0:
-                _flush(bits_l, fw0, fm0)
-                _flush(bits_r, fw1, fm1)
-                return g, m0, OUT_FULL
-            k = m1
-            for j in range(m1, r):
-                pj = out_p[j]
-                dup = False
-                if pj >= start:
-                    for i in range(m0, m1):
-                        if out_p[i] == pj:
-                            dup = True
-                            break
-                if not dup:
-                    out_p[k] = pj
-                    k += 1
-            n_out = k
-            sort_small(out_p, m0, n_out)
-            for j in range(m0, n_out):
-                out_g[j] = g
-        if res[R_ALLOW + s]:
-            own = st_l if s == 0 else st_r
-            if nodes_free(own[6]) < own[15][M_POOLMIN]:
-                _flush(bits_l, fw0, fm0)
-                _flush(bits_r, fw1, fm1)
-                return g, n_out, 1
-            olk = locks_l if s == 0 else locks_r
-            _par_insert(own, olk, x, pos[g], path, res)
-            res[R_INS + s] += 1
-            if s == 0:
-                slot = pos[g] & (bits_l.shape[0] * 64 - 1)
-                if slot >> 6 != fw0:
-                    _flush(bits_l, fw0, fm0)
-                    fw0 = slot >> 6
-                    fm0 = 0
-                fm0 |= 1 << (slot & 63)
-            else:
-                slot = pos[g] & (bits_r.shape[0] * 64 - 1)
-                if slot >> 6 != fw1:
-                    _flush(bits_r, fw1, fm1)
-                    fw1 = slot >> 6
-                    fm1 = 0
-                fm1 |= 1 << (slot & 63)
+        # the step is written out once per side with the windows fixed (see join_seq_run)
+        if s == 0:
+            n_next, status, fw0, fm0 = _par_step(
+                g, s, 1 - s if not self_join else s, keys[g], pos[g], t_e[g], t_l[g],
+                offs_lo, offs_hi, st_l, st_r, locks_l, locks_r, ring_r, bits_l, bits_r,
+                fw0, fm0, fw0 if self_join else fw1, fm0 if self_join else fm1, edge, res,
+                path, out_g, out_p, n_out)
+        else:
+            n_next, status, fw1, fm1 = _par_step(
+                g, s, 0, keys[g], pos[g], t_e[g], t_l[g], offs_lo, offs_hi, st_r, st_l,
+                locks_r, locks_l, ring_l, bits_r, bits_l, fw1, fm1, fw0, fm0, edge, res, path,
+                out_g, out_p, n_out)
+        if status != 0:
+            _flush(bits_l, fw0, fm0)
+            _flush(bits_r, fw1, fm1)
+            return g, n_next, status
+        n_out = n_next
     _flush(bits_l, fw0, fm0)
     _flush(bits_r, fw1, fm1)
     return g1, n_out, 0
+
+
+@kernel(inline="always")
+def _par_step(g, s, o, x, pg, te, tl, offs_lo, offs_hi, own, other, own_locks, other_locks,
+              oring, own_bits, obits, fw_s, fm_s, fw_o, fm_o, edge, res, path, out_g, out_p,
+              n_out):
+    # one tuple of a task (see par_task): probe window ``o`` (``other``), then enter its own;
+    # (fw_s, fm_s) / (fw_o, fm_o): the task's pending indexed flags of its own / the other
+    # window. Returns (count, status, fw_s, fm_s); on status OUT_FULL the count is the one
+    # before this tuple, to resume at it.
+    klo = x + offs_lo[s]
+    khi = x + offs_hi[s]
+    if tl >= te:
+        # 1) the window's positions from the edge to t_l that are not indexed yet, by a
+        #    scan of the indexed bitmap (64 positions a word; whole indexed words skipped)
+        e = atomic_load(edge, o)
+        m0 = n_out
+        r = n_out
+        cap = out_p.shape[0]
+        mask = oring.shape[0] - 1
+        p = max(e, te)
+        start = p
+        while p <= tl:
+            # the word of ``p``: its not-indexed bits from ``p`` to ``min(tl, word end)``,
+            # visited by trailing-zero count (no step per indexed position)
+            slot = p & mask
+            b = slot & 63
+            span = min(64 - b, tl - p + 1)
+            wd = atomic_load(obits, slot >> 6)
+            # this task's own inserts whose flags are not set yet are indexed too
+            if slot >> 6 == fw_o:
+                wd |= fm_o
+            z = ~wd >> b
+            if span < 64:
+                z &= (1 << span) - 1
+            while z != 0:
+                q = p + trailing_zeros(z)
+                z &= z - 1
+                res[R_SCANNED] += 1
+                v = oring[q & mask]
+                if v >= klo and v <= khi:
+                    if r >= cap:
+                        return m0, OUT_FULL, fw_s, fm_s
+                    out_p[r] = q
+                    r += 1
+            p += span
+        m1 = r
+        # 2) the index over the whole range: every position flagged before the scan is in
+        #    it (flag stored after the insert); drop what the scan matched already
+        r = _par_search(other, other_locks, klo, khi, te, tl, out_p, r, res)
+        if r < 0:
+            return m0, OUT_FULL, fw_s, fm_s
+        k = m1
+        for j in range(m1, r):
+            pj = out_p[j]
+            dup = False
+            if pj >= start:
+                for i in range(m0, m1):
+                    if out_p[i] == pj:
+                        dup = True
+                        break
+            if not dup:
+                out_p[k] = pj
+                k += 1
+        n_out = k
+        if n_out - m0 > 1:
+            sort_small(out_p, m0, n_out)
+        for j in range(m0, n_out):
+            out_g[j] = g
+    if res[R_ALLOW + s]:
+        if nodes_free(own[6]) < own[15][M_POOLMIN]:
+            return n_out, 1, fw_s, fm_s
+        _par_insert(own, own_locks, x, pg, path, res)
+        res[R_INS + s] += 1
+        slot = pg & (own_bits.shape[0] * 64 - 1)
+        if slot >> 6 != fw_s:
+            _flush(own_bits, fw_s, fm_s)
+            fw_s = slot >> 6
+            fm_s = 0
+        fm_s |= 1 << (slot & 63)
+    return n_out, 0, fw_s, fm_s
 
 
 @kernel(inline="always")
