@@ -108,24 +108,9 @@ def _count_lt(keys, n, j0, m, k):
 
 
 @kernel(inline="always")
-def _count_le(keys, poss, n, j0, m, k, p):
-    # slots j in [j0, m) of node n whose entry is <= (k, p); poss is read only on equal keys
-    c = 0
-    e = 0
-    row = uint64(n)
-    for j in range(uint64(j0), uint64(m)):
-        kk = keys[row, j]
-        c += kk < k
-        e += kk == k
-    if e != 0:
-        for j in range(uint64(j0), uint64(m)):
-            c += (keys[row, j] == k) & (poss[row, j] <= p)
-    return c
-
-
-@kernel(inline="always")
 def _count_less(keys, poss, n, j0, m, k, p):
-    # slots j in [j0, m) of node n whose entry is < (k, p)
+    # slots j in [j0, m) of node n whose entry is < (k, p) (entries <= (k, p): pass p + 1, the
+    # positions being integers); poss is read only on equal keys
     c = 0
     e = 0
     row = uint64(n)
@@ -142,7 +127,7 @@ def _count_less(keys, poss, n, j0, m, k, p):
 @kernel(inline="always")
 def _route(keys, poss, cnt, n, k, p):
     # child slot of inner node n for entry (k, p): last slot whose separator <= (k, p)
-    return _count_le(keys, poss, n, 1, cnt[n], k, p)
+    return _count_less(keys, poss, n, 1, cnt[n], k, p + 1)
 
 
 @kernel()
@@ -171,7 +156,7 @@ def bpt_insert(keys, poss, child, cnt, nxt, prv, pmeta, tmeta, t, k, p, path, at
         n = child[n, c]
     # leaf: first slot whose entry > (k, p)
     m = cnt[n]
-    lo = _count_le(keys, poss, n, 0, m, k, p)
+    lo = _count_less(keys, poss, n, 0, m, k, p + 1)
     for j in range(m, lo, -1):
         keys[n, j] = keys[n, j - 1]
         poss[n, j] = poss[n, j - 1]
