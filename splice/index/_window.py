@@ -24,6 +24,7 @@ filtered out of searches by position and dropped at link disposal or merge.
 
 from __future__ import annotations
 
+from splice.index._band_bounds import band_bounds
 from splice.index._bptree import (
     bpt_delete,
     bpt_first_leaf,
@@ -372,12 +373,14 @@ def idx_search_many(st, los, his, plo, phi, out_i, out_p, start, n_out):
 
 
 @kernel()
-def join_run(keys, start, lo_off, hi_off, other, own, self_join, out_i, out_p, n_out):
+def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i, out_p,
+             n_out):
     """IBWJ over ``keys[start:]``, tuples of the stream that ``own`` indexes, in arrival order.
 
     Each tuple ``x`` (position ``p``) probes ``other`` for partners with key in
-    ``[x + lo_off, x + hi_off]`` inside the other window (for a self-join: its own window before
-    ``p``), then enters ``own``, expiring the oldest when full. Matches are
+    ``[x + lo_off, x + hi_off]`` (``mirrored``: the right stream's tuples, see
+    :func:`~splice.index._band_bounds.band_bounds`) inside the other window (for a self-join: its
+    own window before ``p``), then enters ``own``, expiring the oldest when full. Matches are
     ``(tuple index, partner position)``, partners ascending. Returns ``(next tuple, count,
     status)``; status 1: the pool needs room, 2: ``out`` is full — grow and call again.
     """
@@ -398,7 +401,8 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, out_i, out_p, n
             plo = max(0, ometa[M_NEXT] - ometa[M_W])
         if phi >= plo:
             m0 = n_out
-            r = idx_search(other, x + lo_off, x + hi_off, plo, phi, out_p, n_out)
+            klo, khi = band_bounds(x, lo_off, hi_off, mirrored)
+            r = idx_search(other, klo, khi, plo, phi, out_p, n_out)
             if r < 0:
                 return i, m0, 2
             n_out = r

@@ -19,6 +19,7 @@ from splice._atomics import (
 from splice._atomics import atomic_load_acquire as atomic_load
 from splice._atomics import atomic_store_release as store_release
 from splice._atomics import atomic_xchg as atomic_store
+from splice.index._band_bounds import band_bounds
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
 from splice.index._jit import kernel
@@ -85,7 +86,7 @@ R_LEN = 16
 
 
 @kernel(inline="always")
-def _seq_step(g, s, x, own, other, offs_lo, offs_hi, out_g, out_p, n_out):
+def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_out):
     # one tuple of the serial join: probe ``other``, then enter ``own``; returns (count, status)
     meta = own[15]
     if nodes_free(own[6]) < meta[M_POOLMIN]:
@@ -95,7 +96,8 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, out_g, out_p, n_out):
     plo = max(0, ometa[M_NEXT] - ometa[M_W])
     if phi >= plo:
         m0 = n_out
-        r = idx_search(other, x + offs_lo[s], x + offs_hi[s], plo, phi, out_p, n_out)
+        klo, khi = band_bounds(x, offs_lo[s], offs_hi[s], mirrored)
+        r = idx_search(other, klo, khi, plo, phi, out_p, n_out)
         if r < 0:
             return m0, OUT_FULL
         n_out = r
@@ -126,11 +128,13 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
         s = sides[g]
         x = keys[g]
         if s == 0 or self_join:
-            n_out, status = _seq_step(g, s, x, st_l, st_r, offs_lo, offs_hi, out_g, out_p, n_out)
+            n_out, status = _seq_step(g, s, x, st_l, st_r, offs_lo, offs_hi, False, out_g, out_p,
+                                      n_out)
             if status != 0:
                 return g, n_out, LOW_LEFT_POOL if status == 1 else status
         else:
-            n_out, status = _seq_step(g, s, x, st_r, st_l, offs_lo, offs_hi, out_g, out_p, n_out)
+            n_out, status = _seq_step(g, s, x, st_r, st_l, offs_lo, offs_hi, True, out_g, out_p,
+                                      n_out)
             if status != 0:
                 return g, n_out, LOW_RIGHT_POOL if status == 1 else status
     return n, n_out, 0
@@ -254,8 +258,7 @@ def _par_step(g, s, o, x, pg, te, tl, offs_lo, offs_hi, own, other, own_locks, o
     # (fw_s, fm_s) / (fw_o, fm_o): the task's pending indexed flags of its own / the other
     # window. Returns (count, status, fw_s, fm_s); on status OUT_FULL the count is the one
     # before this tuple, to resume at it.
-    klo = x + offs_lo[s]
-    khi = x + offs_hi[s]
+    klo, khi = band_bounds(x, offs_lo[s], offs_hi[s], s == 1)  # a self-join's sides are 0
     if tl >= te:
         # 1) the window's positions from the edge to t_l that are not indexed yet, by a
         #    scan of the indexed bitmap (64 positions a word; whole indexed words skipped)
@@ -629,7 +632,8 @@ def rr_run(start, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, part,
         lhi = (tl - part) // parts if tl >= part else -1
         if lhi >= llo:
             m0 = n_out
-            r = idx_search(other, x + offs_lo[s], x + offs_hi[s], llo, lhi, out_p, n_out)
+            klo, khi = band_bounds(x, offs_lo[s], offs_hi[s], s == 1 and not self_join)
+            r = idx_search(other, klo, khi, llo, lhi, out_p, n_out)
             if r < 0:
                 return g, m0, OUT_FULL
             n_out = r

@@ -205,7 +205,8 @@ class BandCore:
                 own = left if side == 0 or self.self_join else right
                 other = left if side == 1 or self.self_join else right
                 g, m, status = join_run(keys, g, self.offs_lo[side], self.offs_hi[side],
-                                        other.state, own.state, self.self_join, out_g, out_p, m)
+                                        other.state, own.state, self.self_join,
+                                        side == 1 and not self.self_join, out_g, out_p, m)
                 low = own
             else:
                 g, m, status = join_seq_run(sides, keys, g, self.offs_lo, self.offs_hi,

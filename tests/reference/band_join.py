@@ -13,10 +13,11 @@ def nested_loop_band_join(
 ) -> list[tuple[int, int]]:
     """``(g, partner position)`` pairs in arrival order, partners oldest first.
 
-    A tuple of side 0 (key x) matches window tuples of side 1 with ``lower <= y - x <= upper``; a
-    tuple of side 1 (key y) matches side-0 tuples with ``lower <= y - x <= upper``. Self-join:
-    every tuple is side 0 and matches the earlier tuples b of its window with
-    ``lower <= b - x <= upper``.
+    A left key x and a right key y match when ``x + lower <= y <= x + upper``, computed as
+    written (for float keys too), whichever of the two arrives first: a tuple of side 0 (key x)
+    matches window tuples y of side 1 with it, a tuple of side 1 (key y) matches side-0 tuples x
+    with it. Self-join: every tuple is side 0 and matches the earlier tuples b of its window with
+    ``x + lower <= b <= x + upper``.
     """
     seen: list[list[float]] = [[], []]
     out: list[tuple[int, int]] = []
@@ -30,8 +31,8 @@ def nested_loop_band_join(
             w = windows[1 - s]
         for pos in range(max(0, len(other) - w), len(other)):
             y = other[pos]
-            d = (y - x) if (s == 0) else (x - y)
-            if lower <= d <= upper:
+            left, right = (x, y) if s == 0 else (y, x)
+            if left + lower <= right <= left + upper:
                 out.append((g, pos))
         seen[s].append(x)
     return out

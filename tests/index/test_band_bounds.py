@@ -1,0 +1,48 @@
+"""The mirrored probe range of a band join is exact for float keys (the pair matches whichever
+side arrives first)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from numba import njit
+
+from splice.index._band_bounds import band_bounds
+
+finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
+
+
+@njit
+def _compiled(x, lo_off, hi_off, mirrored):  # type: ignore[no-untyped-def]
+    return band_bounds(x, lo_off, hi_off, mirrored)
+
+
+def _matches(left: float, right: float, lower: float, upper: float) -> bool:
+    return left + lower <= right <= left + upper
+
+
+@given(x=finite, lower=finite, width=st.floats(0, 1e3))
+def test_mirrored_bounds_are_the_exact_ends_of_the_matching_left_keys(x, lower, width):
+    upper = lower + width
+    a, b = _compiled(x, -upper, -lower, True)
+    assert (a, b) == band_bounds(x, -upper, -lower, True)
+    if a <= b:  # every left key in [a, b] matches the right key x, none just outside
+        assert _matches(a, x, lower, upper) and _matches(b, x, lower, upper)
+    below, above = math.nextafter(a, -math.inf), math.nextafter(b, math.inf)
+    assert not _matches(below, x, lower, upper)
+    assert not _matches(above, x, lower, upper)
+
+
+def test_the_pair_that_rounding_split():
+    # 1.1 - 1.0 rounds above 0.1, yet 0.1 + 1.0 == 1.1: the left key 0.1 matches the right 1.1
+    assert 1.1 - 1.0 > 0.1 and 0.1 + 1.0 <= 1.1
+    a, b = _compiled(1.1, -1.0, 1.0, True)
+    assert a <= 0.1 <= b
+    assert _compiled(1.1, -1.0, 1.0, False) == (1.1 - 1.0, 1.1 + 1.0)
+
+
+def test_integer_keys_are_left_as_they_are():
+    assert _compiled(np.int64(7), np.int64(-3), np.int64(2), True) == (4, 9)
