@@ -156,6 +156,19 @@ def _fx_expire(pos, ring_seq, keys, valid, nxt, head, tail, shift):  # type: ign
     ring_seq[pos] = -1
 
 
+@njit(inline="always", **_NO_NRT)
+def chain_append(a, b, pos, nxt, head, tail):  # type: ignore[no-untyped-def]
+    """Append ring position ``pos`` to the chain of bucket ``b`` on attribute ``a`` (chains run
+    oldest first: ``head`` to ``tail`` through ``nxt``)."""
+    nxt[a, pos] = -1
+    t = tail[a, b]
+    if t == -1:
+        head[a, b] = pos
+    else:
+        nxt[a, t] = pos
+    tail[a, b] = pos
+
+
 @_no_nrt
 def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, shift):  # type: ignore[no-untyped-def]
     ring_seq[pos] = seq
@@ -166,13 +179,7 @@ def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, 
         if ok:
             k = kcol[a, j]
             keys[a, pos] = k
-            b = fx_bucket(k, shift)
-            t = tail[a, b]
-            if t == -1:
-                head[a, b] = pos
-            else:
-                nxt[a, t] = pos
-            tail[a, b] = pos
+            chain_append(a, fx_bucket(k, shift), pos, nxt, head, tail)
 
 
 @_no_nrt

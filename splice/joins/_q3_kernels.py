@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from splice.joins._hash_kernels import _NO_NRT, first_by_position, fx_bucket
+from splice.joins._hash_kernels import _NO_NRT, chain_append, first_by_position, fx_bucket
 
 __all__ = ["q3_join_arrival", "new_cursor", "partition_of", "partition_arrival", "INTERLEAVED", "SEQUENTIAL", "REVERSED", "EXPLICIT"]
 
@@ -113,13 +113,7 @@ def _link(a, pos, k, valid, keys, nxt, head, tail, shift, lifo):  # type: ignore
         nxt[a, pos] = head[a, b]
         head[a, b] = pos
         return
-    nxt[a, pos] = -1
-    t = tail[a, b]
-    if t == -1:
-        head[a, b] = pos
-    else:
-        nxt[a, t] = pos
-    tail[a, b] = pos
+    chain_append(a, b, pos, nxt, head, tail)
 
 
 @_inline
