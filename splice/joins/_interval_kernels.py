@@ -165,9 +165,11 @@ def band_pairs_py(
 # ``time >> shift``, where ``2**shift`` is at least the band's width (``hi - lo + 1``): a probe's
 # band then covers at most two buckets, and its chains hold only rows near its time, however long
 # the key's history. A table of ``slots`` rows ``(bucket key, first and last entry)`` (16 bytes;
-# a power of two, linear probing) maps ``mix(code, bucket)`` to its chain; two pairs that mix to the same
-# value share a chain, so a chain step also checks the entry's code. Chains link entries in
-# insertion order, which is row-id (arrival) order.
+# a power of two, linear probing) maps ``mix(code, bucket)`` to its chain. Two pairs that mix to
+# the same value share a chain, but for a fixed bucket ``mix`` is a bijection of the code, so an
+# entry whose time lies in the bucket the chain was looked up with has the probe's code: a chain
+# step checks the entry's bucket, read on the line it reads anyway, not its code. Chains link
+# entries in insertion order, which is row-id (arrival) order.
 
 
 @njit(cache=True, nogil=True)
@@ -227,34 +229,48 @@ def index_insert(
 
 @njit(cache=True, nogil=True)
 def _probe_fill(
-    table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
-    p_times: np.ndarray, lo: int, hi: int, shift: int, pi: np.ndarray, pe: np.ndarray,
-    pt: np.ndarray,
+    table: np.ndarray, link: np.ndarray, p_codes: np.ndarray, p_times: np.ndarray, lo: int,
+    hi: int, shift: int, pi: np.ndarray, pe: np.ndarray, pt: np.ndarray,
 ) -> int:
     """Write the pairs of :func:`index_probe` into ``pi``/``pe`` (and each entry's time into
     ``pt``) while they have room; return how many pairs there are (more than ``len(pi)`` means
-    the caller must call again, larger)."""
+    the caller must call again, larger).
+
+    Two passes: the chain heads of every probe first (independent table reads the processor
+    overlaps, where one probe at a time would wait for each), then the chain walks. A chain
+    entry whose time falls in the bucket the chain was looked up with has the probe's code:
+    ``_bucket_key`` is a bijection of the code for a fixed bucket, so no code is read.
+    """
     mask = table.shape[0] - 1
     cap = len(pi)
-    k = 0
-    for i in range(len(p_codes)):
+    n = len(p_codes)
+    heads = np.empty((n, 2), dtype=np.int64)
+    for i in range(n):
         c = p_codes[i]
+        b0 = (p_times[i] + lo) >> shift
+        b1 = (p_times[i] + hi) >> shift
+        heads[i, 0] = _head(table, _bucket_key(c, b0), mask)
+        heads[i, 1] = _head(table, _bucket_key(c, b1), mask) if b1 != b0 else np.int64(-1)
+    k = 0
+    for i in range(n):
         t0 = p_times[i] + lo
         t1 = p_times[i] + hi
         b0 = t0 >> shift
         b1 = t1 >> shift
-        e0 = _head(table, _bucket_key(c, b0), mask)
-        e1 = _head(table, _bucket_key(c, b1), mask) if b1 != b0 else np.int64(-1)
+        e0 = heads[i, 0]
+        e1 = heads[i, 1]
         # the two chains, merged by entry (arrival) order
         while e0 != -1 or e1 != -1:
             if e1 == -1 or (e0 != -1 and e0 < e1):
                 e = e0
+                b = b0
                 e0 = link[e0, 1]
             else:
                 e = e1
+                b = b1
                 e1 = link[e1, 1]
             t = link[e, 0]
-            if t >= t0 and t <= t1 and e_code[e] == c:
+            if t >= t0 and t <= t1 and (t >> shift) == b:
                 if k < cap:
                     pi[k] = i
                     pe[k] = e
@@ -265,8 +281,8 @@ def _probe_fill(
 
 @njit(cache=True, nogil=True)
 def index_probe(
-    table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
-    p_times: np.ndarray, lo: int, hi: int, shift: int, buf: np.ndarray,
+    table: np.ndarray, link: np.ndarray, p_codes: np.ndarray, p_times: np.ndarray, lo: int,
+    hi: int, shift: int, buf: np.ndarray,
 ) -> tuple[int, bool]:
     """Pairs ``(i, entry)``: equal codes and ``p_times[i]+lo <= time <= p_times[i]+hi``, for a
     table built with ``2**shift >= hi - lo + 1``, and each pair's entry time (read on the line
@@ -282,7 +298,7 @@ def index_probe(
     the compiler from holding them in registers and made the probe three times slower.)
     """
     cap = len(buf) // 3
-    k = _probe_fill(table, link, e_code, p_codes, p_times, lo, hi, shift, buf[:cap],
+    k = _probe_fill(table, link, p_codes, p_times, lo, hi, shift, buf[:cap],
                     buf[cap : 2 * cap], buf[2 * cap :])
     in_order = k == len(p_codes) and k <= cap
     if in_order:
@@ -294,9 +310,8 @@ def index_probe(
 
 
 @njit(cache=True, nogil=True)
-def probe_pairs(table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes: np.ndarray,
-                p_times: np.ndarray, lo: int, hi: int, shift: int
-                ) -> tuple[np.ndarray, int, int, bool]:
+def probe_pairs(table: np.ndarray, link: np.ndarray, p_codes: np.ndarray, p_times: np.ndarray,
+                lo: int, hi: int, shift: int) -> tuple[np.ndarray, int, int, bool]:
     """:func:`index_probe` into buffers of ``max(16, len(p_codes))`` pairs (a second call into
     buffers of the exact size only when more pairs exist): ``(buf, cap, k, in_order)``, the
     ``k`` pairs' probe rows in ``buf[:k]``, entries in ``buf[cap:cap + k]``, entry times in
@@ -304,11 +319,11 @@ def probe_pairs(table: np.ndarray, link: np.ndarray, e_code: np.ndarray, p_codes
     from a compiled function costs about a microsecond to box)."""
     cap = max(16, len(p_codes))
     buf = np.empty(3 * cap, dtype=np.int64)
-    k, in_order = index_probe(table, link, e_code, p_codes, p_times, lo, hi, shift, buf)
+    k, in_order = index_probe(table, link, p_codes, p_times, lo, hi, shift, buf)
     if k > cap:
         cap = k
         buf = np.empty(3 * cap, dtype=np.int64)
-        k, in_order = index_probe(table, link, e_code, p_codes, p_times, lo, hi, shift, buf)
+        k, in_order = index_probe(table, link, p_codes, p_times, lo, hi, shift, buf)
     return buf, cap, k, in_order
 
 
@@ -347,7 +362,7 @@ def hash_band_pairs(
     link = np.empty((m, 2), dtype=np.int64)
     link[:, 0] = b_times
     index_insert(table, b_codes, link, 0, m, shift)
-    buf, cap, k, _ = probe_pairs(table, link, b_codes, p_codes, p_times, lo, hi, shift)
+    buf, cap, k, _ = probe_pairs(table, link, p_codes, p_times, lo, hi, shift)
     return buf[:k], buf[cap : cap + k]
 
 

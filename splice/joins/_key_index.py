@@ -289,7 +289,7 @@ class KeyIndex:
         if self.shift < 63 and hi - lo + 1 > 1 << self.shift:
             raise InternalError(f"key index of time buckets 2**{self.shift} probed with a band "
                                 f"[{lo}, {hi}] wider than a bucket")
-        buf, cap, k, in_order = probe_pairs(self.table, self.link, self.e_code, codes, times,
+        buf, cap, k, in_order = probe_pairs(self.table, self.link, codes, times,
                                             lo, hi, self.shift)
         pi, pe, pt = buf[:k], buf[cap : cap + k], buf[2 * cap : 2 * cap + k]
         if self._rowid is None:

@@ -475,6 +475,28 @@ def test_opposite_key_and_time_columns_equal_the_reference(kind, rows, threshold
     assert h.logic._same_key == (kind != "float64")
 
 
+# codes k * C (C the bucket multiplier, wrapped to int64): code k*C in bucket b and code
+# (k + 1)*C in bucket b - 1 share a chain, so every chain mixes entries of several codes
+_MIXER = 0xC2B2AE3D27D4EB4F
+_COLLIDING = [int(np.array([(k * _MIXER) % 2**64], np.uint64).view(np.int64)[0])
+              for k in range(-2, 3)]
+
+
+@given(st.lists(st.tuples(st.sampled_from(_COLLIDING), st.integers(-40, 40)), max_size=60),
+       st.lists(st.tuples(st.sampled_from(_COLLIDING), st.integers(-40, 40)), min_size=1,
+                max_size=6))
+def test_index_probe_keeps_codes_apart_when_their_bucket_keys_collide(entries, probes):
+    codes = np.array([c for c, _ in entries], np.int64)
+    times = np.array([t for _, t in entries], np.int64)
+    idx = KeyIndex(codes, times, np.arange(len(entries), dtype=np.int64), (-3, 4))
+    pc_ = np.array([c for c, _ in probes], np.int64)
+    pt = np.array([t for _, t in probes], np.int64)
+    pi, rid, et, _ = idx.probe_times(pc_, pt, -3, 4)
+    want_i, want_j = index_probe_py(codes, times, len(entries), pc_, pt, -3, 4)
+    assert pi.tolist() == want_i.tolist() and rid.tolist() == want_j.tolist()
+    assert et.tolist() == times[want_j].tolist()
+
+
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20)), max_size=80),
        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20)), min_size=1, max_size=5))
 def test_index_probe_pairs_and_times_match_twin_past_the_first_buffer(entries, probes):
