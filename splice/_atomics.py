@@ -26,6 +26,7 @@ __all__ = [
     "atomic_add",
     "atomic_or",
     "atomic_cas",
+    "atomic_cas_acquire",
     "atomic_load_acquire",
     "atomic_load_seq_cst",
     "atomic_store_release",
@@ -42,17 +43,21 @@ def _cell(context: Any, builder: Any, arrty: Any, arr: Any, idx: Any) -> Any:
     return cgutils.get_item_pointer(context, builder, arrty, ary, [idx], wraparound=False)
 
 
-def _atomic_cas(typingctx: Any, ary: Any, idx: Any, expected: Any, new: Any) -> Any:
-    """Compare-and-swap ``ary[idx]``: store ``new`` when it equals ``expected``; return the old."""
-    sig = types.int64(ary, idx, expected, new)
+def _cas(ordering: str, failure: str) -> Any:
+    def typer(typingctx: Any, ary: Any, idx: Any, expected: Any, new: Any) -> Any:
+        """Compare-and-swap ``ary[idx]``: store ``new`` when it equals ``expected``; return the
+        old value."""
+        sig = types.int64(ary, idx, expected, new)
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        a, i, e, n = args
-        res = builder.cmpxchg(_cell(context, builder, signature.args[0], a, i), e, n,
-                              "seq_cst", "seq_cst")
-        return builder.extract_value(res, 0)
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            a, i, e, n = args
+            res = builder.cmpxchg(_cell(context, builder, signature.args[0], a, i), e, n,
+                                  ordering, failure)
+            return builder.extract_value(res, 0)
 
-    return sig, codegen
+        return sig, codegen
+
+    return typer
 
 
 def _rmw(op: str) -> Any:
@@ -132,7 +137,10 @@ atomic_add: Any = intrinsic(_rmw("add"))
 atomic_xchg: Any = intrinsic(_rmw("xchg"))
 #: ``ary[idx] |= value`` atomically; returns the old value.
 atomic_or: Any = intrinsic(_rmw("or"))
-atomic_cas: Any = intrinsic(_atomic_cas)
+atomic_cas: Any = intrinsic(_cas("seq_cst", "seq_cst"))
+#: compare-and-swap with acquire ordering (a lock's acquisition: the critical section's reads and
+#: writes stay after it, and the compiler may keep earlier values in registers across it).
+atomic_cas_acquire: Any = intrinsic(_cas("acquire", "monotonic"))
 atomic_load_seq_cst: Any = intrinsic(_atomic_load_seq_cst)
 atomic_load_acquire: Any = intrinsic(_atomic_load_acquire)
 atomic_store_release: Any = intrinsic(_atomic_store_release)

@@ -10,6 +10,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from splice._atomics import (
     atomic_cas,
+    atomic_cas_acquire,
     atomic_or,
     cycle_counter,
     sched_yield,
@@ -47,6 +48,8 @@ __all__ = [
     "cycles",
     "par_insert_range",
     "clear_bits",
+    "chunk_setup",
+    "gather_tasks",
     "advance_edge",
     "try_advance_edge",
     "rr_run",
@@ -148,11 +151,11 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
 @kernel(inline="always")
 def _lock(locks, i, res, cell):
     # spin lock ``locks[i]`` counting failed attempts in ``res[cell]``; yield after a short spin
-    if atomic_cas(locks, i, 0, 1) == 0:
+    if atomic_cas_acquire(locks, i, 0, 1) == 0:
         return
     res[cell] += 1
     spins = 0
-    while atomic_cas(locks, i, 0, 1) != 0:
+    while atomic_cas_acquire(locks, i, 0, 1) != 0:
         spins += 1
         if spins >= 64:
             res[R_YIELDS] += 1
@@ -402,6 +405,54 @@ def advance_edge(bits, edge, s, limit):
         e += 1
     store_release(edge, s, e)
     return e
+
+
+@kernel()
+def chunk_setup(sides, keys, c0, c1, w0, w1, self_join, ring_l, ring_r, pos, t_e, t_l, before):
+    """One pass over a chunk of the parallel join before its threads start: per tuple ``g`` its
+    position ``pos[g]`` in its stream (counting on from ``c0``/``c1``), the positions
+    ``[t_e[g], t_l[g]]`` of the opposite window it probes (windows of ``w0``/``w1``; a self-join
+    probes its own stream's earlier tuples), its key in its stream's ring (lengths powers of 2),
+    and ``before[s, g]``, the arrivals of stream ``s`` among the chunk's first ``g`` tuples."""
+    a0 = 0
+    a1 = 0
+    m0 = ring_l.shape[0] - 1
+    m1 = ring_r.shape[0] - 1
+    before[0, 0] = 0
+    before[1, 0] = 0
+    for g in range(keys.shape[0]):
+        if self_join or sides[g] == 0:
+            p = c0 + a0
+            ring_l[p & m0] = keys[g]
+            if self_join:
+                t_l[g] = p - 1
+                t_e[g] = max(0, p - w0)
+            else:
+                t_l[g] = c1 + a1 - 1
+                t_e[g] = max(0, c1 + a1 - w1)
+            a0 += 1
+        else:
+            p = c1 + a1
+            ring_r[p & m1] = keys[g]
+            t_l[g] = c0 + a0 - 1
+            t_e[g] = max(0, c0 + a0 - w0)
+            a1 += 1
+        pos[g] = p
+        before[0, g + 1] = a0
+        before[1, g + 1] = a1
+
+
+@kernel()
+def gather_tasks(all_g, all_p, src, cnt, out_g, out_p):
+    """Copy each task's rows (``cnt[t]`` from ``src[t]`` of the threads' concatenated buffers)
+    into ``out_g``/``out_p`` in task (queue) order."""
+    d = 0
+    for t in range(src.shape[0]):
+        a = src[t]
+        for j in range(cnt[t]):
+            out_g[d] = all_g[a + j]
+            out_p[d] = all_p[a + j]
+            d += 1
 
 
 @kernel()

@@ -76,8 +76,10 @@ from splice.joins._band_kernels import (
     R_WAIT_MERGE,
     TS_FULL,
     advance_edge,
+    chunk_setup,
     clear_bits,
     cycles,
+    gather_tasks,
     par_worker,
     rr_run,
 )
@@ -200,14 +202,16 @@ class TaskQueueJoin:
         if self.self_join:
             sides = np.zeros(n, np.int8)
         counts = (self.counts[0], self.counts[1])
-        pos, t_e, t_l = arrival_bounds(sides, counts, self.windows, self.self_join)
-        # the tuples arrive in their windows (the sliding windows hold keys by position)
-        before = np.zeros((2, n + 1), np.int64)
+        # positions, probe bounds and arrival counts, and the tuples into their windows' rings
+        # (the sliding windows hold keys by position): one compiled pass, as the serial part
+        # of a chunk holds every other core idle
+        pos = np.empty(n, np.int64)
+        t_e = np.empty(n, np.int64)
+        t_l = np.empty(n, np.int64)
+        before = np.empty((2, n + 1), np.int64)
+        chunk_setup(sides, keys, counts[0], counts[1], self.windows[0], self.windows[-1],
+                    self.self_join, self.rings[0], self.rings[-1], pos, t_e, t_l, before)
         for s in range(len(self.ixs)):
-            mine = sides == s
-            slots = pos[mine] % len(self.rings[s])
-            self.rings[s][slots] = keys[mine]
-            np.cumsum(mine, out=before[s, 1:])
             self.limits[s] = self.counts[s] + int(before[s, n])
             clear_bits(self.bits[s], self.counts[s], self.limits[s])
         limits = np.array(self.limits, np.int64)
@@ -266,9 +270,10 @@ class TaskQueueJoin:
         all_g = np.concatenate([o[0][: o[2]] for o in outs])
         all_p = np.concatenate([o[1][: o[2]] for o in outs])
         src = base[task_thr] + task_off
-        dst = np.cumsum(task_cnt) - task_cnt
-        idx = np.repeat(src - dst, task_cnt) + np.arange(int(task_cnt.sum()))
-        return all_g[idx], all_p[idx]
+        total = int(task_cnt.sum())
+        out_g, out_p = np.empty(total, np.int64), np.empty(total, np.int64)
+        gather_tasks(all_g, all_p, src, task_cnt, out_g, out_p)
+        return out_g, out_p
 
     def _work(self, tid: int, shared: tuple[Any, ...], cap: int) -> tuple[np.ndarray, np.ndarray, int]:
         # the thread's resume record and counters, written per tuple: padded by a cache line on

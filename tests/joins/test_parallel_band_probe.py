@@ -18,12 +18,14 @@ from splice.joins._band_kernels import (
     LOCK_STRIDE,
     R_ALLOW,
     R_LEN,
+    chunk_setup,
     clear_bits,
+    gather_tasks,
     par_insert_range,
     par_task,
 )
 from splice.joins.band_join import probe_offsets
-from splice.joins.parallel_band import TaskQueueJoin
+from splice.joins.parallel_band import TaskQueueJoin, arrival_bounds
 
 RING = 512  # window slots (a power of 2, 8 bitmap words)
 
@@ -89,3 +91,53 @@ def test_every_inserted_position_is_flagged_after_a_run(threads):
         flagged = [(int(join.bits[s][(p & (len(join.bits[s]) * 64 - 1)) >> 6]) >> (p & 63)) & 1
                    for p in range(max(0, counts[s] - 2000), counts[s])]
         assert all(flagged)
+
+
+@given(
+    sides=st.lists(st.integers(0, 1), max_size=300),
+    counts=st.tuples(st.integers(0, 5000), st.integers(0, 5000)),
+    windows=st.tuples(st.integers(1, 300), st.integers(1, 300)),
+    self_join=st.booleans(),
+)
+def test_chunk_setup_matches_the_vectorized_arrival_bounds(sides, counts, windows, self_join):
+    # the compiled pass that prepares a chunk against the NumPy formulation of the same bounds
+    s = np.array(sides, np.int8)
+    if self_join:
+        s[:] = 0
+    n = len(s)
+    keys = np.arange(n, dtype=np.float64) + 0.5
+    rings = [np.full(RING, -1.0), np.full(RING, -1.0)]
+    pos, t_e, t_l = (np.empty(n, np.int64) for _ in range(3))
+    before = np.empty((2, n + 1), np.int64)
+    chunk_setup(s, keys, counts[0], counts[1], windows[0], windows[1], self_join, rings[0],
+                rings[1], pos, t_e, t_l, before)
+    want_pos, want_te, want_tl = arrival_bounds(s, counts, windows, self_join)
+    assert pos.tolist() == want_pos.tolist()
+    assert t_e.tolist() == want_te.tolist() and t_l.tolist() == want_tl.tolist()
+    for side in (0, 1):
+        mine = s == side
+        assert before[side].tolist() == [0, *np.cumsum(mine).tolist()]
+        assert rings[side][want_pos[mine] % RING].tolist() == keys[mine].tolist()
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6)), max_size=40), st.data())
+def test_gather_tasks_emits_each_tasks_rows_in_queue_order(tasks, data):
+    # tasks (thread, rows) laid out in per-thread buffers in a random order of completion
+    order = data.draw(st.permutations(range(len(tasks))))
+    buffers: dict[int, list[int]] = {}
+    src_in_thread = [0] * len(tasks)
+    for t in order:
+        thr, cnt = tasks[t]
+        buf = buffers.setdefault(thr, [])
+        src_in_thread[t] = len(buf)
+        buf.extend(range(1000 * t, 1000 * t + cnt))
+    threads = sorted(buffers)
+    starts = np.cumsum([0] + [len(buffers[t]) for t in threads]).tolist()
+    base = dict(zip(threads, starts[:-1], strict=True))
+    all_g = np.array([v for t in threads for v in buffers[t]], np.int64)
+    src = np.array([base[thr] + src_in_thread[t] for t, (thr, _) in enumerate(tasks)], np.int64)
+    cnt = np.array([c for _, c in tasks], np.int64)
+    out_g, out_p = np.empty(int(cnt.sum()), np.int64), np.empty(int(cnt.sum()), np.int64)
+    gather_tasks(all_g, all_g + 7, src, cnt, out_g, out_p)
+    want = [1000 * t + j for t, (_, c) in enumerate(tasks) for j in range(c)]
+    assert out_g.tolist() == want and out_p.tolist() == [v + 7 for v in want]
