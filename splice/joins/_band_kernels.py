@@ -6,6 +6,7 @@ the loop walks a mixed sequence, picking each tuple's own and opposite window by
 
 from __future__ import annotations
 
+import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from splice._atomics import (
@@ -412,47 +413,59 @@ def chunk_setup(sides, keys, c0, c1, w0, w1, self_join, ring_l, ring_r, pos, t_e
     """One pass over a chunk of the parallel join before its threads start: per tuple ``g`` its
     position ``pos[g]`` in its stream (counting on from ``c0``/``c1``), the positions
     ``[t_e[g], t_l[g]]`` of the opposite window it probes (windows of ``w0``/``w1``; a self-join
-    probes its own stream's earlier tuples), its key in its stream's ring (lengths powers of 2),
-    and ``before[s, g]``, the arrivals of stream ``s`` among the chunk's first ``g`` tuples."""
+    probes its own stream's earlier tuples), its key in its stream's ring (lengths powers of 2,
+    at least the window and the chunk long), and ``before[s, g]``, the arrivals of stream ``s``
+    among the chunk's first ``g`` tuples.
+
+    Without a branch on the side (random sides mispredict half the time): each tuple's key goes
+    into the slot of the next position of *both* streams; the other stream's slot is not in any
+    window yet, and its own tuple overwrites it before any probe can reach it.
+    """
     a0 = 0
     a1 = 0
     m0 = ring_l.shape[0] - 1
     m1 = ring_r.shape[0] - 1
     before[0, 0] = 0
     before[1, 0] = 0
-    for g in range(keys.shape[0]):
-        if self_join or sides[g] == 0:
-            p = c0 + a0
+    n = keys.shape[0]
+    if self_join:
+        for g in range(n):
+            p = c0 + g
             ring_l[p & m0] = keys[g]
-            if self_join:
-                t_l[g] = p - 1
-                t_e[g] = max(0, p - w0)
-            else:
-                t_l[g] = c1 + a1 - 1
-                t_e[g] = max(0, c1 + a1 - w1)
-            a0 += 1
-        else:
-            p = c1 + a1
-            ring_r[p & m1] = keys[g]
-            t_l[g] = c0 + a0 - 1
-            t_e[g] = max(0, c0 + a0 - w0)
-            a1 += 1
-        pos[g] = p
+            pos[g] = p
+            t_l[g] = p - 1
+            t_e[g] = max(0, p - w0)
+            before[0, g + 1] = g + 1
+            before[1, g + 1] = 0
+        return
+    for g in range(n):
+        s1 = np.int64(sides[g])
+        own0 = c0 + a0
+        own1 = c1 + a1
+        ring_l[own0 & m0] = keys[g]
+        ring_r[own1 & m1] = keys[g]
+        pos[g] = own0 + (own1 - own0) * s1
+        opp = own1 + (own0 - own1) * s1
+        t_l[g] = opp - 1
+        t_e[g] = max(0, opp - (w1 + (w0 - w1) * s1))
+        a0 += 1 - s1
+        a1 += s1
         before[0, g + 1] = a0
         before[1, g + 1] = a1
 
 
 @kernel()
-def gather_tasks(all_g, all_p, src, cnt, out_g, out_p):
+def gather_tasks(all_g, all_p, src, cnt, g_base, out_g, out_p, d):
     """Copy each task's rows (``cnt[t]`` from ``src[t]`` of the threads' concatenated buffers)
-    into ``out_g``/``out_p`` in task (queue) order."""
-    d = 0
+    into ``out_g``/``out_p`` from ``d`` on, in task (queue) order, adding ``g_base`` to the
+    tuple numbers (the chunk's first tuple in the run); return the end."""
     for t in range(src.shape[0]):
         a = src[t]
         for j in range(cnt[t]):
-            out_g[d] = all_g[a + j]
+            out_g[d] = all_g[a + j] + g_base
             out_p[d] = all_p[a + j]
             d += 1
+    return d
 
 
 @kernel()

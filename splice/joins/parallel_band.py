@@ -168,6 +168,14 @@ class TaskQueueJoin:
         #: yields spinning on a held lock, window entries scanned linearly past the edge tuple
         self.waits = np.zeros(5, np.int64)
         self._stats_lock = threading.Lock()
+        # a chunk's scratch and each thread's result buffers, kept from chunk to chunk (fresh
+        # memory costs a page fault a page on first touch)
+        tasks = -(-CHUNK // self.task_size)
+        self._scratch = (np.empty(CHUNK, np.int64), np.empty(CHUNK, np.int64),
+                         np.empty(CHUNK, np.int64), np.empty((2, CHUNK + 1), np.int64),
+                         *(np.zeros(tasks, np.int64) for _ in range(6)))
+        self._bufs = [(np.empty(0, np.int64), np.empty(0, np.int64))] * self.threads
+        self._all = (np.empty(0, np.int64), np.empty(0, np.int64))
 
     # -- the OperatorLogic-facing API (same as BandCore) ---------------------------------------
     def start_at(self, positions: tuple[int, int]) -> None:
@@ -180,14 +188,19 @@ class TaskQueueJoin:
         """Join the tuples ``(sides[g], keys[g])`` in order; return ``(g, partner position)``."""
         sides = np.ascontiguousarray(sides, np.int8)
         keys = np.ascontiguousarray(keys, self.dtype)
-        gs, ps = [], []
+        # each chunk's rows go straight into the run's result, grown by doubling
+        out_g = np.empty(2 * len(keys) + 1024, np.int64)
+        out_p = np.empty(len(out_g), np.int64)
+        m = 0
         for c0 in range(0, len(keys), CHUNK):
-            g, p = self._run_chunk(sides[c0 : c0 + CHUNK], keys[c0 : c0 + CHUNK])
-            gs.append(g + c0)
-            ps.append(p)
-        if not gs:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        return np.concatenate(gs), np.concatenate(ps)
+            all_g, all_p, src, cnt = self._run_chunk(sides[c0 : c0 + CHUNK], keys[c0 : c0 + CHUNK])
+            total = int(cnt.sum())
+            if m + total > len(out_g):
+                size = max(2 * len(out_g), m + total)
+                out_g = np.concatenate([out_g[:m], np.empty(size - m, np.int64)])
+                out_p = np.concatenate([out_p[:m], np.empty(size - m, np.int64)])
+            m = gather_tasks(all_g, all_p, src, cnt, c0, out_g, out_p, m)
+        return out_g[:m], out_p[:m]
 
     def nbytes(self) -> int:
         distinct = {id(ix): ix for b in self.ixs for ix in b}
@@ -195,20 +208,18 @@ class TaskQueueJoin:
         return total + sum(r.nbytes for r in self.rings) + sum(b.nbytes for b in self.bits)
 
     # -- one queue -----------------------------------------------------------------------------
-    def _run_chunk(self, sides: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _run_chunk(self, sides: np.ndarray, keys: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Join one chunk; return the threads' rows laid end to end and, per task in queue
+        order, where its rows start there and how many there are (see ``gather_tasks``)."""
         n = len(keys)
-        if n == 0:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
         if self.self_join:
             sides = np.zeros(n, np.int8)
         counts = (self.counts[0], self.counts[1])
         # positions, probe bounds and arrival counts, and the tuples into their windows' rings
         # (the sliding windows hold keys by position): one compiled pass, as the serial part
         # of a chunk holds every other core idle
-        pos = np.empty(n, np.int64)
-        t_e = np.empty(n, np.int64)
-        t_l = np.empty(n, np.int64)
-        before = np.empty((2, n + 1), np.int64)
+        pos, t_e, t_l, before, status, task_thr, task_off, task_cnt, t_acq, t_prop = self._scratch
         chunk_setup(sides, keys, counts[0], counts[1], self.windows[0], self.windows[-1],
                     self.self_join, self.rings[0], self.rings[-1], pos, t_e, t_l, before)
         for s in range(len(self.ixs)):
@@ -217,12 +228,10 @@ class TaskQueueJoin:
         limits = np.array(self.limits, np.int64)
         tasks = -(-n // self.task_size)
         ctl = np.zeros(C_LEN, np.int64)
-        status = np.zeros(tasks, np.int64)
-        task_thr = np.zeros(tasks, np.int64)
-        task_off = np.zeros(tasks, np.int64)
-        task_cnt = np.zeros(tasks, np.int64)
-        t_acq = np.zeros(tasks, np.int64)
-        t_prop = np.zeros(tasks, np.int64)
+        status = status[:tasks]
+        status[:] = 0
+        task_thr, task_off, task_cnt = task_thr[:tasks], task_off[:tasks], task_cnt[:tasks]
+        t_acq, t_prop = t_acq[:tasks], t_prop[:tasks]
         st = [ix.state for ix in self.ixs[0]], [ix.state for ix in self.ixs[-1]]
         shared = (
             sides, keys, pos, t_e, t_l, self.offs_lo, self.offs_hi, self.self_join,
@@ -235,11 +244,12 @@ class TaskQueueJoin:
         outs: list[tuple[np.ndarray, np.ndarray, int]] = [
             (np.empty(0, np.int64), np.empty(0, np.int64), 0)
         ] * self.threads
+        outs_needed = -(-4 * n // self.threads) + 64
         errors: list[BaseException] = []
 
         def work(tid: int) -> None:
             try:
-                outs[tid] = self._work(tid, shared, -(-4 * n // self.threads) + 64)
+                outs[tid] = self._work(tid, shared, outs_needed)
             except BaseException as exc:  # surfaced by the thread that started the run
                 ctl[C_ERROR] = 1
                 errors.append(exc)
@@ -265,15 +275,14 @@ class TaskQueueJoin:
         if c1 > c0 and w1 > w0:
             hz = (c1 - c0) / (w1 - w0)
             self.task_latency.append((t_prop - t_acq) / hz)
-        # the tasks' rows, gathered from the threads' buffers in queue order
+        # where each task's rows lie in the threads' buffers, laid end to end
         base = np.cumsum([0] + [o[2] for o in outs])
-        all_g = np.concatenate([o[0][: o[2]] for o in outs])
-        all_p = np.concatenate([o[1][: o[2]] for o in outs])
-        src = base[task_thr] + task_off
-        total = int(task_cnt.sum())
-        out_g, out_p = np.empty(total, np.int64), np.empty(total, np.int64)
-        gather_tasks(all_g, all_p, src, task_cnt, out_g, out_p)
-        return out_g, out_p
+        total = int(base[-1])
+        if len(self._all[0]) < total:
+            self._all = (np.empty(2 * total, np.int64), np.empty(2 * total, np.int64))
+        all_g = np.concatenate([o[0][: o[2]] for o in outs], out=self._all[0][:total])
+        all_p = np.concatenate([o[1][: o[2]] for o in outs], out=self._all[1][:total])
+        return all_g, all_p, base[task_thr] + task_off, task_cnt
 
     def _work(self, tid: int, shared: tuple[Any, ...], cap: int) -> tuple[np.ndarray, np.ndarray, int]:
         # the thread's resume record and counters, written per tuple: padded by a cache line on
@@ -281,14 +290,17 @@ class TaskQueueJoin:
         res = np.zeros(R_LEN + 2 * LOCK_STRIDE, np.int64)[LOCK_STRIDE : LOCK_STRIDE + R_LEN]
         res[R_TASK] = -1
         path = np.zeros(1024, np.int64)
-        out_g = np.empty(cap, np.int64)
-        out_p = np.empty(cap, np.int64)
+        out_g, out_p = self._bufs[tid]
+        if len(out_g) < cap:
+            out_g, out_p = np.empty(cap, np.int64), np.empty(cap, np.int64)
+        cap = len(out_g)
         m = 0
         while True:
             m, status = par_worker(tid, *shared, res, path, out_g, out_p, m)
             if status == 0:
                 with self._stats_lock:
                     self.waits += res[R_SPIN_PART : R_WAIT_MERGE + 3]
+                self._bufs[tid] = (out_g, out_p)
                 return out_g, out_p, m
             if status == OUT_FULL:
                 cap *= 2

@@ -296,3 +296,25 @@ def test_task_queue_many_threads_and_statistics(threads):
     lat = np.concatenate(join.task_latency)
     assert len(lat) == n // 2 and (lat >= 0).all()
     assert join.merges > 0 and join.waits.shape == (5,)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_task_queue_join_over_many_chunks(monkeypatch, threads):
+    # small chunks: scratch and thread buffers reused from chunk to chunk, each chunk's rows
+    # written after the previous ones, and more rows than the first result buffer holds
+    import splice.joins.parallel_band as parallel_band
+
+    monkeypatch.setattr(parallel_band, "CHUNK", 97)
+    rng = np.random.default_rng(threads)
+    n = 5000
+    sides = rng.integers(0, 2, n).astype(np.int8)
+    keys = rng.integers(0, 6, n)
+    ref = BandCore("nlwj", (16, 9), np.dtype(np.int64), -1, 1)
+    g0, p0 = ref.run(sides, keys)
+    assert len(g0) > 2 * n + 1024
+    join = TaskQueueJoin("pimtree", (16, 9), np.dtype(np.int64), -1, 1, False, 0.25, 1,
+                         threads, 4)
+    for part in (slice(0, 1234), slice(1234, n)):
+        g, p = join.run(sides[part], keys[part])
+        mine = (g0 >= part.start) & (g0 < part.stop)
+        assert np.array_equal(g + part.start, g0[mine]) and np.array_equal(p, p0[mine])

@@ -137,7 +137,10 @@ def test_gather_tasks_emits_each_tasks_rows_in_queue_order(tasks, data):
     all_g = np.array([v for t in threads for v in buffers[t]], np.int64)
     src = np.array([base[thr] + src_in_thread[t] for t, (thr, _) in enumerate(tasks)], np.int64)
     cnt = np.array([c for _, c in tasks], np.int64)
-    out_g, out_p = np.empty(int(cnt.sum()), np.int64), np.empty(int(cnt.sum()), np.int64)
-    gather_tasks(all_g, all_g + 7, src, cnt, out_g, out_p)
+    # after 2 rows already in the output, with the chunk's tuples numbered from 5
+    out_g, out_p = np.full(int(cnt.sum()) + 2, -1, np.int64), np.full(int(cnt.sum()) + 2, -1, np.int64)
+    end = gather_tasks(all_g, all_g + 7, src, cnt, 5, out_g, out_p, 2)
     want = [1000 * t + j for t, (_, c) in enumerate(tasks) for j in range(c)]
-    assert out_g.tolist() == want and out_p.tolist() == [v + 7 for v in want]
+    assert end == len(want) + 2
+    assert out_g[2:].tolist() == [v + 5 for v in want] and out_p[2:].tolist() == [v + 7 for v in want]
+    assert out_g[:2].tolist() == [-1, -1]
