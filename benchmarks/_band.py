@@ -12,7 +12,8 @@ import numpy as np
 
 from splice.joins.band_join import BandJoin
 
-__all__ = ["workload", "measure", "measure_core", "emit", "plot", "machine_parallelism", "OUT"]
+__all__ = ["workload", "measure", "measure_core", "emit", "plot", "machine_parallelism",
+           "core_handoff_ns", "OUT"]
 
 OUT = Path(__file__).parent / "out"
 
@@ -107,6 +108,35 @@ def machine_parallelism(threads: int = 2, seconds: float = 0.3) -> float:
         th.join()
     many = (time.perf_counter() - t) / reps
     return round(threads * one / many, 3)
+
+
+def core_handoff_ns(rounds: int = 100_000) -> float:
+    """Nanoseconds for one cache line to pass from one thread's core to another's, measured now:
+    two GIL-free threads hand a flag back and forth (acquire loads, release stores). A shared
+    index moves a few lines between the cores per tuple, so this, next to the serial join's time
+    per tuple, bounds what a second thread can add (30-100 ns on one socket; more across sockets
+    or on virtual cores spread over a host)."""
+    from numba import njit
+
+    from splice._atomics import atomic_load_acquire, atomic_store_release
+
+    @njit(nogil=True)
+    def player(flag: np.ndarray, me: int, n: int) -> int:
+        for _ in range(n):
+            while atomic_load_acquire(flag, 0) != me:
+                pass
+            atomic_store_release(flag, 0, 1 - me)
+        return 0
+
+    player(np.zeros(8, np.int64), 0, 1)
+    flag = np.zeros(8, np.int64)
+    ths = [threading.Thread(target=player, args=(flag, k, rounds)) for k in (0, 1)]
+    t = time.perf_counter()
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    return round((time.perf_counter() - t) / (2 * rounds) * 1e9, 1)
 
 
 def plot(path: Path, series: dict[str, tuple[list[float], list[float]]], xlabel: str,

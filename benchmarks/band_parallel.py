@@ -11,7 +11,9 @@ times ``--rounds`` consecutive segments of ``--tuples`` tuples through both, alt
 goes first, and measures just before each pair the speedup of ``--threads`` threads of GIL-free
 busy work over one (``ceiling``). Every segment's results are asserted equal. One JSON line per pair (wall and CPU rates, ratio,
 ceiling), then per window the median ratio over all pairs and over the pairs whose ceiling was
-at least ``--free`` (the moments the machine had the cores to give).
+at least ``--free`` (the moments the machine had the cores to give), and the time one cache
+line takes to pass between two cores (``core_handoff_ns``): the shared index moves a few lines
+between the threads per tuple, which costs that much each.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._band import emit, machine_parallelism, workload
+from benchmarks._band import core_handoff_ns, emit, machine_parallelism, workload
 from splice.index import max_insertion_depth
 from splice.joins.band_join import BandCore
 from splice.joins.parallel_band import TaskQueueJoin
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
               "median_speedup": round(float(np.median(ratios)), 3),
               "pairs_with_free_cores": len(free),
               "median_speedup_free_cores": round(float(np.median(free)), 3) if free else None,
-              "merges": par.merges})
+              "merges": par.merges, "core_handoff_ns": core_handoff_ns()})
     return 0
 
 
