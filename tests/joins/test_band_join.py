@@ -280,15 +280,21 @@ def test_command_threads(tmp_path):
         assert got.equals(want), (index, threads)
 
 
+def _stream_and_nested_loops(seed, n, key_range, windows, eps):
+    """A seeded two-stream input of ``n`` integer keys below ``key_range`` and the nested-loop
+    join's rows over ``windows`` and the band ``[-eps, eps]``."""
+    rng = np.random.default_rng(seed)
+    sides = rng.integers(0, 2, n).astype(np.int8)
+    keys = rng.integers(0, key_range, n)
+    ref = BandCore("nlwj", windows, np.dtype(np.int64), -eps, eps)
+    return sides, keys, ref.run(sides, keys)
+
+
 @pytest.mark.parametrize("threads", [4, 8])
 def test_task_queue_many_threads_and_statistics(threads):
     # more threads than cores: preempted lock holders and merges under contention
-    rng = np.random.default_rng(threads)
     n = 6000
-    sides = rng.integers(0, 2, n).astype(np.int8)
-    keys = rng.integers(0, 400, n)
-    ref = BandCore("nlwj", (300, 200), np.dtype(np.int64), -2, 2)
-    g0, p0 = ref.run(sides, keys)
+    sides, keys, (g0, p0) = _stream_and_nested_loops(threads, n, 400, (300, 200), 2)
     join = TaskQueueJoin("pimtree", (300, 200), np.dtype(np.int64), -2, 2, False, 0.5, 1,
                          threads, 2)
     g, p = join.run(sides, keys)
@@ -305,12 +311,8 @@ def test_task_queue_join_over_many_chunks(monkeypatch, threads):
     import splice.joins.parallel_band as parallel_band
 
     monkeypatch.setattr(parallel_band, "CHUNK", 97)
-    rng = np.random.default_rng(threads)
     n = 5000
-    sides = rng.integers(0, 2, n).astype(np.int8)
-    keys = rng.integers(0, 6, n)
-    ref = BandCore("nlwj", (16, 9), np.dtype(np.int64), -1, 1)
-    g0, p0 = ref.run(sides, keys)
+    sides, keys, (g0, p0) = _stream_and_nested_loops(threads, n, 6, (16, 9), 1)
     assert len(g0) > 2 * n + 1024
     join = TaskQueueJoin("pimtree", (16, 9), np.dtype(np.int64), -1, 1, False, 0.25, 1,
                          threads, 4)

@@ -486,15 +486,22 @@ _COLLIDING = [int(np.array([(k * _MIXER) % 2**64], np.uint64).view(np.int64)[0])
        st.lists(st.tuples(st.sampled_from(_COLLIDING), st.integers(-40, 40)), min_size=1,
                 max_size=6))
 def test_index_probe_keeps_codes_apart_when_their_bucket_keys_collide(entries, probes):
+    _check_probe_against_twin(entries, probes, -3, 4)
+
+
+def _check_probe_against_twin(entries, probes, lo, hi):
+    """Index ``(code, time)`` entries, probe with ``(code, time)`` probes over ``[lo, hi]``,
+    assert the pairs and entry times of the plain twin; return ``(pi, in_order)``."""
     codes = np.array([c for c, _ in entries], np.int64)
     times = np.array([t for _, t in entries], np.int64)
-    idx = KeyIndex(codes, times, np.arange(len(entries), dtype=np.int64), (-3, 4))
+    idx = KeyIndex(codes, times, np.arange(len(entries), dtype=np.int64), (lo, hi))
     pc_ = np.array([c for c, _ in probes], np.int64)
     pt = np.array([t for _, t in probes], np.int64)
-    pi, rid, et, _ = idx.probe_times(pc_, pt, -3, 4)
-    want_i, want_j = index_probe_py(codes, times, len(entries), pc_, pt, -3, 4)
+    pi, rid, et, in_order = idx.probe_times(pc_, pt, lo, hi)
+    want_i, want_j = index_probe_py(codes, times, len(entries), pc_, pt, lo, hi)
     assert pi.tolist() == want_i.tolist() and rid.tolist() == want_j.tolist()
     assert et.tolist() == times[want_j].tolist()
+    return pi, in_order
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20)), max_size=80),
@@ -502,13 +509,5 @@ def test_index_probe_keeps_codes_apart_when_their_bucket_keys_collide(entries, p
 def test_index_probe_pairs_and_times_match_twin_past_the_first_buffer(entries, probes):
     # few keys and few probes: pairs often outnumber the first buffers (16), so the second pass
     # into a larger buffer runs; the one-buffer result splits into pairs and entry times
-    codes = np.array([c for c, _ in entries], np.int64)
-    times = np.array([t for _, t in entries], np.int64)
-    idx = KeyIndex(codes, times, np.arange(len(entries), dtype=np.int64), (-5, 5))
-    pc_ = np.array([c for c, _ in probes], np.int64)
-    pt = np.array([t for _, t in probes], np.int64)
-    pi, rid, et, in_order = idx.probe_times(pc_, pt, -5, 5)
+    pi, in_order = _check_probe_against_twin(entries, probes, -5, 5)
     assert in_order == (pi.tolist() == list(range(len(probes))))
-    want_i, want_j = index_probe_py(codes, times, len(entries), pc_, pt, -5, 5)
-    assert pi.tolist() == want_i.tolist() and rid.tolist() == want_j.tolist()
-    assert et.tolist() == times[want_j].tolist()
