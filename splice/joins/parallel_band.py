@@ -48,6 +48,7 @@ tuple, probes its share of the opposite window and stores the tuples it owns; th
 results are merged into the join's order.
 
 Threads are Python threads; the work runs in ``nogil`` numba kernels, so they run in parallel.
+The task-queue join keeps its threads from call to call (:class:`~splice.joins._workers.Workers`).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ from splice.joins._band_kernels import (
     par_worker,
     rr_run,
 )
+from splice.joins._workers import Workers
 from splice.joins.band_join import probe_offsets
 
 __all__ = ["TaskQueueJoin", "RoundRobinJoin", "make_parallel", "arrival_bounds"]
@@ -176,6 +178,7 @@ class TaskQueueJoin:
                          *(np.zeros(tasks, np.int64) for _ in range(6)))
         self._bufs = [(np.empty(0, np.int64), np.empty(0, np.int64))] * self.threads
         self._all = (np.empty(0, np.int64), np.empty(0, np.int64))
+        self._workers = Workers(self.threads - 1) if self.threads > 1 else None
 
     # -- the OperatorLogic-facing API (same as BandCore) ---------------------------------------
     def start_at(self, positions: tuple[int, int]) -> None:
@@ -255,13 +258,10 @@ class TaskQueueJoin:
                 errors.append(exc)
 
         c0, w0 = cycles(), time.perf_counter()
-        workers = [threading.Thread(target=work, args=(i,), daemon=True)
-                   for i in range(1, self.threads)]
-        for th in workers:
-            th.start()
-        work(0)
-        for th in workers:
-            th.join()
+        if self._workers is None:
+            work(0)
+        else:
+            self._workers.run(work)
         c1, w1 = cycles(), time.perf_counter()
         if errors:
             raise errors[0]

@@ -1,0 +1,58 @@
+"""The parallel join's kept worker threads: every round runs on every thread, and the threads
+end when their owner is collected."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+
+from splice.joins._workers import Workers
+
+
+def _alive(name: str) -> int:
+    return sum(t.name.startswith(name) for t in threading.enumerate())
+
+
+def test_each_round_calls_every_thread_once_and_waits_for_all():
+    pool = Workers(3, name="t-rounds")
+    for r in range(50):
+        seen: dict[int, str] = {}
+
+        def fn(tid: int, seen: dict[int, str] = seen) -> None:
+            time.sleep(0.001 * (tid % 2))  # the caller must wait for the slower threads
+            seen[tid] = threading.current_thread().name
+
+        pool.run(fn)
+        assert sorted(seen) == [0, 1, 2, 3], r
+        assert len(set(seen.values())) == 4  # four distinct threads, the caller's among them
+
+
+def test_a_failing_caller_still_waits_for_the_workers():
+    pool = Workers(2, name="t-fail")
+    finished: list[int] = []
+
+    def fn(tid: int) -> None:
+        if tid == 0:
+            raise ValueError("caller's share failed")
+        time.sleep(0.01)
+        finished.append(tid)
+
+    with pytest.raises(ValueError):
+        pool.run(fn)
+    assert sorted(finished) == [1, 2]
+    pool.run(lambda tid: None)  # still usable
+
+
+def test_threads_end_when_the_pool_is_collected():
+    pool = Workers(4, name="t-collect")
+    pool.run(lambda tid: None)
+    assert _alive("t-collect") == 4
+    del pool
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while _alive("t-collect") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _alive("t-collect") == 0
