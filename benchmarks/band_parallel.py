@@ -1,6 +1,7 @@
 """Parallel IBWJ speedup next to the machine's own ceiling, in interleaved rounds.
 
-``python -m benchmarks.band_parallel [--logs 16,18,20] [--rounds 8] [--tuples 100000] [--threads 2]``
+``python -m benchmarks.band_parallel [--logs 16,18,20] [--rounds 8] [--tuples 100000] [--threads 2]
+[--batch N]``
 
 On a machine shared with other work, the cores a run gets change from second to second, so one
 pair of runs says little. For each ``w = 2^k`` (uniform keys, match rate 2, the two-stream
@@ -30,10 +31,15 @@ from splice.joins.band_join import BandCore
 from splice.joins.parallel_band import TaskQueueJoin
 
 
-def _timed(core: Any, sides: np.ndarray, keys: np.ndarray) -> tuple[float, float, Any]:
+def _timed(core: Any, sides: np.ndarray, keys: np.ndarray, batch: int
+           ) -> tuple[float, float, Any]:
+    """Run the segment through ``core`` in calls of ``batch`` tuples (0: one call); time it."""
+    step = batch or len(keys)
     t0, c0 = time.perf_counter(), time.process_time()
-    out = core.run(sides, keys)
-    return time.perf_counter() - t0, time.process_time() - c0, out
+    parts = [core.run(sides[a : a + step], keys[a : a + step]) for a in range(0, len(keys), step)]
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    g = np.concatenate([p[0] + a for p, a in zip(parts, range(0, len(keys), step), strict=True)])
+    return wall, cpu, (g, np.concatenate([p[1] for p in parts]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--free", type=float, default=1.8, help="ceiling counted as 'cores free'")
     ap.add_argument("--merge", default="nonblocking", choices=["nonblocking", "blocking"])
     ap.add_argument("--merge-ratio", type=float, default=1.0)
+    ap.add_argument("--batch", type=int, default=0,
+                    help="tuples per call of the joins, as an operator fed batch by batch "
+                         "calls them (0: the whole segment in one call)")
     args = ap.parse_args(argv)
     for lw in [int(x) for x in args.logs.split(",")]:
         w = 1 << lw
@@ -64,18 +73,18 @@ def main(argv: list[str] | None = None) -> int:
             seg = (sides[a : a + args.tuples], keys[a : a + args.tuples])
             ceiling = machine_parallelism(args.threads, 0.2)
             if r % 2 == 0:
-                ws, cs, (g0, p0) = _timed(serial, *seg)
-                wp, cp, (g1, p1) = _timed(par, *seg)
+                ws, cs, (g0, p0) = _timed(serial, *seg, args.batch)
+                wp, cp, (g1, p1) = _timed(par, *seg, args.batch)
             else:
-                wp, cp, (g1, p1) = _timed(par, *seg)
-                ws, cs, (g0, p0) = _timed(serial, *seg)
+                wp, cp, (g1, p1) = _timed(par, *seg, args.batch)
+                ws, cs, (g0, p0) = _timed(serial, *seg, args.batch)
             assert np.array_equal(g0, g1) and np.array_equal(p0, p1), "parallel != serial"
             ratio = ws / wp
             ratios.append(ratio)
             if ceiling >= args.free:
                 free.append(ratio)
             emit({"bench": "band_parallel", "log_w": lw, "round": r, "threads": args.threads,
-                  "task_size": args.task_size, "ceiling": ceiling,
+                  "task_size": args.task_size, "batch": args.batch, "ceiling": ceiling,
                   "serial_rows_per_s": round(args.tuples / ws),
                   "parallel_rows_per_s": round(args.tuples / wp),
                   "serial_cpu_rows_per_s": round(args.tuples / cs),
