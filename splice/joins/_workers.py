@@ -6,11 +6,12 @@ and hands each of them one function per round.
 
 The threads hold no reference to the join: a round's function is dropped as soon as it has run,
 and when the :class:`Workers` object is collected (with its join) a finalizer tells the threads
-to exit.
+to exit. A forked child has none of its parent's threads: its first round starts its own.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import weakref
@@ -42,16 +43,24 @@ class Workers:
     """``count`` daemon threads that each run one function per :meth:`run`."""
 
     def __init__(self, count: int, name: str = "splice-worker"):
-        self._jobs: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(count)]
+        self._count = count
+        self._name = name
+        self._start()
+
+    def _start(self) -> None:
+        self._pid = os.getpid()
+        self._jobs: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(self._count)]
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         for i, jobs in enumerate(self._jobs):
-            threading.Thread(target=_loop, args=(jobs, self._done), name=f"{name}-{i + 1}",
-                             daemon=True).start()
+            threading.Thread(target=_loop, args=(jobs, self._done),
+                             name=f"{self._name}-{i + 1}", daemon=True).start()
         weakref.finalize(self, _stop, self._jobs)
 
     def run(self, fn: Callable[[int], None], here: int = 0) -> None:
         """Call ``fn(here)`` on this thread and ``fn(here + 1 + i)`` on worker ``i``; return when
         every call has returned. ``fn`` must not raise (it reports its errors itself)."""
+        if os.getpid() != self._pid:  # a forked child: the threads stayed with the parent
+            self._start()
         for i, jobs in enumerate(self._jobs):
             tid = here + 1 + i
             jobs.put(lambda tid=tid: fn(tid))

@@ -4,6 +4,7 @@ end when their owner is collected."""
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 
@@ -56,3 +57,27 @@ def test_threads_end_when_the_pool_is_collected():
     while _alive("t-collect") and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _alive("t-collect") == 0
+
+
+def test_a_forked_child_starts_its_own_threads():
+    pool = Workers(2, name="t-fork")
+    pool.run(lambda tid: None)
+    pid = os.fork()
+    if pid == 0:  # the child: without threads of its own, this round would wait forever
+        code = 1
+        try:
+            ran: list[int] = []
+            pool.run(ran.append)
+            code = 0 if sorted(ran) == [0, 1, 2] else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's round did not finish")
