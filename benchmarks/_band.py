@@ -114,8 +114,7 @@ def core_handoff_ns(rounds: int = 100_000) -> float:
     """Nanoseconds for one cache line to pass from one thread's core to another's, measured now:
     two GIL-free threads hand a flag back and forth (acquire loads, release stores). A shared
     index moves a few lines between the cores per tuple, so this, next to the serial join's time
-    per tuple, bounds what a second thread can add (30-100 ns on one socket; more across sockets
-    or on virtual cores spread over a host)."""
+    per tuple, bounds what a second thread can add."""
     from numba import njit
 
     from splice._atomics import atomic_load_acquire, atomic_store_release
