@@ -160,8 +160,8 @@ def band_pairs_py(
 
 # -- chained hash index over key codes and time buckets -----------------------------------------
 #
-# Entries ``0..n-1`` hold a code, and ``link[e] = (time, next entry)`` side by side so a chain
-# step touches one cache line. A chain holds the entries of one key *and one time bucket*
+# Entry ``e`` is ``link[e] = (time, next entry)``, side by side so a chain step touches one cache
+# line; its code is read only when it is linked in. A chain holds the entries of one key *and one time bucket*
 # ``time >> shift``, where ``2**shift`` is at least the band's width (``hi - lo + 1``): a probe's
 # band then covers at most two buckets, and its chains hold only rows near its time, however long
 # the key's history. A table of ``slots`` rows ``(bucket key, first and last entry)`` (16 bytes;
@@ -203,17 +203,18 @@ def _head(table: np.ndarray, key: np.int64, mask: int) -> np.int64:
 
 @njit(cache=True, nogil=True)
 def index_insert(
-    table: np.ndarray, e_code: np.ndarray, link: np.ndarray, start: int, stop: int, shift: int,
+    table: np.ndarray, codes: np.ndarray, link: np.ndarray, first: int, shift: int,
 ) -> None:
-    """Link entries ``start..stop-1`` (codes in ``e_code``, times in ``link[:, 0]``) into the
-    chains of their (code, time bucket).
+    """Link entries ``first .. first + len(codes) - 1`` (entry ``first + i`` of code
+    ``codes[i]``, times in ``link[:, 0]``) into the chains of their (code, time bucket).
 
     ``table`` is ``(slots, 2)``: ``(bucket key, (first + 1) | (last + 1) << 32)``, 16 bytes a
     slot, ``0`` in the second word for a free slot (entries below ``2**31``).
     """
     mask = table.shape[0] - 1
-    for e in range(start, stop):
-        c = _bucket_key(e_code[e], link[e, 0] >> shift)
+    for i in range(len(codes)):
+        e = first + i
+        c = _bucket_key(codes[i], link[e, 0] >> shift)
         s = _slot(c, mask)
         while table[s, 1] != 0 and table[s, 0] != c:
             s = (s + 1) & mask
@@ -361,7 +362,7 @@ def hash_band_pairs(
     table = new_table(m)
     link = np.empty((m, 2), dtype=np.int64)
     link[:, 0] = b_times
-    index_insert(table, b_codes, link, 0, m, shift)
+    index_insert(table, b_codes, link, 0, shift)
     buf, cap, k, _ = probe_pairs(table, link, p_codes, p_times, lo, hi, shift)
     return buf[:k], buf[cap : cap + k]
 

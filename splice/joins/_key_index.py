@@ -173,32 +173,37 @@ class KeyIndex:
     """Retained rows of one side in a chained hash table over key codes and time buckets; see
     the module docstring.
 
-    Entries (code, row id, and the pair (time, next) side by side) sit in arrays with spare
-    capacity, appended on arrival and linked into the chain of their (code, bucket), so a chain
-    lists rows in arrival order; retirement compacts the surviving entries and relinks them. The
-    table has at least 1.2 slots per entry of capacity. ``nbytes`` (entry and table capacity) is
-    a cached total, so budget checks are O(1).
+    Entries (row id, and the pair (time, next) side by side) sit in arrays with spare capacity,
+    appended on arrival and linked into the chain of their (code, bucket), so a chain lists rows
+    in arrival order; retirement compacts the surviving entries and relinks them. The probe
+    reads no codes (see :func:`~splice.joins._interval_kernels.index_probe`), so the index keeps
+    the code arrays it is given by reference, in entry order, and reads them only to rebuild:
+    the side's retained batches hold those arrays anyway. The table has at least 1.2 slots per
+    entry of capacity. ``nbytes`` (entry and table capacity, and the codes the index made itself
+    when it rebuilt) is a cached total, so budget checks are O(1).
     """
 
-    __slots__ = ("e_code", "link", "_rowid", "_base", "n", "table", "nbytes", "shift")
+    __slots__ = ("_codes", "link", "_rowid", "_base", "n", "table", "nbytes", "shift")
 
     def __init__(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray | int,
-                 band: tuple[int, int] = (0, 2**63 - 1)):
-        """``row_ids``: the rows' ids, or the first id of consecutive ones (one whole batch: no
+                 band: tuple[int, int] = (0, 2**63 - 1), codes_owned: bool = False):
+        """``codes``: kept by reference, not copied (the caller does not change them; with
+        ``codes_owned`` the index counts them in ``nbytes``: an array made for it alone).
+        ``row_ids``: the rows' ids, or the first id of consecutive ones (one whole batch: no
         id array is written until retirement or a gap needs one). ``band`` = the ``(lo, hi)``
         the index will be probed with: chains are per key and time bucket of
         ``2**band_shift(lo, hi)`` (one bucket, a chain per key, by default)."""
         self.shift = band_shift(*band)
-        self._rebuild(codes, times, row_ids)
+        self._rebuild(codes, times, row_ids, codes_owned)
 
-    def _rebuild(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray | int) -> None:
+    def _rebuild(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray | int,
+                 codes_owned: bool) -> None:
         n = len(codes)
         cap = max(64, n + n // 4)  # room for arrivals before the next rebuild
         if cap >= 2**31:
             raise StateError(f"key index: {n} rows, more than one index holds (2**31)")
-        self.e_code = np.empty(cap, dtype=np.int64)
+        self._codes = [codes]
         self.link = np.empty((cap, 2), dtype=np.int64)
-        self.e_code[:n] = codes
         self.link[:n, 0] = times
         if isinstance(row_ids, (int, np.integer)):
             self._rowid: np.ndarray | None = None  # entry e has id _base + e
@@ -212,8 +217,21 @@ class KeyIndex:
         # whole when built, and a smaller one leaves more of the caches to the probes. Slots
         # hold distinct codes, so the load stays at most 5/6, and a slot is always free.
         self.table = new_table(cap * 3 // 5 + 1)
-        index_insert(self.table, self.e_code, self.link, 0, n, self.shift)
-        self.nbytes = 4 * 8 * cap + self.table.nbytes  # ids counted as if written
+        index_insert(self.table, codes, self.link, 0, self.shift)
+        self.nbytes = (3 * 8 * cap + self.table.nbytes  # ids counted as if written
+                       + (codes.nbytes if codes_owned else 0))
+
+    @property
+    def capacity(self) -> int:
+        """Entries the arrays hold before the next insert rebuilds them."""
+        return len(self.link)
+
+    @property
+    def e_code(self) -> np.ndarray:
+        """Code of each entry ``0 .. n-1`` (one array made from the pieces the index holds)."""
+        if len(self._codes) > 1:
+            self._codes = [np.concatenate(self._codes)]
+        return self._codes[0]
 
     @property
     def e_time(self) -> np.ndarray:
@@ -223,7 +241,7 @@ class KeyIndex:
     def e_rowid(self) -> np.ndarray:
         """Row id of each entry slot (made from the first id while the ids are consecutive)."""
         if self._rowid is None:
-            return np.arange(self._base, self._base + len(self.e_code), dtype=np.int64)
+            return np.arange(self._base, self._base + self.capacity, dtype=np.int64)
         return self._rowid
 
     def __len__(self) -> int:
@@ -234,15 +252,15 @@ class KeyIndex:
         return self.e_rowid[: self.n]
 
     def insert(self, codes: np.ndarray, times: np.ndarray, row_ids: np.ndarray | int) -> None:
-        """Append rows whose ids are all larger than every indexed id (an arrival); ``row_ids``
-        as for the constructor."""
+        """Append rows whose ids are all larger than every indexed id (an arrival); ``codes``
+        kept by reference and ``row_ids`` as for the constructor."""
         n, m = self.n, len(codes)
         consecutive = (self._rowid is None and isinstance(row_ids, (int, np.integer))
                        and int(row_ids) == self._base + n)
         if not consecutive and self._rowid is None:
             self._rowid = self.e_rowid  # a gap: write the ids from now on
             self._base = 0
-        if n + m > len(self.e_code):
+        if n + m > self.capacity:
             ids: np.ndarray | int
             if consecutive:
                 ids = self._base
@@ -250,15 +268,15 @@ class KeyIndex:
                 new = (np.arange(int(row_ids), int(row_ids) + m, dtype=np.int64)
                        if isinstance(row_ids, (int, np.integer)) else row_ids)
                 ids = np.concatenate([self.row_ids, new])
-            self._rebuild(np.concatenate([self.e_code[:n], codes]),
-                          np.concatenate([self.link[:n, 0], times]), ids)
+            self._rebuild(np.concatenate(self._codes + [codes]),
+                          np.concatenate([self.link[:n, 0], times]), ids, True)
             return
-        self.e_code[n : n + m] = codes
+        self._codes.append(codes)
         self.link[n : n + m, 0] = times
         if self._rowid is not None:
             self._rowid[n : n + m] = (np.arange(int(row_ids), int(row_ids) + m)
                                       if isinstance(row_ids, (int, np.integer)) else row_ids)
-        index_insert(self.table, self.e_code, self.link, n, n + m, self.shift)
+        index_insert(self.table, codes, self.link, n, self.shift)
         self.n = n + m
 
     def retire(self, threshold: int) -> None:
@@ -268,7 +286,7 @@ class KeyIndex:
         keep = times > threshold
         if keep.all():
             return
-        self._rebuild(self.e_code[:n][keep], times[keep], self.row_ids[keep])
+        self._rebuild(self.e_code[keep], times[keep], self.row_ids[keep], True)
 
     def probe(
         self, codes: np.ndarray, times: np.ndarray, lo: int, hi: int

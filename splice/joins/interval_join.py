@@ -492,9 +492,9 @@ class _Side:
         if len(self.batches) == 1 and self.batches[0].n_alive == len(self.batches[0].times):
             b = self.batches[0]  # one whole batch: consecutive ids, no id array to write
             self.index = KeyIndex(b.codes, b.times, b.start, (self.lo, self.hi))
-        else:
+        else:  # arrays made for the index: it counts their bytes
             codes, times, ids = self.alive_arrays()
-            self.index = KeyIndex(codes, times, ids, (self.lo, self.hi))
+            self.index = KeyIndex(codes, times, ids, (self.lo, self.hi), codes_owned=True)
         self._bytes += self.index.nbytes
         for b in self.batches:
             b.make_views(self.plans)

@@ -114,7 +114,7 @@ def test_key_index_table_always_has_a_free_slot():
     for n in (0, 1, 40, 63, 64, 100, 1000):
         idx = KeyIndex(np.arange(n, dtype=np.int64), np.zeros(n, np.int64),
                        np.arange(n, dtype=np.int64))
-        cap = len(idx.e_code)
+        cap = idx.capacity
         extra = cap - n
         idx.insert(np.arange(n, n + extra, dtype=np.int64), np.zeros(extra, np.int64),
                    np.arange(n, n + extra, dtype=np.int64))
