@@ -34,8 +34,9 @@ from splice.index._bptree import (
     bpt_search,
     nodes_free,
 )
-from splice.index._immutable import FANOUT, ibt_build, ibt_route, ibt_search
+from splice.index._immutable import FANOUT, LEAF_SIZE, ibt_build, ibt_leaf, ibt_route, ibt_search
 from splice.index._jit import kernel
+from splice.index._prefetch import prefetch
 
 __all__ = [
     "NLWJ",
@@ -67,6 +68,9 @@ __all__ = [
     "merge_into",
     "merge_install",
     "join_run",
+    "search_prefetch",
+    "PREFETCH_AHEAD",
+    "PREFETCH_MIN_WINDOW",
     "sort_small",
 ]
 
@@ -186,6 +190,45 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
             return -1
         q += 1
     return n_out
+
+
+#: Windows of this many tuples and more (4 MiB of keys and positions in ``T_S`` or the archived
+#: links) are searched with their immutable leaves prefetched a few tuples ahead; smaller ones
+#: mostly hit the caches, where the extra descent costs more than it saves (measured on a
+#: machine with 1 MiB of L2 and 8 MiB of L3 per core pair: docs/benchmarks.md).
+PREFETCH_MIN_WINDOW = 1 << 18
+#: How many arrivals ahead the joins start loading a tuple's leaves.
+PREFETCH_AHEAD = 8
+
+
+@kernel(inline="always")
+def _prefetch_leaf(st, s, lo):
+    # the leaf of immutable tree s that holds the first key >= lo: its keys and positions
+    sm = st[13]
+    if sm[s, 0] == 0:
+        return
+    i = ibt_leaf(st[10][s], st[11][s], st[12][s], sm[s, 1], lo) * LEAF_SIZE
+    sk = st[8][s]
+    sp = st[9][s]
+    for j in range(0, LEAF_SIZE, 8):
+        prefetch(sk, i + j)
+        prefetch(sp, i + j)
+
+
+@kernel(inline="always")
+def search_prefetch(st, lo):
+    """Start loading the immutable leaves that a search of ``[lo, ...]`` in ``st`` will read:
+    ``T_S`` of the IM- and PIM-Tree, every archived link of the IB-chain (nothing for the other
+    kinds). The inner levels descended to find a leaf are small and stay cached; the search
+    itself, a few tuples later, then finds its leaf loaded instead of waiting for memory."""
+    meta = st[15]
+    kind = meta[M_KIND]
+    if kind == IMTREE or kind == PIMTREE:
+        _prefetch_leaf(st, 0, lo)
+    elif kind == IBCHAIN:
+        slots = st[17].shape[0]
+        for c in range(meta[M_CCNT] - 1):
+            _prefetch_leaf(st, (meta[M_CHEAD] + c) % slots, lo)
 
 
 @kernel()
@@ -374,7 +417,7 @@ def idx_search_many(st, los, his, plo, phi, out_i, out_p, start, n_out):
 
 @kernel()
 def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i, out_p,
-             n_out):
+             n_out, prefetch=False):
     """IBWJ over ``keys[start:]``, tuples of the stream that ``own`` indexes, in arrival order.
 
     Each tuple ``x`` (position ``p``) probes ``other`` for partners with key in
@@ -383,6 +426,8 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
     own window before ``p``), then enters ``own``, expiring the oldest when full. Matches are
     ``(tuple index, partner position)``, partners ascending. Returns ``(next tuple, count,
     status)``; status 1: the pool needs room, 2: ``out`` is full — grow and call again.
+    ``prefetch``: start loading the leaves of tuple ``i + PREFETCH_AHEAD``'s search at tuple
+    ``i`` (see :func:`search_prefetch`).
     """
     n = keys.shape[0]
     ometa = other[15]
@@ -392,6 +437,9 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
     for i in range(start, n):
         if nodes_free(pm) < meta[M_POOLMIN]:
             return i, n_out, 1
+        if prefetch and i + PREFETCH_AHEAD < n:
+            search_prefetch(other, band_bounds(keys[i + PREFETCH_AHEAD], lo_off, hi_off,
+                                               mirrored)[0])
         x = keys[i]
         if self_join:
             phi = meta[M_NEXT] - 1

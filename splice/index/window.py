@@ -51,6 +51,7 @@ from splice.index._window import (
     META_LEN,
     NLWJ,
     PIMTREE,
+    PREFETCH_MIN_WINDOW,
     idx_insert_many,
     idx_search_many,
 )
@@ -207,6 +208,14 @@ class WindowIndex:
     def __len__(self) -> int:
         """Arrivals so far (the next position)."""
         return int(self.meta[M_NEXT])
+
+    @property
+    def prefetch_pays(self) -> bool:
+        """Whether searches of this window read immutable trees large enough to miss the
+        caches (``T_S`` of an IM/PIM-Tree, the archived links of an IB-chain, in windows of
+        ``PREFETCH_MIN_WINDOW`` tuples and more): then the joins prefetch their leaves."""
+        return (self.kind in ("imtree", "pimtree", "ibchain")
+                and self.window >= PREFETCH_MIN_WINDOW)
 
     @property
     def merges(self) -> int:

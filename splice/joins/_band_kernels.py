@@ -32,6 +32,7 @@ from splice.index._window import (
     M_POOLMIN,
     M_W,
     NLWJ,
+    PREFETCH_AHEAD,
     _pim_boundary,
     _pim_route,
     idx_insert,
@@ -39,6 +40,7 @@ from splice.index._window import (
     im_merge,
     merge_install,
     merge_into,
+    search_prefetch,
     sort_small,
 )
 
@@ -113,34 +115,62 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_o
     return n_out, 0
 
 
+@kernel(inline="always")
+def _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out):
+    # the step of tuple g, written once per side with the states fixed; returns (count, status)
+    s = sides[g]
+    x = keys[g]
+    if s == 0 or self_join:
+        n_out, status = _seq_step(g, s, x, st_l, st_r, offs_lo, offs_hi, False, out_g, out_p,
+                                  n_out)
+        return n_out, LOW_LEFT_POOL if status == 1 else status
+    n_out, status = _seq_step(g, s, x, st_r, st_l, offs_lo, offs_hi, True, out_g, out_p, n_out)
+    return n_out, LOW_RIGHT_POOL if status == 1 else status
+
+
+@kernel(inline="always")
+def _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join):
+    # start loading the leaves that tuple a will search (as _seq_tuple picks its states)
+    s = sides[a]
+    if s == 0 or self_join:
+        search_prefetch(st_r, band_bounds(keys[a], offs_lo[s], offs_hi[s], False)[0])
+    else:
+        search_prefetch(st_l, band_bounds(keys[a], offs_lo[s], offs_hi[s], True)[0])
+
+
 @kernel()
-def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out):
+def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out,
+                 prefetch=False):
     """IBWJ over ``(sides[g], keys[g])`` from ``g = start``, in arrival order.
 
     A tuple of side ``s`` probes the opposite window (its own, before it, for a self-join: then
     ``st_l`` and ``st_r`` are the same state) for keys in ``[x + offs_lo[s], x + offs_hi[s]]``,
     then enters its own window. Matches are ``(g, partner position)`` with partners ascending.
     Returns ``(next g, count, status)``: status 1/3 — the left/right pool needs room, 2 — ``out``
-    is full; 0 — done.
+    is full; 0 — done. ``prefetch``: at tuple ``g``, start loading the leaves that tuple
+    ``g + PREFETCH_AHEAD`` will search (:func:`~splice.index._window.search_prefetch`); a loop
+    of its own, so that joins of small windows carry none of it.
 
     The step is written out once per side with the states fixed: choosing between the two
     states per tuple made every array of both live across the loop (hundreds of values kept and
     spilled per tuple, more than the probe of a small window costs).
     """
     n = keys.shape[0]
+    if prefetch:
+        for g in range(start, n):
+            if g + PREFETCH_AHEAD < n:
+                _seq_prefetch(g + PREFETCH_AHEAD, sides, keys, offs_lo, offs_hi, st_l, st_r,
+                              self_join)
+            n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
+                                       out_g, out_p, n_out)
+            if status != 0:
+                return g, n_out, status
+        return n, n_out, 0
     for g in range(start, n):
-        s = sides[g]
-        x = keys[g]
-        if s == 0 or self_join:
-            n_out, status = _seq_step(g, s, x, st_l, st_r, offs_lo, offs_hi, False, out_g, out_p,
-                                      n_out)
-            if status != 0:
-                return g, n_out, LOW_LEFT_POOL if status == 1 else status
-        else:
-            n_out, status = _seq_step(g, s, x, st_r, st_l, offs_lo, offs_hi, True, out_g, out_p,
-                                      n_out)
-            if status != 0:
-                return g, n_out, LOW_RIGHT_POOL if status == 1 else status
+        n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
+                                   out_g, out_p, n_out)
+        if status != 0:
+            return g, n_out, status
     return n, n_out, 0
 
 

@@ -158,6 +158,9 @@ class BandCore:
 
     ``sides[g]`` is 0 (left) or 1 (right); results are ``(g, partner position)`` arrays, ordered
     by ``g`` then partner. Positions count each stream's arrivals from 0 across calls.
+    ``prefetch``: the join loop starts loading each tuple's immutable leaves a few tuples ahead;
+    on when a window's immutable trees are large enough to miss the caches
+    (:attr:`~splice.index.window.WindowIndex.prefetch_pays`).
     """
 
     def __init__(
@@ -181,6 +184,7 @@ class BandCore:
         self.indexes = [WindowIndex(index, windows[0], self.dtype, **opts)]
         if not self_join:
             self.indexes.append(WindowIndex(index, windows[1], self.dtype, **opts))
+        self.prefetch = any(ix.prefetch_pays for ix in self.indexes)
         self._cap = 1024
 
     def start_at(self, positions: tuple[int, int]) -> None:
@@ -206,12 +210,13 @@ class BandCore:
                 other = left if side == 1 or self.self_join else right
                 g, m, status = join_run(keys, g, self.offs_lo[side], self.offs_hi[side],
                                         other.state, own.state, self.self_join,
-                                        side == 1 and not self.self_join, out_g, out_p, m)
+                                        side == 1 and not self.self_join, out_g, out_p, m,
+                                        self.prefetch)
                 low = own
             else:
                 g, m, status = join_seq_run(sides, keys, g, self.offs_lo, self.offs_hi,
                                             left.state, right.state, self.self_join, out_g,
-                                            out_p, m)
+                                            out_p, m, self.prefetch)
                 low = left if status == LOW_LEFT_POOL else right
             if status == 0:
                 break

@@ -46,9 +46,10 @@ def _core_pairs(core, sides, keys, chunk):
     merge_ratio=st.sampled_from([0.05, 0.25, 1.0]),
     depth=st.integers(0, 1),
     chain=st.integers(2, 4),
+    prefetch=st.booleans(),
 )
 def test_core_matches_nested_loops(index, data, wl, wr, band, self_join, as_float, chunk,
-                                   merge_ratio, depth, chain):
+                                   merge_ratio, depth, chain, prefetch):
     sides = [0 if self_join else s for s, _ in data]
     keys = [float(k) / 2 if as_float else k for _, k in data]
     if band[0] == "eps":
@@ -57,6 +58,7 @@ def test_core_matches_nested_loops(index, data, wl, wr, band, self_join, as_floa
         lower, upper = float(band[1][0]), float(band[1][0] + band[1][1])
     dtype = np.dtype(np.float64 if as_float else np.int64)
     core = BandCore(index, (wl, wr), dtype, lower, upper, self_join, merge_ratio, depth, chain)
+    core.prefetch = prefetch  # on by window size only from 2**18 tuples: forced here
     want = nested_loop_band_join(sides, keys, (wl, wr), lower, upper, self_join)
     assert _core_pairs(core, sides, keys, chunk) == want
 
