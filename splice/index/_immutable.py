@@ -23,6 +23,8 @@ __all__ = [
     "ibt_lower_bound",
     "ibt_leaf",
     "ibt_leaf_bound",
+    "ibt_leaf_route",
+    "ibt_scan",
     "ibt_search",
     "ibt_levels",
     "ibt_route",
@@ -128,6 +130,21 @@ def ibt_leaf(inner, loff, lcnt, nlev, lo):
     return node
 
 
+@kernel(inline="always")
+def ibt_leaf_route(inner, loff, lcnt, nlev, lo, level):
+    """:func:`ibt_leaf` and, from the same descent, the node of inner level ``level`` (below
+    the root) whose subtree holds ``lo``: what :func:`ibt_route` finds at that level."""
+    node = 0
+    at = 0
+    for lvl in range(nlev - 1, -1, -1):
+        start = node * FANOUT
+        m = min(FANOUT, lcnt[lvl] - start)
+        node = start + _child(inner, loff[lvl] + start, m, lo)
+        if lvl == level + 1:
+            at = node
+    return node, at
+
+
 @kernel()
 def ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo):
     """Index of the first entry with key >= ``lo`` (``n`` when none)."""
@@ -140,7 +157,13 @@ def ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo):
 def ibt_search(ks, ps, n, inner, loff, lcnt, nlev, lo, hi, plo, phi, out, n_out):
     """Append the positions in ``[plo, phi]`` of entries with key in ``[lo, hi]``; return the new
     count, or ``-1`` when ``out`` is full."""
-    i = ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo)
+    return ibt_scan(ks, ps, n, ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo), hi, plo, phi,
+                    out, n_out)
+
+
+@kernel(inline="always")
+def ibt_scan(ks, ps, n, i, hi, plo, phi, out, n_out):
+    """:func:`ibt_search` from entry ``i``, the first with key >= ``lo``."""
     cap = out.shape[0]
     while i < n:
         if ks[i] > hi:

@@ -34,7 +34,17 @@ from splice.index._bptree import (
     bpt_search,
     nodes_free,
 )
-from splice.index._immutable import FANOUT, LEAF_SIZE, ibt_build, ibt_leaf, ibt_route, ibt_search
+from splice.index._immutable import (
+    FANOUT,
+    LEAF_SIZE,
+    ibt_build,
+    ibt_leaf,
+    ibt_leaf_bound,
+    ibt_leaf_route,
+    ibt_route,
+    ibt_scan,
+    ibt_search,
+)
 from splice.index._jit import kernel
 from splice.index._prefetch import prefetch
 
@@ -174,22 +184,27 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
                 return -1
         return n_out
     # IM-Tree and PIM-Tree: T_S, then T_I (one tree, or the partitions covering [lo, hi])
-    n_out = ibt_search(sk[0], sp[0], sm[0, 0], si[0], sl[0], sc[0], sm[0, 1], lo, hi, plo, phi, out, n_out)
-    if n_out < 0:
-        return -1
     parts = meta[M_NPART]
     if parts <= 1:
+        n_out = ibt_search(sk[0], sp[0], sm[0, 0], si[0], sl[0], sc[0], sm[0, 1], lo, hi, plo,
+                           phi, out, n_out)
+        if n_out < 0:
+            return -1
         return bpt_search(pk, pp, pc, pn, nx, tm, 0, lo, hi, plo, phi, out, n_out)
-    q = _pim_route(st, lo)
-    first = q
-    while q < parts:
-        if q > first and _pim_boundary(st, q) >= hi:
-            break
+    # the descent of T_S to lo's leaf passes the node that is lo's partition: no second route
+    leaf, q = ibt_leaf_route(si[0], sl[0], sc[0], sm[0, 1], lo, meta[M_PLEVEL])
+    ns = sm[0, 0]
+    n_out = ibt_scan(sk[0], sp[0], ns, ibt_leaf_bound(sk[0], ns, leaf, lo), hi, plo, phi, out,
+                     n_out)
+    if n_out < 0:
+        return -1
+    while True:
         n_out = bpt_search(pk, pp, pc, pn, nx, tm, q, lo, hi, plo, phi, out, n_out)
         if n_out < 0:
             return -1
         q += 1
-    return n_out
+        if q >= parts or _pim_boundary(st, q) >= hi:
+            return n_out
 
 
 #: Windows of this many tuples and more (4 MiB of keys and positions in ``T_S`` or the archived

@@ -167,6 +167,42 @@ def test_merge_into_matches_sorted_entries(kind, window, keys, merge_ratio, dept
             assert n == -1
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    window=st.integers(1100, 1700),
+    n=st.integers(2500, 4000),
+    domain=st.sampled_from([40, 3000, 10**9]),
+    depth=st.integers(1, 2),
+    merge_ratio=st.sampled_from([0.05, 0.3, 1.0]),
+    batch=st.sampled_from([1, 97, 4000]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_pim_searches_across_partitions(window, n, domain, depth, merge_ratio, batch, seed):
+    """Windows of a few partitions (``T_S`` over 32 leaves): searches that start on a partition
+    boundary, end on one or span several, with keys repeated across boundaries, against the
+    window's entries; the search finds its first partition on its ``T_S`` descent."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, domain, n)
+    ix = WindowIndex("pimtree", window, np.int64, merge_ratio=merge_ratio, insertion_depth=depth)
+    ref = SlidingWindowReference(window)
+    for start in range(0, n, batch):
+        part = keys[start : start + batch]
+        ix.insert(part)
+        for k in part.tolist():
+            ref.insert(k)
+        if ix.partitions < 2:
+            continue
+        st_ = ix.state
+        lvl = int(st_[15][12])  # M_PLEVEL: the level whose nodes are the partitions
+        bounds = [int(st_[10][0, st_[11][0, lvl] + q * 32]) for q in range(ix.partitions)]
+        spans = [(b, b) for b in bounds] + [(b - 1, b + 1) for b in bounds]
+        spans += [(bounds[0], bounds[-1]), (bounds[1], bounds[-1] + 5)]
+        spans += [tuple(sorted(rng.integers(-5, domain + 5, 2).tolist())) for _ in range(4)]
+        for lo, hi in spans:
+            assert ix.search(lo, hi).tolist() == ref.search(lo, hi), (lo, hi, bounds)
+    assert ix.partitions >= 2 and ix.merges > 0
+
+
 def test_pim_partitions_follow_depth():
     w = 1 << 16
     ix = PIMTree(w, merge_ratio=0.5, insertion_depth=1)
