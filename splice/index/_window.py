@@ -210,7 +210,7 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
 #: Windows of this many tuples and more (4 MiB of keys and positions in ``T_S`` or the archived
 #: links) are searched with their immutable leaves prefetched a few tuples ahead; smaller ones
 #: mostly hit the caches, where the extra descent costs more than it saves (measured on a
-#: machine with 1 MiB of L2 and 8 MiB of L3 per core pair: docs/benchmarks.md).
+#: machine with 1 MiB of L2 per core and 8 MiB of L3: docs/benchmarks.md).
 PREFETCH_MIN_WINDOW = 1 << 18
 #: How many arrivals ahead the joins start loading a tuple's leaves.
 PREFETCH_AHEAD = 8
