@@ -1,20 +1,23 @@
 """Parallel IBWJ speedup next to the machine's own ceiling, in interleaved rounds.
 
-``python -m benchmarks.band_parallel [--logs 16,18,20] [--rounds 8] [--tuples 100000] [--threads 2]
-[--batch N]``
+``python -m benchmarks.band_parallel [--mode key_range|task_queue] [--logs 16,18,20] [--rounds 8]
+[--tuples 100000] [--threads 2] [--batch N]``
 
 On a machine shared with other work, the cores a run gets change from second to second, so one
 pair of runs says little. For each ``w = 2^k`` (uniform keys, match rate 2, the two-stream
 workload of :mod:`benchmarks.band_windows`) this warms the serial PIM-Tree join and the
-task-queue join on ``--threads`` threads (merge ratio ``--merge-ratio``, by default 1; merge
-``--merge``; deepest insertion depth; task size ``--task-size``) with ``2w`` tuples each, then
-times ``--rounds`` consecutive segments of ``--tuples`` tuples through both, alternating which
-goes first, and measures just before each pair the speedup of ``--threads`` threads of GIL-free
-busy work over one (``ceiling``). Every segment's results are asserted equal. One JSON line per pair (wall and CPU rates, ratio,
-ceiling), then per window the median ratio over all pairs and over the pairs whose ceiling was
-at least ``--free`` (the moments the machine had the cores to give), and the time one cache
-line takes to pass between two cores (``core_handoff_ns``): the shared index moves a few lines
-between the threads per tuple, which costs that much each.
+parallel join ``--mode`` on ``--threads`` threads with ``2w`` tuples each: ``key_range``
+(default; merge ratio ``--merge-ratio``, by default 1/8, and insertion depth 1, as the serial
+join's defaults) or ``task_queue`` (merge ratio by default 1; merge ``--merge``; the deepest
+insertion depth; task size ``--task-size``). The serial join runs with the same merge ratio and
+depth. Then it times ``--rounds`` consecutive segments of ``--tuples`` tuples through both,
+alternating which goes first, and measures just before each pair the speedup of ``--threads``
+threads of GIL-free busy work over one (``ceiling``). Every segment's results are asserted
+equal. One JSON line per pair (wall and CPU rates, ratio, ceiling), then per window the median
+ratio over all pairs and over the pairs whose ceiling was at least ``--free`` (the moments the
+machine had the cores to give), and the time one cache line takes to pass between two cores
+(``core_handoff_ns``): the task queue's shared index moves a few lines between the threads per
+tuple, which costs that much each; the key ranges share none.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 from benchmarks._band import core_handoff_ns, emit, machine_parallelism, workload
 from splice.index import max_insertion_depth
 from splice.joins.band_join import BandCore
-from splice.joins.parallel_band import TaskQueueJoin
+from splice.joins.parallel_band import KeyRangeJoin, TaskQueueJoin
 
 
 def _timed(core: Any, sides: np.ndarray, keys: np.ndarray, batch: int
@@ -44,6 +47,7 @@ def _timed(core: Any, sides: np.ndarray, keys: np.ndarray, batch: int
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", default="key_range", choices=["key_range", "task_queue"])
     ap.add_argument("--logs", default="16,18,20")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--tuples", type=int, default=100_000)
@@ -51,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task-size", type=int, default=64)
     ap.add_argument("--free", type=float, default=1.8, help="ceiling counted as 'cores free'")
     ap.add_argument("--merge", default="nonblocking", choices=["nonblocking", "blocking"])
-    ap.add_argument("--merge-ratio", type=float, default=1.0)
+    ap.add_argument("--merge-ratio", type=float, default=None,
+                    help="default: 1/8 for key_range, 1 for task_queue")
     ap.add_argument("--batch", type=int, default=0,
                     help="tuples per call of the joins, as an operator fed batch by batch "
                          "calls them (0: the whole segment in one call)")
@@ -60,11 +65,17 @@ def main(argv: list[str] | None = None) -> int:
         w = 1 << lw
         n = 2 * w + args.rounds * args.tuples
         sides, keys, eps = workload(n, w, 2.0, seed=lw)
-        depth = max_insertion_depth(w)
-        m = args.merge_ratio
+        key_range = args.mode == "key_range"
+        depth = min(1, max_insertion_depth(w)) if key_range else max_insertion_depth(w)
+        m = args.merge_ratio if args.merge_ratio is not None else (0.125 if key_range else 1.0)
         serial = BandCore("pimtree", (w, w), np.dtype(np.float64), -eps, eps, False, m, depth)
-        par = TaskQueueJoin("pimtree", (w, w), np.dtype(np.float64), -eps, eps, False, m, depth,
-                            args.threads, args.task_size, args.merge)
+        par: KeyRangeJoin | TaskQueueJoin
+        if key_range:
+            par = KeyRangeJoin("pimtree", (w, w), np.dtype(np.float64), -eps, eps, False, m,
+                               depth, args.threads)
+        else:
+            par = TaskQueueJoin("pimtree", (w, w), np.dtype(np.float64), -eps, eps, False, m,
+                                depth, args.threads, args.task_size, args.merge)
         serial.run(sides[: 2 * w], keys[: 2 * w])
         par.run(sides[: 2 * w], keys[: 2 * w])
         ratios, free = [], []
@@ -83,19 +94,22 @@ def main(argv: list[str] | None = None) -> int:
             ratios.append(ratio)
             if ceiling >= args.free:
                 free.append(ratio)
-            emit({"bench": "band_parallel", "log_w": lw, "round": r, "threads": args.threads,
+            emit({"bench": "band_parallel", "mode": args.mode, "log_w": lw, "round": r,
+                  "threads": args.threads,
                   "task_size": args.task_size, "batch": args.batch, "ceiling": ceiling,
                   "serial_rows_per_s": round(args.tuples / ws),
                   "parallel_rows_per_s": round(args.tuples / wp),
                   "serial_cpu_rows_per_s": round(args.tuples / cs),
                   "parallel_cpu_rows_per_s": round(args.tuples / cp),
                   "speedup": round(ratio, 3)})
-        emit({"bench": "band_parallel", "summary": True, "log_w": lw, "threads": args.threads,
-              "merge": args.merge, "merge_ratio": m,
+        emit({"bench": "band_parallel", "summary": True, "mode": args.mode, "log_w": lw,
+              "threads": args.threads, "merge": args.merge, "merge_ratio": m,
               "median_speedup": round(float(np.median(ratios)), 3),
               "pairs_with_free_cores": len(free),
               "median_speedup_free_cores": round(float(np.median(free)), 3) if free else None,
-              "merges": par.merges, "core_handoff_ns": core_handoff_ns()})
+              "merges": par.merges if isinstance(par, TaskQueueJoin) else None,
+              "rebalances": par.rebalances if isinstance(par, KeyRangeJoin) else None,
+              "core_handoff_ns": core_handoff_ns()})
     return 0
 
 

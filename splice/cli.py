@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="band: index structure")
     join.add_argument("--threads", type=int, default=1, help="band: join threads")
     join.add_argument("--task-size", type=int, default=4, help="band: tuples per task")
+    join.add_argument("--parallel-mode", default="auto",
+                      choices=["auto", "key_range", "task_queue", "round_robin"],
+                      help="band: the parallel join with --threads > 1")
     join.add_argument("--merge-ratio", type=float, default=0.5, help="band: IM/PIM-Tree merge ratio")
     join.add_argument("--insertion-depth", type=int, default=2, help="band: PIM-Tree insertion depth")
     join.add_argument("--lower", type=int, default=None, help="interval: inclusive lower bound")

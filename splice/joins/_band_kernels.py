@@ -56,6 +56,8 @@ __all__ = [
     "advance_edge",
     "try_advance_edge",
     "rr_run",
+    "range_run",
+    "merge_ranges",
     "LOCK_STRIDE",
     "LOW_LEFT_POOL",
     "LOW_RIGHT_POOL",
@@ -737,3 +739,136 @@ def rr_run(start, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, part,
         if mine:
             idx_insert(own, x)
     return n, n_out, 0
+
+
+# --------------------------------------------------------------------------------------------
+# parallel IBWJ over key ranges (IM/PIM-Tree windows), see parallel_band.py
+# --------------------------------------------------------------------------------------------
+
+
+@kernel(inline="always")
+def _range_probe(x, lo_off, hi_off, mirrored, kmin, kmax, first, last):
+    # the probe bounds of key x, and whether they reach into the key range [kmin, kmax)
+    klo, khi = band_bounds(x, lo_off, hi_off, mirrored)
+    hit = (klo <= khi) & (last | (klo < kmax)) & (first | (khi >= kmin))
+    return klo, khi, hit
+
+
+@kernel(inline="always")
+def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin, kmax, first,
+                last, out_g, out_p, n_out):
+    # one tuple for one key range: probe this range's part of the opposite window (positions
+    # [te, tl]) when the band reaches into the range, then enter this range's part of the own
+    # window when the key lies in it (at its stream position p); returns (count, status)
+    mine = (first | (x >= kmin)) & (last | (x < kmax))
+    if mine and nodes_free(own[6]) < own[15][M_POOLMIN]:
+        return n_out, 1
+    klo, khi, hit = _range_probe(x, offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first, last)
+    if hit and tl >= te:
+        m0 = n_out
+        r = idx_search(other, klo, khi, te, tl, out_p, n_out)
+        if r < 0:
+            return m0, OUT_FULL
+        n_out = r
+        if r - m0 > 1:
+            sort_small(out_p, m0, n_out)
+        for j in range(m0, n_out):
+            out_g[j] = g
+    if mine:
+        own[15][M_NEXT] = p
+        idx_insert(own, x)
+    return n_out, 0
+
+
+@kernel(inline="always")
+def _range_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, kmin, kmax, first,
+                    last):
+    # start loading the leaves that tuple a will search in this range (as range_run)
+    s = sides[a]
+    mirrored = not (s == 0 or self_join)
+    klo, khi, hit = _range_probe(keys[a], offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first,
+                                 last)
+    if hit:
+        search_prefetch(st_l if mirrored else st_r, klo)
+
+
+@kernel()
+def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin, kmax, first,
+              last, st_l, st_r, out_g, out_p, n_out, prefetch):
+    """One thread of the key-range join: the IBWJ of :func:`join_seq_run` restricted to the keys
+    in ``[kmin, kmax)`` (``first``: no lower end, ``last``: no upper end).
+
+    ``st_l``/``st_r`` index the tuples of each stream whose keys lie in the range, under their
+    stream positions (the window's arrival count is set to a tuple's position before it enters,
+    so merges drop by position as in the serial join). Every tuple whose band reaches into the
+    range probes them over its window of the opposite stream (``w0``/``w1`` tuples). ``ctr``
+    holds the arrivals of each stream before tuple ``start`` and the tuples the range took so
+    far, and is left at the returned tuple.
+    Matches are ``(g, partner position)``, partners ascending per ``g``; the ranges' matches of
+    one ``g`` are disjoint. Returns ``(next g, count, status)`` as :func:`join_seq_run`.
+    """
+    n = keys.shape[0]
+    c0 = ctr[0]
+    c1 = ctr[1]
+    c2 = ctr[2]
+    for g in range(start, n):
+        if prefetch and g + PREFETCH_AHEAD < n:
+            _range_prefetch(g + PREFETCH_AHEAD, sides, keys, offs_lo, offs_hi, st_l, st_r,
+                            self_join, kmin, kmax, first, last)
+        s = sides[g]
+        x = keys[g]
+        if self_join:
+            n_out, status = _range_step(g, 0, x, c0, max(0, c0 - w0), c0 - 1, st_l, st_l,
+                                        offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
+                                        out_p, n_out)
+            c0 += status == 0
+        elif s == 0:
+            n_out, status = _range_step(g, 0, x, c0, max(0, c1 - w1), c1 - 1, st_l, st_r,
+                                        offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
+                                        out_p, n_out)
+            c0 += status == 0
+        else:
+            n_out, status = _range_step(g, 1, x, c1, max(0, c0 - w0), c0 - 1, st_r, st_l,
+                                        offs_lo, offs_hi, True, kmin, kmax, first, last, out_g,
+                                        out_p, n_out)
+            c1 += status == 0
+            if status == 1:
+                status = LOW_RIGHT_POOL
+        if status != 0:
+            ctr[0] = c0
+            ctr[1] = c1
+            ctr[2] = c2
+            return g, n_out, status
+        c2 += (first | (x >= kmin)) & (last | (x < kmax))
+    ctr[0] = c0
+    ctr[1] = c1
+    ctr[2] = c2
+    return n, n_out, 0
+
+
+@kernel()
+def merge_ranges(gs, ps, cur, hi, g0, g1, out_g, out_p, d):
+    """Interleave the key ranges' matches of tuples ``g0 .. g1-1`` into ``out_g``/``out_p`` from
+    ``d`` on, ordered by ``g`` then partner; return the end. Range ``k``'s matches of those
+    tuples are ``gs[k][cur[k]:hi[k]]`` / ``ps[k][...]``, each ordered by ``g`` then partner
+    (``cur`` is consumed)."""
+    parts = len(cur)
+    for g in range(g0, g1):
+        d0 = d
+        ranges = 0
+        for k in range(parts):
+            c = cur[k]
+            c0 = c
+            e = hi[k]
+            kg = gs[k]
+            kp = ps[k]
+            while c < e and kg[c] == g:
+                out_g[d] = g
+                out_p[d] = kp[c]
+                d += 1
+                c += 1
+            ranges += c > c0
+            cur[k] = c
+        if ranges > 1:
+            sort_small(out_p, d0, d)
+    return d

@@ -2,7 +2,7 @@
 
 ``splice join --kind band --left L --right R --on X --eps E --window N [--arrival COL]
 [--index bptree|bchain|ibchain|imtree|pimtree|nlwj] [--threads T] [--task-size K]
-[--merge-ratio m] [--insertion-depth D] --out OUT.parquet [--json]``
+[--parallel-mode auto|key_range|task_queue|round_robin] [--merge-ratio m] [--insertion-depth D] --out OUT.parquet [--json]``
 
 pairs ``(l, r)`` with ``|l.X - r.X| <= E`` (or ``--lower A --upper B``: ``A <= r.X - l.X <= B``)
 over count windows of the last N tuples of each input (``--window N,M``: N left, M right), or,
@@ -165,5 +165,6 @@ def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:
         insertion_depth=depth if args.index == "pimtree" else None,
         threads=args.threads,
         task_size=args.task_size,
+        parallel=getattr(args, "parallel_mode", "auto"),
     )
     return band_join_tables(left, right, on, spec, args.arrival, args.time, args.batch_size)

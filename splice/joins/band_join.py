@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 MergeMode = Literal["nonblocking", "blocking"]
-ParallelMode = Literal["auto", "task_queue", "round_robin"]
+ParallelMode = Literal["auto", "task_queue", "key_range", "round_robin"]
 
 
 def band_bounds(
@@ -257,11 +257,13 @@ class BandJoin(OperatorSpec):
     watermark, late tuples to the late side output (:mod:`splice.joins.band_time`; one thread);
     ``index`` one of ``nlwj bptree bchain ibchain imtree pimtree``.
     IM/PIM-Tree: ``merge_ratio`` m in (0, 1]; PIM-Tree: ``insertion_depth`` D_I (``None``: the
-    smaller of 1 and the deepest level of a full window's ``T_S`` on one thread, that deepest
-    level with several threads). Chains: ``chain_length`` >= 2.
-    ``threads`` >= 1, ``task_size`` tuples per task and ``merge`` mode of the parallel join;
-    ``parallel``: ``task_queue`` (the seed's join, IM/PIM-Tree only), ``round_robin`` (the
-    partitioned baseline, any index) or ``auto`` (task queue where it applies).
+    smaller of 1 and the deepest level of a full window's ``T_S``; the task-queue join, whose
+    threads share one index, takes that deepest level). Chains: ``chain_length`` >= 2.
+    ``threads`` >= 1, ``task_size`` tuples per task and ``merge`` mode of the task-queue join;
+    ``parallel``: ``key_range`` (each thread indexes one key range of both windows, IM/PIM-Tree
+    only), ``task_queue`` (the seed's join over one shared index, IM/PIM-Tree only),
+    ``round_robin`` (the partitioned baseline, any index) or ``auto`` (key ranges where they
+    apply, else round robin).
     """
 
     left: int
@@ -307,14 +309,7 @@ class BandJoin(OperatorSpec):
             raise PlanError(f"band join: task size must be >= 1, got {self.task_size}")
         if self.merge not in get_args(MergeMode):
             raise PlanError(f"band join: merge must be 'nonblocking' or 'blocking', got {self.merge!r}")
-        if self.parallel not in get_args(ParallelMode):
-            raise PlanError(f"band join: unknown parallel mode {self.parallel!r}")
-        if (self.parallel == "task_queue" and self.threads > 1
-                and self.index not in ("imtree", "pimtree")):
-            raise PlanError(
-                f"band join: the task-queue parallel join needs index imtree or pimtree, "
-                f"not {self.index!r} (use parallel='round_robin')"
-            )
+        self._resolve_parallel()
         if self.insertion_depth is not None:
             deepest = max_insertion_depth(max(windows))
             if not 0 <= int(self.insertion_depth) <= deepest:
@@ -343,22 +338,35 @@ class BandJoin(OperatorSpec):
         return band_bounds(self.eps, self.lower, self.upper)
 
     @property
-    def depth(self) -> int:
+    def parallel_mode(self) -> str:
+        """The parallel join that ``threads > 1`` runs: ``parallel``, with ``auto`` resolved to
+        ``key_range`` on IM/PIM-Tree windows (the fastest measured) and ``round_robin`` else."""
+        return self._resolve_parallel()
+
+    def _resolve_parallel(self) -> str:
         if self.parallel not in get_args(ParallelMode):
             raise PlanError(f"band join: unknown parallel mode {self.parallel!r}")
-        if (self.parallel == "task_queue" and self.threads > 1
-                and self.index not in ("imtree", "pimtree")):
+        tree = self.index in ("imtree", "pimtree")
+        if self.parallel == "auto":
+            return "key_range" if tree else "round_robin"
+        if self.parallel in ("task_queue", "key_range") and self.threads > 1 and not tree:
+            kind = "task-queue" if self.parallel == "task_queue" else "key-range"
             raise PlanError(
-                f"band join: the task-queue parallel join needs index imtree or pimtree, "
+                f"band join: the {kind} parallel join needs index imtree or pimtree, "
                 f"not {self.index!r} (use parallel='round_robin')"
             )
+        return self.parallel
+
+    @property
+    def depth(self) -> int:
+        mode = self.parallel_mode
         if self.insertion_depth is not None:
             return int(self.insertion_depth)
         if self.time_window is not None:
             return 1
         deepest = max_insertion_depth(max(self.windows))
-        # several threads: the most partitions, so that threads rarely meet on one lock
-        return deepest if self.threads > 1 else min(1, deepest)
+        # threads sharing one index: the most partitions, so that they rarely meet on one lock
+        return deepest if self.threads > 1 and mode == "task_queue" else min(1, deepest)
 
     def _columns(self) -> tuple[str, str]:
         if isinstance(self.on, str):

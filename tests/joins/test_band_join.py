@@ -181,6 +181,12 @@ def test_command_run_and_cli(tmp_path):
                "--eps", "1", "--window", "16,8", "--arrival", "t", "--out", str(op), "--json"])
     assert rc == 0
     assert pq.read_table(op).equals(ref)
+    for mode in ("key_range", "task_queue"):
+        rc = main(["join", "--kind", "band", "--left", str(lp), "--right", str(rp), "--on", "x",
+                   "--eps", "1", "--window", "16,8", "--arrival", "t", "--threads", "2",
+                   "--parallel-mode", mode, "--out", str(op)])
+        assert rc == 0
+        assert pq.read_table(op).equals(ref), mode
     rc = main(["join", "--kind", "band", "--left", str(lp), "--right", str(rp), "--on", "x",
                "--eps", "-1", "--window", "16", "--out", str(op)])
     assert rc == 2
@@ -192,7 +198,7 @@ def test_command_run_and_cli(tmp_path):
 
 # --- parallel joins -------------------------------------------------------------------------
 
-from splice.joins.parallel_band import RoundRobinJoin, TaskQueueJoin  # noqa: E402
+from splice.joins.parallel_band import KeyRangeJoin, RoundRobinJoin, TaskQueueJoin  # noqa: E402
 
 
 @settings(max_examples=25)
@@ -217,6 +223,71 @@ def test_task_queue_join_matches_nested_loops(data, wl, wr, eps, self_join, thre
                          1, threads, task, merge)
     want = nested_loop_band_join(sides, keys, (wl, wr), -eps, eps, self_join)
     assert _core_pairs(join, sides, keys, chunk) == want
+
+
+@settings(max_examples=40)
+@given(
+    n=st.integers(0, 600),
+    seed=st.integers(0, 2**32 - 1),
+    domain=st.sampled_from([4, 16, 100]),
+    wl=st.integers(1, 30),
+    wr=st.integers(1, 30),
+    band=st.tuples(st.integers(-3, 3), st.integers(0, 4)),
+    self_join=st.booleans(),
+    as_float=st.booleans(),
+    threads=st.integers(1, 4),
+    index=st.sampled_from(["imtree", "pimtree"]),
+    merge_ratio=st.sampled_from([0.02, 0.3, 1.0]),
+    chunk=st.sampled_from([1, 7, 20, 1000]),
+    prefetch=st.booleans(),
+    rebalance_every=st.sampled_from([0, 1, 3]),
+)
+def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self_join, as_float,
+                                             threads, index, merge_ratio, chunk, prefetch,
+                                             rebalance_every):
+    # streams of hundreds of tuples (hypothesis' own lists stay short): many keys equal to the
+    # ranges' bounds, bands reaching across them, keys drifting so that the ranges move
+    rng = np.random.default_rng(seed)
+    sides = [0 if self_join else int(s) for s in rng.integers(0, 2, n)]
+    drift = np.linspace(0, domain * rng.random(), n)
+    keys = [float(k) / 2 if as_float else int(k)
+            for k in (rng.integers(0, domain, n) + drift).astype(np.int64)]
+    lower, upper = float(band[0]), float(band[0] + band[1])
+    dtype = np.dtype(np.float64 if as_float else np.int64)
+    join = KeyRangeJoin(index, (wl, wr), dtype, lower, upper, self_join, merge_ratio, 1, threads)
+    join.prefetch = prefetch  # on by window size only from 2**18 tuples: forced here
+    want = nested_loop_band_join(sides, keys, (wl, wr), lower, upper, self_join)
+    got = []
+    for i, c0 in enumerate(range(0, len(keys), chunk)):
+        g, p = join.run(np.array(sides[c0 : c0 + chunk], np.int8),
+                        np.array(keys[c0 : c0 + chunk], dtype))
+        got += list(zip((g + c0).tolist(), p.tolist(), strict=True))
+        if rebalance_every and i % rebalance_every == 0:
+            join.rebalance()  # the ranges re-derived from the latest keys, the entries moved
+    assert got == want
+
+
+def test_key_range_join_follows_moving_keys():
+    # keys drifting upwards: each new tuple lands in the last range until the ranges are
+    # re-derived; the entries move between ranges and the rows stay the nested-loop join's
+    rng = np.random.default_rng(8)
+    n = 20_000
+    sides = rng.integers(0, 2, n).astype(np.int8)
+    keys = np.round(rng.normal(np.linspace(0, 400, n), 3.0)).astype(np.int64)
+    ref = BandCore("nlwj", (300, 200), np.dtype(np.int64), -1, 2)
+    g0, p0 = ref.run(sides, keys)
+    for threads in (2, 3):
+        join = KeyRangeJoin("pimtree", (300, 200), np.dtype(np.int64), -1, 2, False, 0.25, 1,
+                            threads)
+        gs, ps = [], []
+        for c0 in range(0, n, 500):
+            g, p = join.run(sides[c0 : c0 + 500], keys[c0 : c0 + 500])
+            gs.append(g + c0)
+            ps.append(p)
+        assert np.array_equal(np.concatenate(gs), g0) and np.array_equal(np.concatenate(ps), p0)
+        assert join.rebalances >= 5, join.rebalances
+        held = [sum(ix.state[13][0, 0] for ix in part) for part in join.parts]
+        assert min(held) > 0, held  # every range holds part of the windows after the drift
 
 
 @settings(max_examples=15)
@@ -255,9 +326,11 @@ def test_parallel_stress_tiny_windows_frequent_merges(merge):
         assert join.merges > (100 if merge == "blocking" else 0), (w, task, join.merges)
 
 
-def test_parallel_operator_contract():
+@pytest.mark.parametrize("parallel", ["auto", "task_queue", "key_range"])
+def test_parallel_operator_contract(parallel):
     spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=(7, 5), index="pimtree",
-                    merge_ratio=0.25, insertion_depth=0, threads=2, task_size=2)
+                    merge_ratio=0.25, insertion_depth=0, threads=2, task_size=2,
+                    parallel=parallel)
     serial = BandJoin(left=2, right=3, on="x", eps=1.0, window=(7, 5), index="nlwj")
     recs = _records(120, seed=5)
     got = check_operator(spec, _schemas(), recs, restore_points=[0, 5, 11])
@@ -269,6 +342,9 @@ def test_parallel_operator_contract():
     with pytest.raises(PlanError, match="task-queue"):
         BandJoin(left=2, right=3, on="x", eps=1.0, index="bptree", threads=2,
                  parallel="task_queue")
+    with pytest.raises(PlanError, match="key-range"):
+        BandJoin(left=2, right=3, on="x", eps=1.0, index="nlwj", threads=2,
+                 parallel="key_range")
 
 
 def test_command_threads(tmp_path):
@@ -276,10 +352,12 @@ def test_command_threads(tmp_path):
     left = pa.table({"x": rng.random(5000) * 100})
     right = pa.table({"x": rng.random(4000) * 100})
     want = band_run(left, right, _args(window="300", index="nlwj", eps=0.05))
-    for index, threads in (("pimtree", 2), ("imtree", 3), ("ibchain", 2), ("nlwj", 2)):
+    for index, threads, mode in (("pimtree", 2, "auto"), ("imtree", 3, "key_range"),
+                                 ("pimtree", 2, "task_queue"), ("ibchain", 2, "auto"),
+                                 ("nlwj", 2, "round_robin")):
         got = band_run(left, right, _args(window="300", index=index, threads=threads, eps=0.05,
-                                          batch_size=1000))
-        assert got.equals(want), (index, threads)
+                                          batch_size=1000, parallel_mode=mode))
+        assert got.equals(want), (index, threads, mode)
 
 
 def _stream_and_nested_loops(seed, n, key_range, windows, eps):
