@@ -10,8 +10,9 @@ distribution. The PIM-Tree runs with merge ratio 1 (as the parallel join) and in
 the partitions' sizes just before the merge (``T_I`` only grows between merges); per phase the
 benchmark reports the largest partition's share of the inserts, the share of partitions that
 received almost none (under 1 % of an even share), and the throughput of the single-threaded
-join and of the task-queue join on ``--threads`` threads, in wall time (``rate``) and per CPU
-second of the process (``cpu_rate``); the two joins' results are asserted equal. The machine's
+join (``1t``) and of the task-queue and key-range joins on ``--threads`` threads, in wall time
+(``rate``) and per CPU second of the process (``cpu_rate``), with the key-range join's
+rebalances; the joins' results are asserted equal. The machine's
 2-thread ceiling measured in the same run comes first. ``--plot`` writes ``benchmarks/out/band_shift.png`` (the sorted, normalized
 insert distribution of phase 2 per ``r``, as the seed's Figure 13a) and
 ``band_shift_throughput.png``.
@@ -29,7 +30,7 @@ from benchmarks._band import OUT, emit, machine_parallelism
 from splice.index._bptree import T_SIZE
 from splice.index._window import M_MERGES, M_NPART
 from splice.joins.band_join import BandCore
-from splice.joins.parallel_band import TaskQueueJoin
+from splice.joins.parallel_band import KeyRangeJoin, TaskQueueJoin
 
 SIGMA = 0.125
 
@@ -101,13 +102,17 @@ def main(argv: list[str] | None = None) -> int:
                 dist[f"r = {r}"] = mean_sorted.tolist()
         # throughput per phase: single thread (CPU time) and the task-queue join (wall)
         bounds = np.searchsorted(phase, [0, 1, 2, 3])
-        for threads in (1, args.threads):
-            if threads == 1:
+        for join in ("1t", "task_queue", "key_range"):
+            threads = 1 if join == "1t" else args.threads
+            if join == "1t":
                 core: Any = BandCore("pimtree", (w, w), np.dtype(np.float64), -eps, eps, True, 1.0,
                                      args.depth)
-            else:
+            elif join == "task_queue":
                 core = TaskQueueJoin("pimtree", (w, w), np.dtype(np.float64), -eps, eps, True, 1.0,
                                      args.depth, threads, args.task_size)
+            else:
+                core = KeyRangeJoin("pimtree", (w, w), np.dtype(np.float64), -eps, eps, True, 1.0,
+                                    args.depth, threads)
             zeros = np.zeros(len(keys), np.int8)
             outs = []
             for ph in range(3):
@@ -116,12 +121,15 @@ def main(argv: list[str] | None = None) -> int:
                 g, p = core.run(zeros[a:b], keys[a:b])
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                 outs.append((g, p))
-                rec[f"phase{ph + 1}_rate_{threads}t"] = round((b - a) / wall)
-                rec[f"phase{ph + 1}_cpu_rate_{threads}t"] = round((b - a) / cpu)
-                xs, ys = tput.setdefault(f"{threads} thread(s), phase {ph + 1} (wall)", ([], []))
+                rec[f"phase{ph + 1}_rate_{join}"] = round((b - a) / wall)
+                rec[f"phase{ph + 1}_cpu_rate_{join}"] = round((b - a) / cpu)
+                label = "1 thread" if join == "1t" else f"{join}, {threads} threads"
+                xs, ys = tput.setdefault(f"{label}, phase {ph + 1} (wall)", ([], []))
                 xs.append(r)
                 ys.append((b - a) / wall)
-            if threads == 1:
+            if join == "key_range":
+                rec["key_range_rebalances"] = core.rebalances
+            if join == "1t":
                 base = outs
             else:
                 for (g0, p0), (g1, p1) in zip(base, outs, strict=True):

@@ -267,9 +267,13 @@ def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self
     assert got == want
 
 
-def test_key_range_join_follows_moving_keys():
+def test_key_range_join_follows_moving_keys(monkeypatch):
     # keys drifting upwards: each new tuple lands in the last range until the ranges are
-    # re-derived; the entries move between ranges and the rows stay the nested-loop join's
+    # re-derived; the entries move between ranges and the rows stay the nested-loop join's.
+    # Fed in calls of 500 tuples, and in one call cut into chunks of 700 (checked after each)
+    import splice.joins.parallel_band as parallel_band
+
+    monkeypatch.setattr(parallel_band, "CHUNK", 700)
     rng = np.random.default_rng(8)
     n = 20_000
     sides = rng.integers(0, 2, n).astype(np.int8)
@@ -288,6 +292,11 @@ def test_key_range_join_follows_moving_keys():
         assert join.rebalances >= 5, join.rebalances
         held = [sum(ix.state[13][0, 0] for ix in part) for part in join.parts]
         assert min(held) > 0, held  # every range holds part of the windows after the drift
+        whole = KeyRangeJoin("pimtree", (300, 200), np.dtype(np.int64), -1, 2, False, 0.25, 1,
+                             threads)
+        g, p = whole.run(sides, keys)
+        assert np.array_equal(g, g0) and np.array_equal(p, p0)
+        assert whole.rebalances >= 5, whole.rebalances
 
 
 @settings(max_examples=15)
