@@ -57,7 +57,7 @@ __all__ = [
     "try_advance_edge",
     "rr_run",
     "range_run",
-    "merge_ranges",
+    "merge_two",
     "LOCK_STRIDE",
     "LOW_LEFT_POOL",
     "LOW_RIGHT_POOL",
@@ -847,28 +847,33 @@ def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin
 
 
 @kernel()
-def merge_ranges(gs, ps, cur, hi, g0, g1, out_g, out_p, d):
-    """Interleave the key ranges' matches of tuples ``g0 .. g1-1`` into ``out_g``/``out_p`` from
-    ``d`` on, ordered by ``g`` then partner; return the end. Range ``k``'s matches of those
-    tuples are ``gs[k][cur[k]:hi[k]]`` / ``ps[k][...]``, each ordered by ``g`` then partner
-    (``cur`` is consumed)."""
-    parts = len(cur)
-    for g in range(g0, g1):
-        d0 = d
-        ranges = 0
-        for k in range(parts):
-            c = cur[k]
-            c0 = c
-            e = hi[k]
-            kg = gs[k]
-            kp = ps[k]
-            while c < e and kg[c] == g:
-                out_g[d] = g
-                out_p[d] = kp[c]
-                d += 1
-                c += 1
-            ranges += c > c0
-            cur[k] = c
-        if ranges > 1:
-            sort_small(out_p, d0, d)
+def merge_two(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
+    """Merge rows ``a .. ea-1`` of ``(ga, pa)`` and ``b .. eb-1`` of ``(gb, pb)``, each ordered
+    by ``(g, partner)``, into ``out_g``/``out_p`` from ``d`` on in that order, adding ``base`` to
+    each ``g``; return the end.
+
+    Without a branch on which side a row comes from: rows of two key ranges interleave at
+    random, and a mispredicted branch per row cost more than the copy (18 against 8 ns a row).
+    """
+    while a < ea and b < eb:
+        x = ga[a]
+        y = gb[b]
+        u = pa[a]
+        v = pb[b]
+        take_a = (x < y) | ((x == y) & (u < v))
+        out_g[d] = (x if take_a else y) + base
+        out_p[d] = u if take_a else v
+        a += take_a
+        b += 1 - take_a
+        d += 1
+    while a < ea:
+        out_g[d] = ga[a] + base
+        out_p[d] = pa[a]
+        a += 1
+        d += 1
+    while b < eb:
+        out_g[d] = gb[b] + base
+        out_p[d] = pb[b]
+        b += 1
+        d += 1
     return d

@@ -97,7 +97,7 @@ from splice.joins._band_kernels import (
     clear_bits,
     cycles,
     gather_tasks,
-    merge_ranges,
+    merge_two,
     par_worker,
     range_run,
     rr_run,
@@ -433,6 +433,30 @@ class RoundRobinJoin:
         return sum(ix.used_bytes() for parts in self.parts for ix in parts)
 
 
+Run = tuple[np.ndarray, np.ndarray, int, int]
+
+
+def _merge_runs(runs: list[Run], out_g: np.ndarray, out_p: np.ndarray, d: int, base: int) -> None:
+    """Merge ``runs`` (rows ``a .. e-1`` of ``(g, p)`` arrays, each ordered by ``(g, p)``) into
+    ``out_g``/``out_p`` from ``d`` on, adding ``base`` to each ``g``: two by two, in
+    log2(len(runs)) passes."""
+    while len(runs) > 2:
+        rows = sum(e - a for _, _, a, e in runs)
+        tg, tp = np.empty(rows, np.int64), np.empty(rows, np.int64)
+        merged: list[Run] = []
+        o = 0
+        for i in range(0, len(runs) - 1, 2):
+            end = merge_two(*runs[i], *runs[i + 1], tg, tp, o, 0)
+            merged.append((tg, tp, o, end))
+            o = end
+        if len(runs) % 2:
+            merged.append(runs[-1])
+        runs = merged
+    if len(runs) == 1:
+        runs.append((out_g, out_p, 0, 0))  # an empty second run
+    merge_two(*runs[0], *runs[1], out_g, out_p, d, base)
+
+
 class KeyRangeJoin:
     """Parallel IBWJ over key ranges of IM/PIM-Tree windows (module docstring).
 
@@ -498,17 +522,17 @@ class KeyRangeJoin:
         sides = np.ascontiguousarray(sides, np.int8)
         keys = np.ascontiguousarray(keys, self.dtype)
         n = len(keys)
-        if n <= CHUNK:
-            return self._run_chunk(sides, keys)
-        parts = [self._run_chunk(sides[c0 : c0 + CHUNK], keys[c0 : c0 + CHUNK])
-                 for c0 in range(0, n, CHUNK)]
-        g = np.concatenate([p[0] + c0 for p, c0 in zip(parts, range(0, n, CHUNK), strict=True)])
-        return g, np.concatenate([p[1] for p in parts])
+        out = (np.empty(2 * n + 1024, np.int64), np.empty(2 * n + 1024, np.int64))
+        m = 0
+        for c0 in range(0, n, CHUNK):
+            out, m = self._run_chunk(sides[c0 : c0 + CHUNK], keys[c0 : c0 + CHUNK], c0, out, m)
+        return out[0][:m], out[1][:m]
 
-    def _run_chunk(self, sides: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _run_chunk(self, sides: np.ndarray, keys: np.ndarray, c0: int,
+                   out: tuple[np.ndarray, np.ndarray], m: int
+                   ) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+        # join one chunk (tuples c0 ...) and write its rows into out from m on (grown as needed)
         n = len(keys)
-        if n == 0:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
         if self.self_join:
             sides = np.zeros(n, np.int8)
         if self.bounds is None:
@@ -524,22 +548,26 @@ class KeyRangeJoin:
         edges = (np.arange(slices + 1) * n) // slices
         cut = np.array([np.searchsorted(self._bufs[k][0][: lens[k]], edges) for k in range(t)],
                        np.int64).reshape(t, slices + 1)
-        starts = cut.sum(axis=0)
-        out_g = np.empty(int(starts[-1]), np.int64)
-        out_p = np.empty(len(out_g), np.int64)
-        gs = tuple(b[0] for b in self._bufs)
-        ps = tuple(b[1] for b in self._bufs)
+        # where each slice's rows start in out
+        starts = m + np.cumsum(np.concatenate([[0], (cut[:, 1:] - cut[:, :-1]).sum(axis=0)]))
+        end = int(starts[-1])
+        if end > len(out[0]):
+            size = max(2 * len(out[0]), end)
+            out = (np.concatenate([out[0][:m], np.empty(size - m, np.int64)]),
+                   np.concatenate([out[1][:m], np.empty(size - m, np.int64)]))
+        out_g, out_p = out
 
         def merge(j: int) -> None:
             if j < slices:
-                merge_ranges(gs, ps, cut[:, j].copy(), cut[:, j + 1].copy(), edges[j],
-                             edges[j + 1], out_g, out_p, starts[j])
+                runs = [(b[0], b[1], int(cut[k, j]), int(cut[k, j + 1]))
+                        for k, b in enumerate(self._bufs)]
+                _merge_runs(runs, out_g, out_p, int(starts[j]), c0)
 
         if slices > 1:
             self._in_threads(merge)
         else:
             merge(0)
-        return out_g, out_p
+        return out, end
 
     def _note_arrivals(self, keys: np.ndarray, took: np.ndarray) -> None:
         # keep the latest keys; re-derive the ranges when one took far more than its share

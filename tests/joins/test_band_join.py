@@ -270,17 +270,19 @@ def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self
 def test_key_range_join_follows_moving_keys(monkeypatch):
     # keys drifting upwards: each new tuple lands in the last range until the ranges are
     # re-derived; the entries move between ranges and the rows stay the nested-loop join's.
-    # Fed in calls of 500 tuples, and in one call cut into chunks of 700 (checked after each)
+    # Fed in calls of 500 tuples, and in one call cut into chunks of 700 (checked after each),
+    # the rows of chunks from 100 tuples on interleaved on every thread
     import splice.joins.parallel_band as parallel_band
 
     monkeypatch.setattr(parallel_band, "CHUNK", 700)
+    monkeypatch.setattr(parallel_band, "MERGE_SLICE", 100)
     rng = np.random.default_rng(8)
     n = 20_000
     sides = rng.integers(0, 2, n).astype(np.int8)
     keys = np.round(rng.normal(np.linspace(0, 400, n), 3.0)).astype(np.int64)
     ref = BandCore("nlwj", (300, 200), np.dtype(np.int64), -1, 2)
     g0, p0 = ref.run(sides, keys)
-    for threads in (2, 3):
+    for threads in (2, 3, 5):
         join = KeyRangeJoin("pimtree", (300, 200), np.dtype(np.int64), -1, 2, False, 0.25, 1,
                             threads)
         gs, ps = [], []
