@@ -1,14 +1,16 @@
 """Band-join throughput vs window size per index structure (the seed's Figures 8a, 10a, 13c).
 
 ``python -m benchmarks.band_windows [--min-log 10] [--max-log 20] [--tuples N] [--threads 2]
-[--repeat R]``
+[--parallel key_range|task_queue] [--repeat R]``
 
 For each ``w = 2^k``: a seeded two-stream workload with uniform keys and match rate 2, windows
 warmed with ``2w`` tuples (untimed), then ``--tuples`` tuples timed through the single-threaded
 IBWJ on every structure, the B+-Tree as the same-run baseline (NLWJ up to ``2^--nlwj-max-log``),
 and the PIM-Tree join on 1 thread (the serial join, no concurrency control) and on ``--threads``
-threads (the task-queue join: nonblocking merge, merge ratio 1 as the seed uses for the
-parallel join, insertion depth ``--par-depth``, by default the deepest level of ``T_S``).
+threads: ``--parallel key_range`` (default; the serial join's merge ratio and insertion depth)
+or ``task_queue`` (nonblocking merge, merge ratio 1 as the seed uses for the parallel join,
+insertion depth ``--par-depth``, by default the deepest level of ``T_S``), each against the
+serial join with the same settings.
 Every result is asserted equal to the B+-Tree's before its time counts. ``--repeat R`` measures
 every single-thread point R times (a fresh, warmed join each time) and keeps the run of median
 rate: a single run of a small window lasts a tenth of a second, short enough for one
@@ -41,11 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nlwj-max-log", type=int, default=12)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--task-size", type=int, default=64)
-    ap.add_argument("--merge-ratio", type=float, default=0.125, help="single-thread IM/PIM-Tree")
+    ap.add_argument("--parallel", default="key_range", choices=["key_range", "task_queue"])
+    ap.add_argument("--merge-ratio", type=float, default=0.125, help="IM/PIM-Tree: single thread and key_range")
     ap.add_argument("--indexes", default=",".join(SERIAL), help="single-thread structures to run")
     ap.add_argument("--par-depth", type=int, default=None,
-                    help="parallel PIM-Tree insertion depth (default: the deepest level of T_S, "
-                         "the most partitions)")
+                    help="parallel PIM-Tree insertion depth (default: key_range as one thread; "
+                         "task_queue the deepest level of T_S, the most partitions)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per single-thread point; the run of median rate is kept")
     ap.add_argument("--plot", action="store_true")
@@ -73,15 +76,19 @@ def main(argv: list[str] | None = None) -> int:
             rates.setdefault(index, {})[lw] = m["cpu_rows_per_s"]
             emit({"bench": "band_windows", "index": index, "threads": 1, "log_w": lw, **m})
         if args.threads > 1:
+            queue = args.parallel == "task_queue"
             for threads in (1, args.threads):
-                depth = max_insertion_depth(w) if args.par_depth is None else args.par_depth
+                depth = args.par_depth
+                if queue and depth is None:
+                    depth = max_insertion_depth(w)
                 spec = BandJoin(left=0, right=1, on="x", eps=eps, window=w, index="pimtree",
-                                merge_ratio=1.0, threads=threads, task_size=args.task_size,
-                                parallel="task_queue", insertion_depth=depth)
+                                merge_ratio=1.0 if queue else args.merge_ratio, threads=threads,
+                                task_size=args.task_size, parallel=args.parallel,
+                                insertion_depth=depth)
                 m = measure(spec, sides, keys, 2 * w, base)
                 rates.setdefault(f"parallel_pimtree_{threads}", {})[lw] = m["rows_per_s"]
                 cpu_rates.setdefault(threads, {})[lw] = m["cpu_rows_per_s"]
-                emit({"bench": "band_windows", "index": "pimtree", "parallel": "task_queue",
+                emit({"bench": "band_windows", "index": "pimtree", "parallel": args.parallel,
                       "threads": threads, "log_w": lw, **m})
 
     def avg_ratio(a: str, b: str, logs: list[int]) -> float | None:
@@ -108,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         def label(k: str) -> str:
             if k.startswith("parallel_pimtree_"):
-                return f"pimtree task queue, {k.rsplit('_', 1)[1]} thread(s) (wall)"
+                return f"pimtree {args.parallel}, {k.rsplit('_', 1)[1]} thread(s) (wall)"
             return f"{k} (CPU time)"
 
         series = {label(k): ([1 << lw for lw in v], list(v.values())) for k, v in rates.items()}
