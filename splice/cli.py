@@ -111,8 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--parallel-mode", default="auto",
                       choices=["auto", "key_range", "task_queue", "round_robin"],
                       help="band: the parallel join with --threads > 1")
-    join.add_argument("--merge-ratio", type=float, default=0.5, help="band: IM/PIM-Tree merge ratio")
-    join.add_argument("--insertion-depth", type=int, default=2, help="band: PIM-Tree insertion depth")
+    join.add_argument("--merge-ratio", type=float, default=None,
+                      help="band: IM/PIM-Tree merge ratio (default 1/8; the task queue: 1)")
+    join.add_argument("--insertion-depth", type=int, default=None,
+                      help="band: PIM-Tree insertion depth (default: 1, or the deepest level of "
+                           "T_S for the task queue; never deeper than a full window's T_S)")
     join.add_argument("--lower", type=int, default=None, help="interval: inclusive lower bound")
     join.add_argument("--upper", type=int, default=None, help="interval: inclusive upper bound")
     join.add_argument("--size", type=int, default=None, help="window: window size")

@@ -16,13 +16,15 @@ arrival sequence runs through the join in chunks of ``--batch-size`` tuples (one
 each, or one parallel run with ``--threads T > 1``). Output: the left input's columns, then the
 right input's (``_right`` on taken names), by arrival of the later tuple, then of its partner.
 
-The CLI's default ``--insertion-depth 2`` is lowered to the deepest level that a full window's
-``T_S`` has (small windows have fewer levels); any other depth beyond it is an error.
+Without ``--merge-ratio``/``--insertion-depth`` the join takes :class:`BandJoin`'s defaults
+(merge ratio 1/8, insertion depth 1 or less; the task-queue join merge ratio 1 and the deepest
+level of a full window's ``T_S``); a depth beyond that level is an error.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +38,6 @@ from splice.joins.window import TimeWindow, parse_count_window
 
 __all__ = ["run", "band_join_tables", "parse_windows"]
 
-_CLI_DEFAULT_DEPTH = 2
 
 
 def parse_windows(text: str | None) -> tuple[int, int]:
@@ -143,16 +144,15 @@ def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:
         if window_time < 0:
             raise PlanError(f"--window-time must be >= 0, got {window_time}")
         window = TimeWindow(int(window_time), args.time)
-        windows = (1 << 20, 1 << 20)
     else:
-        window = windows = parse_windows(args.window)
+        window = parse_windows(args.window)
     if args.threads < 1:
         raise PlanError(f"--threads must be >= 1, got {args.threads}")
-    depth: int | None = args.insertion_depth
-    if args.index == "pimtree" and depth == _CLI_DEFAULT_DEPTH:
-        from splice.index.window import max_insertion_depth
-
-        depth = min(depth, max_insertion_depth(max(windows)))
+    options: dict[str, Any] = {}
+    if args.merge_ratio is not None:
+        options["merge_ratio"] = args.merge_ratio
+    elif getattr(args, "parallel_mode", "auto") == "task_queue":
+        options["merge_ratio"] = 1.0  # merges stop every thread: the seed's parallel setting
     spec = BandJoin(
         left=0,
         right=1,
@@ -161,10 +161,10 @@ def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:
         upper=upper,
         window=window,
         index=args.index,
-        merge_ratio=args.merge_ratio,
-        insertion_depth=depth if args.index == "pimtree" else None,
+        insertion_depth=args.insertion_depth if args.index == "pimtree" else None,
         threads=args.threads,
         task_size=args.task_size,
         parallel=getattr(args, "parallel_mode", "auto"),
+        **options,
     )
     return band_join_tables(left, right, on, spec, args.arrival, args.time, args.batch_size)

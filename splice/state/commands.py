@@ -109,20 +109,18 @@ def _join_spec(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> tup
             raise PlanError("the hash join needs --window N (count window) or --time COL --window-time D")
         return BindInputs(HashWindowJoin, {"on": on, "window": CountWindow(w), "impl": args.impl}), False
     if args.kind == "band":
-        from splice.joins.band_command import _CLI_DEFAULT_DEPTH, parse_windows
         from splice.joins.band_command import _key_column as band_key
+        from splice.joins.band_command import parse_windows
         from splice.joins.band_join import BandJoin, band_bounds
 
         lower, upper = band_bounds(args.eps, None, None)
-        windows = parse_windows(args.window)
-        depth: int | None = args.insertion_depth if args.index == "pimtree" else None
-        if depth is not None and depth == _CLI_DEFAULT_DEPTH:  # as the plain command: capped by the window
-            from splice.index.window import max_insertion_depth
-
-            depth = min(depth, max_insertion_depth(max(windows)))
-        return BindInputs(BandJoin, {"on": band_key(args.on), "lower": lower, "upper": upper,
-                                     "window": windows, "index": args.index, "merge_ratio": args.merge_ratio,
-                                     "insertion_depth": depth}), False
+        options: dict[str, Any] = {
+            "on": band_key(args.on), "lower": lower, "upper": upper,
+            "window": parse_windows(args.window), "index": args.index,
+            "insertion_depth": args.insertion_depth if args.index == "pimtree" else None}
+        if args.merge_ratio is not None:  # else BandJoin's default, as the plain command
+            options["merge_ratio"] = args.merge_ratio
+        return BindInputs(BandJoin, options), False
     raise PlanError(f"join --kind {args.kind}: no checkpointed form")
 
 

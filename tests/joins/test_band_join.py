@@ -151,7 +151,7 @@ def test_bad_input():
 
 def _args(**kw):
     base = dict(on="x", eps=1.0, lower=None, upper=None, window="4", index="pimtree", threads=1,
-                task_size=4, merge_ratio=0.5, insertion_depth=2, arrival=None, time=None,
+                task_size=4, merge_ratio=None, insertion_depth=None, arrival=None, time=None,
                 batch_size=65536)
     base.update(kw)
     return argparse.Namespace(**base)
