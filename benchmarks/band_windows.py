@@ -4,7 +4,9 @@
 [--parallel key_range|task_queue] [--repeat R]``
 
 For each ``w = 2^k``: a seeded two-stream workload with uniform keys and match rate 2, windows
-warmed with ``2w`` tuples (untimed), then ``--tuples`` tuples timed through the single-threaded
+warmed with ``2w`` tuples (untimed), then ``--tuples`` tuples, and at least ``2w`` (whole
+periods of the chains' link conversion and the IM/PIM-Tree merges, which the warm-up's end
+would otherwise put at the segment's start or leave out), timed through the single-threaded
 IBWJ on every structure, the B+-Tree as the same-run baseline (NLWJ up to ``2^--nlwj-max-log``),
 and the PIM-Tree join on 1 thread (the serial join, no concurrency control) and on ``--threads``
 threads: ``--parallel key_range`` (default; the serial join's merge ratio and insertion depth)
@@ -39,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-log", type=int, default=10)
     ap.add_argument("--max-log", type=int, default=20)
-    ap.add_argument("--tuples", type=int, default=300_000, help="timed tuples per run")
+    ap.add_argument("--tuples", type=int, default=300_000,
+                    help="timed tuples per run (at least 2w unless --no-whole-periods)")
+    ap.add_argument("--no-whole-periods", dest="whole_periods", action="store_false",
+                    help="time exactly --tuples tuples, even where that is less than one period "
+                         "of a chain link or between two merges")
     ap.add_argument("--nlwj-max-log", type=int, default=12)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--task-size", type=int, default=64)
@@ -59,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     cpu_rates: dict[int, dict[int, float]] = {}
     for lw in range(args.min_log, args.max_log + 1):
         w = 1 << lw
-        n = 2 * w + args.tuples
+        # whole periods of the structures' periodic work: a chain link of length 2 fills in w
+        # arrivals per stream (then the IB-chain converts it), the IM/PIM-Tree merges every
+        # w/8; a shorter segment would count such a step fully or not at all, by where the
+        # warm-up happened to end
+        timed = max(args.tuples, 2 * w) if args.whole_periods else args.tuples
+        n = 2 * w + timed
         sides, keys, eps = workload(n, w, 2.0, seed=lw)
         base = None
         for index in [i for i in SERIAL if i in args.indexes.split(",")]:
