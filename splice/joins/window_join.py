@@ -19,10 +19,14 @@ have all closed is *late*: counted per stream and sent to :meth:`drain_late`. A 
 its last window closes.
 
 Algorithm. Rows are buffered per side as Arrow batches with their times, key codes and first open
-window; at a close, the rows of the closing windows are expanded to ``(row, window)`` pairs and
-matched on ``(key code, window)`` by the numba hash kernel with a zero-width band over window ids
+window; at a close, the rows of the closing windows are expanded to ``(row, window)`` pairs (by
+:func:`~splice.joins._window_kernels.expand_windows`, one compiled pass per retained batch, which
+stops at the first row of a time-ordered batch whose windows are all still open) and matched on
+``(key code, window)`` by the numba hash kernel with a zero-width band over window ids
 (:func:`~splice.joins._interval_kernels.hash_band_pairs`); non-exact codes are checked for real key
-equality. Watermarks, ``out_of_orderness``, ``idle_timeout`` and ``state_budget`` behave as in
+equality. Freeing the closed rows of a time-ordered batch that keeps at least half of them is a
+zero-copy slice, counted in the state bytes with its parent's buffers whole; a smaller remainder
+is copied. Watermarks, ``out_of_orderness``, ``idle_timeout`` and ``state_budget`` behave as in
 :class:`~splice.joins.interval_join.IntervalJoin`.
 
 >>> import pyarrow as pa
@@ -47,8 +51,9 @@ import pyarrow as pa
 from splice.core.errors import PlanError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, time_values
-from splice.joins._interval_kernels import hash_band_pairs
+from splice.joins._interval_kernels import hash_band_pairs, time_range
 from splice.joins._key_index import KeyCodec, keys_equal
+from splice.joins._window_kernels import expand_windows
 from splice.joins.interval_join import (
     MAX_TIME,
     JoinType,
@@ -129,18 +134,46 @@ class WindowJoin(OperatorSpec):
 
 
 class _WBuffered:
-    __slots__ = ("batch", "times", "codes", "valid", "k_open", "max_time", "nbytes")
+    """One retained batch of one side: payload, times, key codes, valid keys, first open window
+    per row, and the times' cached range and order.
+
+    ``nbytes`` counts every buffer held. A batch in time order that keeps at least half its rows
+    when freed becomes a zero-copy slice, which holds its parent's buffers whole and counts them
+    so; a smaller remainder is copied, so that a long-lived slice never pins a large parent.
+    """
+
+    __slots__ = ("batch", "times", "codes", "valid", "k_open", "min_time", "max_time",
+                 "ordered", "nbytes")
 
     def __init__(self, batch: pa.RecordBatch, times: np.ndarray, codes: np.ndarray,
-                 valid: np.ndarray | None, k_open: np.ndarray):
+                 valid: np.ndarray | None, k_open: np.ndarray, held: int = -1):
         self.batch = batch
         self.times = times
         self.codes = codes
         self.valid = valid
         self.k_open = k_open
-        self.max_time = int(times.max())
-        self.nbytes = (batch.nbytes + times.nbytes + codes.nbytes + k_open.nbytes
-                       + (valid.nbytes if valid is not None else 0) + _BATCH_OVERHEAD)
+        self.min_time, self.max_time, self.ordered = time_range(times)
+        self.nbytes = held if held >= 0 else (
+            batch.nbytes + times.nbytes + codes.nbytes + k_open.nbytes
+            + (valid.nbytes if valid is not None else 0) + _BATCH_OVERHEAD)
+
+    def after(self, threshold: int) -> _WBuffered:
+        """The rows with ``time > threshold`` (some, not all)."""
+        valid = self.valid
+        if self.ordered:
+            n = len(self.times)
+            i = int(np.searchsorted(self.times, threshold, side="right"))
+            if 2 * (n - i) >= n:
+                return _WBuffered(self.batch.slice(i), self.times[i:], self.codes[i:],
+                                  None if valid is None else valid[i:], self.k_open[i:],
+                                  self.nbytes)
+            rows = np.arange(i, n)
+            return _WBuffered(self.batch.take(pa.array(rows)), self.times[i:].copy(),
+                              self.codes[i:].copy(), None if valid is None else valid[i:].copy(),
+                              self.k_open[i:].copy())
+        m = self.times > threshold
+        return _WBuffered(self.batch.filter(pa.array(m)), self.times[m], self.codes[m],
+                          None if valid is None else valid[m], self.k_open[m])
 
 
 class _WSide:
@@ -168,10 +201,8 @@ class _WSide:
             if b.max_time <= threshold:
                 self.n_rows -= len(b.times)
                 self.nbytes -= b.nbytes
-            elif int(b.times.min()) <= threshold:
-                m = b.times > threshold
-                nb = _WBuffered(b.batch.filter(pa.array(m)), b.times[m], b.codes[m],
-                                None if b.valid is None else b.valid[m], b.k_open[m])
+            elif b.min_time <= threshold:
+                nb = b.after(threshold)
                 self.n_rows -= len(b.times) - len(nb.times)
                 self.nbytes += nb.nbytes - b.nbytes
                 keep.append(nb)
@@ -318,24 +349,21 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         batches, pos, ks, cs, vs = [], [], [], [], []
         offset = 0
         for b in s.batches:
-            k_first = np.maximum(b.k_open, lo_k)
-            k_last = np.minimum(b.times // self.slide, hi_k)
-            cnt = np.maximum(k_last - k_first + 1, 0)
-            total = int(cnt.sum())
-            if total == 0:
+            buf, m = expand_windows(b.k_open, b.times, b.codes, self.slide, lo_k, hi_k, offset,
+                                    b.ordered)
+            if m == 0:
                 continue
-            rows = np.repeat(np.arange(len(cnt), dtype=np.int64), cnt)
-            starts = np.repeat(k_first, cnt)
-            within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
             batches.append(b.batch)
-            pos.append(rows + offset)
-            ks.append(starts + within)
-            cs.append(b.codes[rows])
-            vs.append(np.ones(total, bool) if b.valid is None else b.valid[rows])
+            pos.append(buf[:m])
+            ks.append(buf[m : 2 * m])
+            cs.append(buf[2 * m :])
+            vs.append(np.ones(m, bool) if b.valid is None else b.valid[buf[:m] - offset])
             offset += len(b.times)
         if not batches:
             e = np.zeros(0, dtype=np.int64)
             return [], e, e, e, np.zeros(0, bool)
+        if len(batches) == 1:
+            return batches, pos[0], ks[0], cs[0], vs[0]
         return (batches, np.concatenate(pos), np.concatenate(ks), np.concatenate(cs),
                 np.concatenate(vs))
 

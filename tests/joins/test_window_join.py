@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Data, End, Watermark
+from splice.joins._window_kernels import expand_windows, expand_windows_py
 from splice.joins.window_join import WindowJoin, WindowJoinLogic
 from splice.testing import OperatorHarness, check_operator, rows_of, run_operator
 from tests.joins.test_interval_join import L, R, _schemas, streams
@@ -60,6 +61,26 @@ def test_window_join_equals_reference(s, how, size_slide, delay, data):
     at = data.draw(st.integers(0, len(records)))
     got, _ = run_operator(spec, {L: ls, R: rs}, records, restore_at=at)
     assert _ms(rows_of(got)) == _ms(rows_of(h.result()))
+
+
+@settings(max_examples=200)
+@given(st.lists(st.integers(-40, 40), max_size=30), st.sampled_from([(5, 5), (10, 3), (1, 1)]),
+       st.integers(-12, 12), st.integers(0, 8), st.integers(0, 1000))
+def test_expand_windows_matches_twin(ts, size_slide, lo_k, span, offset):
+    size, slide = size_slide
+    t = np.array(ts, dtype=np.int64)
+    # first open window: the first covering the time, or later when earlier ones had closed
+    k_open = np.maximum((t - size) // slide + 1, lo_k - 2)
+    codes = np.arange(len(t), dtype=np.int64) * 7 - 3
+    want, wm = expand_windows_py(k_open, t, codes, slide, lo_k, lo_k + span, offset)
+    got, m = expand_windows(k_open, t, codes, slide, lo_k, lo_k + span, offset, False)
+    assert m == wm and got.tolist() == want.tolist()
+    o = np.argsort(t, kind="stable")  # in time order the kernel may stop early: same pairs
+    got, m = expand_windows(k_open[o], t[o], codes[o], slide, lo_k, lo_k + span, offset, True)
+    want, wm = expand_windows_py(k_open[o], t[o], codes[o], slide, lo_k, lo_k + span, offset)
+    assert m == wm and got.tolist() == want.tolist()
+    windows = got[m : 2 * m]
+    assert ((windows >= lo_k) & (windows <= lo_k + span)).all()
 
 
 @settings(max_examples=15)
