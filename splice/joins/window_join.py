@@ -22,11 +22,11 @@ Algorithm. Rows are buffered per side as Arrow batches with their times, key cod
 window; at a close, the rows of the closing windows are expanded to ``(row, window)`` pairs (by
 :func:`~splice.joins._window_kernels.expand_windows`, one compiled pass per retained batch, which
 stops at the first row of a time-ordered batch whose windows are all still open) and matched on
-``(key code, window)`` by the numba hash kernel with a zero-width band over window ids
-(:func:`~splice.joins._interval_kernels.hash_band_pairs`); non-exact codes are checked for real key
-equality. Freeing the closed rows of a time-ordered batch that keeps at least half of them is a
-zero-copy slice, counted in the state bytes with its parent's buffers whole; a smaller remainder
-is copied. Watermarks, ``out_of_orderness``, ``idle_timeout`` and ``state_budget`` behave as in
+``(window, key code)`` window by window, each window's right rows in a hash table of their own
+(:func:`~splice.joins._window_kernels.window_pairs`), which yields the pairs in emission order;
+non-exact codes are checked for real key equality. Freeing the closed rows of a time-ordered
+batch that keeps at least half of them is a zero-copy slice, counted in the state bytes with its
+parent's buffers whole; a smaller remainder is copied. Watermarks, ``out_of_orderness``, ``idle_timeout`` and ``state_budget`` behave as in
 :class:`~splice.joins.interval_join.IntervalJoin`.
 
 >>> import pyarrow as pa
@@ -51,9 +51,9 @@ import pyarrow as pa
 from splice.core.errors import PlanError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, time_values
-from splice.joins._interval_kernels import hash_band_pairs, time_range
+from splice.joins._interval_kernels import time_range
 from splice.joins._key_index import KeyCodec, keys_equal
-from splice.joins._window_kernels import expand_windows
+from splice.joins._window_kernels import expand_windows, window_pairs
 from splice.joins.interval_join import (
     MAX_TIME,
     JoinType,
@@ -131,6 +131,16 @@ class WindowJoin(OperatorSpec):
         if state is not None:
             logic.restore(state)
         return logic
+
+
+def _by_window(windows: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """The pairs with a valid key, ordered by window, pairs of one window in their order (pairs
+    of time-ordered batches of tumbling windows are in that order already)."""
+    sel = np.flatnonzero(valid)
+    w = windows[sel]
+    if len(w) > 1 and (w[1:] < w[:-1]).any():
+        sel = sel[np.argsort(w, kind="stable")]
+    return sel
 
 
 class _WBuffered:
@@ -224,6 +234,7 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         assert isinstance(spec.on, tuple) and isinstance(spec.right_on, tuple)
         assert spec.slide is not None
         self.size, self.slide = int(spec.size), int(spec.slide)
+        self._per_row = -(-self.size // self.slide)  # windows a row can belong to, at most
         lt, rt = spec.time_columns
         codec = KeyCodec([ls.field(c).type for c in spec.on])
         self.exact = codec.exact
@@ -349,14 +360,14 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         batches, pos, ks, cs, vs = [], [], [], [], []
         offset = 0
         for b in s.batches:
-            buf, m = expand_windows(b.k_open, b.times, b.codes, self.slide, lo_k, hi_k, offset,
-                                    b.ordered)
+            buf, cap, m = expand_windows(b.k_open, b.times, b.codes, self.slide, self._per_row,
+                                         lo_k, hi_k, offset, b.ordered)
             if m == 0:
                 continue
             batches.append(b.batch)
             pos.append(buf[:m])
-            ks.append(buf[m : 2 * m])
-            cs.append(buf[2 * m :])
+            ks.append(buf[cap : cap + m])
+            cs.append(buf[2 * cap : 2 * cap + m])
             vs.append(np.ones(m, bool) if b.valid is None else b.valid[buf[:m] - offset])
             offset += len(b.times)
         if not batches:
@@ -382,18 +393,16 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         rtab = concat_batches(rb, self.R.schema) if rb else None
         li = ri = np.zeros(0, dtype=np.int64)
         if len(lpos) and len(rpos):
-            lsel, rsel = np.flatnonzero(lv), np.flatnonzero(rv)
-            # match on (code, window): hash the right pairs by code, band of width 0 over windows
-            pi, pj = hash_band_pairs(lc[lsel], lk[lsel], rc[rsel], rk[rsel], 0, 0)
-            li, ri = lsel[pi], rsel[pj]
+            lsel, rsel = _by_window(lk, lv), _by_window(rk, rv)
+            # match on (window, code), window by window: pairs in emission order
+            buf, cap, k = window_pairs(lk[lsel], lc[lsel], rk[rsel], rc[rsel])
+            li, ri = lsel[buf[:k]], rsel[buf[cap : cap + k]]
             if len(li) and not self.exact:
                 assert ltab is not None and rtab is not None
                 ok = keys_equal([ltab.column(c).take(pa.array(lpos[li])) for c in self.L.keys],
                                 [rtab.column(c).take(pa.array(rpos[ri])) for c in self.R.keys])
                 li, ri = li[ok], ri[ok]
             if len(li):
-                o = np.lexsort((ri, li, lk[li]))
-                li, ri = li[o], ri[o]
                 assert ltab is not None and rtab is not None
                 arrays = (ltab.take(pa.array(lpos[li])).columns
                           + rtab.take(pa.array(rpos[ri])).columns)

@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Data, End, Watermark
-from splice.joins._window_kernels import expand_windows, expand_windows_py
+from splice.joins._window_kernels import (
+    expand_windows,
+    expand_windows_py,
+    window_pairs,
+    window_pairs_py,
+)
 from splice.joins.window_join import WindowJoin, WindowJoinLogic
 from splice.testing import OperatorHarness, check_operator, rows_of, run_operator
 from tests.joins.test_interval_join import L, R, _schemas, streams
@@ -72,15 +77,35 @@ def test_expand_windows_matches_twin(ts, size_slide, lo_k, span, offset):
     # first open window: the first covering the time, or later when earlier ones had closed
     k_open = np.maximum((t - size) // slide + 1, lo_k - 2)
     codes = np.arange(len(t), dtype=np.int64) * 7 - 3
+    per_row = -(-size // slide)
     want, wm = expand_windows_py(k_open, t, codes, slide, lo_k, lo_k + span, offset)
-    got, m = expand_windows(k_open, t, codes, slide, lo_k, lo_k + span, offset, False)
-    assert m == wm and got.tolist() == want.tolist()
-    o = np.argsort(t, kind="stable")  # in time order the kernel may stop early: same pairs
-    got, m = expand_windows(k_open[o], t[o], codes[o], slide, lo_k, lo_k + span, offset, True)
-    want, wm = expand_windows_py(k_open[o], t[o], codes[o], slide, lo_k, lo_k + span, offset)
-    assert m == wm and got.tolist() == want.tolist()
+    for ordered in (False, True):
+        if ordered:  # in time order the kernel may stop early and divide at edges: same pairs
+            o = np.argsort(t, kind="stable")
+            t, k_open, codes = t[o], k_open[o], codes[o]
+            want, wm = expand_windows_py(k_open, t, codes, slide, lo_k, lo_k + span, offset)
+        buf, cap, m = expand_windows(k_open, t, codes, slide, per_row, lo_k, lo_k + span, offset,
+                                     ordered)
+        got = np.concatenate([buf[:m], buf[cap : cap + m], buf[2 * cap : 2 * cap + m]])
+        assert m == wm and got.tolist() == want.tolist()
     windows = got[m : 2 * m]
     assert ((windows >= lo_k) & (windows <= lo_k + span)).all()
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 4)), max_size=40),
+       st.lists(st.tuples(st.integers(0, 6), st.integers(0, 4)), max_size=40))
+def test_window_pairs_match_twin(left, right):
+    # windows nondecreasing, duplicate codes within a window (the chains keep right order)
+    def cols(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        a = np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2)
+        return a[:, 0].copy(), a[:, 1] * 1_000_003 - 2  # spread codes, some negative
+
+    lw, lc = cols(left)
+    rw, rc = cols(right)
+    buf, cap, k = window_pairs(lw, lc, rw, rc)
+    wi, wj = window_pairs_py(lw, lc, rw, rc)
+    assert buf[:k].tolist() == wi.tolist() and buf[cap : cap + k].tolist() == wj.tolist()
 
 
 @settings(max_examples=15)
