@@ -21,7 +21,9 @@ that steady state), then ``--repeat`` timed runs, the best kept; the median is r
   state bytes after every batch: the peak over the first chunk and over the whole run (flat
   memory means they match).
 * ``window``: INNER window join in 1,000 ms tumbling windows, with DuckDB's equi-join on
-  ``(key, ts // 1000)`` as the same-run baseline.
+  ``(key, ts // 1000)`` as the same-run baseline; and in 1,000 ms windows sliding by 250 ms
+  (each row in four windows), against DuckDB's equi-join on the key and each row's window ids
+  (``unnest(range(...))``).
 """
 
 from __future__ import annotations
@@ -138,22 +140,31 @@ def main(argv: list[str] | None = None) -> int:
     emit(bench="interval_job", variant="cli_path", batch=65_536, rows=inputs,
          output_rows=res.num_rows, seconds=round(secs, 4), rows_per_s=round(inputs / secs))
 
-    # window join, 1,000 ms tumbling windows
-    sql_w = "SELECT count(*) FROM lt l JOIN rt r ON l.k = r.k AND l.ts // 1000 = r.ts // 1000"
-    wresults = []
-    for batch in args.batch:
-        wspec = WindowJoin(left=L, right=R, on="k", time="ts", size=1000)
-        run_stream(wspec, left, right, batch)
-        wresults.append((batch, min(run_stream(wspec, left, right, batch)
-                                    for _ in range(args.repeat))))
-    duck_s, want_w = min(_duck(sql_w, lt=left, rt=right) for _ in range(args.repeat))
-    emit(bench="window_job", variant="duckdb_sql", rows=inputs, output_rows=want_w,
-         seconds=round(duck_s, 4), rows_per_s=round(inputs / duck_s))
-    for batch, (secs, out, peak) in wresults:
-        assert out == want_w, f"window: {out} rows, DuckDB {want_w}"
-        emit(bench="window_job", variant="tumbling_1000ms", batch=batch, rows=inputs,
-             output_rows=out, seconds=round(secs, 4), rows_per_s=round(inputs / secs),
-             peak_state_bytes=peak, vs_duckdb=round(duck_s / secs, 2))
+    # window join: 1,000 ms tumbling windows, and 1,000 ms windows sliding by 250 ms (a row in
+    # four windows; DuckDB joins each row's window ids, unnested)
+    hop = ("(SELECT k, unnest(range(CAST(floor((ts - 1000) / 250) AS BIGINT) + 1, "
+           "CAST(floor(ts / 250) AS BIGINT) + 1)) AS w FROM {})")
+    for variant, slide, sql_w in (
+        ("tumbling_1000ms", None,
+         "SELECT count(*) FROM lt l JOIN rt r ON l.k = r.k AND l.ts // 1000 = r.ts // 1000"),
+        ("hopping_1000ms_250ms", 250,
+         f"SELECT count(*) FROM {hop.format('lt')} l JOIN {hop.format('rt')} r "
+         "ON l.k = r.k AND l.w = r.w"),
+    ):
+        wresults = []
+        for batch in args.batch:
+            wspec = WindowJoin(left=L, right=R, on="k", time="ts", size=1000, slide=slide)
+            run_stream(wspec, left, right, batch)
+            wresults.append((batch, min(run_stream(wspec, left, right, batch)
+                                        for _ in range(args.repeat))))
+        duck_s, want_w = min(_duck(sql_w, lt=left, rt=right) for _ in range(args.repeat))
+        emit(bench="window_job", variant=f"duckdb_sql_{variant}", rows=inputs,
+             output_rows=want_w, seconds=round(duck_s, 4), rows_per_s=round(inputs / duck_s))
+        for batch, (secs, out, peak) in wresults:
+            assert out == want_w, f"window {variant}: {out} rows, DuckDB {want_w}"
+            emit(bench="window_job", variant=variant, batch=batch, rows=inputs,
+                 output_rows=out, seconds=round(secs, 4), rows_per_s=round(inputs / secs),
+                 peak_state_bytes=peak, vs_duckdb=round(duck_s / secs, 2))
 
     # long run: state stays flat
     if args.long_rows:

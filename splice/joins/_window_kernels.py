@@ -2,12 +2,11 @@
 
 ``expand_windows(k_open, times, codes, slide, lo_k, hi_k, offset)`` lists the ``(row, window)``
 pairs of one retained batch whose windows lie in ``lo_k..hi_k``: row ``i`` belongs to windows
-``k_open[i] .. times[i] // slide`` (its first open window to the last that covers its time). One
-pass instead of the eight NumPy passes (``repeat``, ``cumsum``, gathers) that make the same
-pairs; a tumbling window gives one pair per row, and a time-ordered batch divides a time only
-where it crosses a window edge. ``ordered``: ``k_open`` is
-nondecreasing (a batch in time order), so the rows stop at the first whose windows all lie past
-``hi_k``.
+``k_open[i] .. times[i] // slide`` (its first open window to the last that covers its time). A
+counting pass and a filling pass replace the eight NumPy passes (``repeat``, ``cumsum``,
+gathers) that make the same pairs. A time-ordered batch is listed window by window (what the
+match needs), divides a time only where its rows cross a window edge, and stops at the first row
+whose windows all lie past ``hi_k``.
 
 ``window_pairs(l_win, l_codes, r_win, r_codes)`` matches those pairs on ``(window, key code)``
 for windows listed in nondecreasing order on both sides: a merge over the windows, and per
@@ -28,49 +27,108 @@ __all__ = ["expand_windows", "expand_windows_py", "window_pairs", "window_pairs_
 
 
 @njit(cache=True, nogil=True)
+def _last_windows(k_open: np.ndarray, times: np.ndarray, slide: int, hi_k: int) -> np.ndarray:
+    # times // slide of a time-ordered batch's rows up to the first whose windows all lie past
+    # hi_k, dividing only where the rows cross a window edge
+    n = len(times)
+    for i in range(n):
+        if k_open[i] > hi_k:
+            n = i
+            break
+    last = np.empty(n, dtype=np.int64)
+    edge = np.iinfo(np.int64).min
+    k = 0
+    for i in range(n):
+        t = times[i]
+        if t >= edge:
+            k = t // slide
+            edge = (k + 1) * slide
+        last[i] = k
+    return last
+
+
+@njit(cache=True, nogil=True)
+def _window_runs(k_open: np.ndarray, last: np.ndarray, lo_k: int, hi_k: int,
+                 buf: np.ndarray, cap: int, codes: np.ndarray, offset: int) -> int:
+    # the pairs of rows 0..len(last)-1 (k_open and last nondecreasing), window by window: the
+    # rows of window k are a run a..b-1 between two pointers that only move forward; written
+    # into buf (rows, windows, codes at 0, cap, 2 * cap) when it has room; returns the count
+    n = len(last)
+    if n == 0:
+        return 0
+    k = max(k_open[0], lo_k)
+    z = min(last[n - 1], hi_k)
+    m = 0
+    a = b = 0  # rows a..b-1 hold window k: last >= k, k_open <= k
+    while k <= z:
+        while a < n and last[a] < k:
+            a += 1
+        while b < n and k_open[b] <= k:
+            b += 1
+        if a == b:  # no row holds k: on to the next row's first window
+            k = k_open[b]
+            continue
+        if m + b - a <= cap:
+            for i in range(a, b):
+                buf[m + i - a] = i + offset
+                buf[cap + m + i - a] = k
+                buf[2 * cap + m + i - a] = codes[i]
+        m += b - a
+        k += 1
+    return m
+
+
+@njit(cache=True, nogil=True)
 def expand_windows(k_open: np.ndarray, times: np.ndarray, codes: np.ndarray, slide: int,
-                   per_row: int, lo_k: int, hi_k: int, offset: int, ordered: bool
+                   lo_k: int, hi_k: int, offset: int, ordered: bool
                    ) -> tuple[np.ndarray, int, int]:
     """``(buf, cap, m)``: the ``m`` pairs' rows plus ``offset`` in ``buf[:m]``, windows in
-    ``buf[cap:cap + m]`` and the rows' key codes in ``buf[2 * cap:2 * cap + m]``, ordered by row,
-    then window. ``per_row`` bounds a row's windows (``ceil(size / slide)``). One array to hand
-    back: each array returned from compiled code costs about a microsecond."""
+    ``buf[cap:cap + m]`` and the rows' key codes in ``buf[2 * cap:2 * cap + m]``. One array to
+    hand back: each array returned from compiled code costs about a microsecond. Counted first,
+    then filled: a buffer sized by a bound would be fresh memory, paid for page by page.
+
+    Ordered by row, then window; with ``ordered`` (``times`` and ``k_open`` nondecreasing) by
+    window, then row, so that the pairs need no sort to be matched window by window.
+    """
+    if ordered:
+        last = _last_windows(k_open, times, slide, hi_k)
+        m = _window_runs(k_open, last, lo_k, hi_k, np.empty(0, np.int64), 0, codes, offset)
+        buf = np.empty(3 * m, dtype=np.int64)
+        _window_runs(k_open, last, lo_k, hi_k, buf, m, codes, offset)
+        return buf, m, m
     n = len(times)
-    cap = max(1, n * per_row)
-    buf = np.empty(3 * cap, dtype=np.int64)
     m = 0
-    last = 0  # times[i] // slide, divided only when a row crosses a window edge
-    edge = np.iinfo(np.int64).min
     for i in range(n):
-        if ordered:
-            if k_open[i] > hi_k:
-                break
-            t = times[i]
-            if t >= edge or t < edge - slide:
-                last = t // slide
-                edge = (last + 1) * slide
-        else:
-            last = times[i] // slide
         a = max(k_open[i], lo_k)
-        z = min(last, hi_k)
+        z = min(times[i] // slide, hi_k)
+        if z >= a:
+            m += z - a + 1
+    buf = np.empty(3 * m, dtype=np.int64)
+    j = 0
+    for i in range(n):
+        a = max(k_open[i], lo_k)
+        z = min(times[i] // slide, hi_k)
         for k in range(a, z + 1):
-            buf[m] = i + offset
-            buf[cap + m] = k
-            buf[2 * cap + m] = codes[i]
-            m += 1
-    return buf, cap, m
+            buf[j] = i + offset
+            buf[m + j] = k
+            buf[2 * m + j] = codes[i]
+            j += 1
+    return buf, m, m
 
 
 def expand_windows_py(k_open: np.ndarray, times: np.ndarray, codes: np.ndarray, slide: int,
-                      lo_k: int, hi_k: int, offset: int) -> tuple[np.ndarray, int]:
+                      lo_k: int, hi_k: int, offset: int, window_major: bool = False
+                      ) -> tuple[np.ndarray, int]:
     """Plain twin of :func:`expand_windows`: rows, windows and codes, one after the other."""
-    rows, ks, cs = [], [], []
+    pairs = []
     for i in range(len(times)):
         for k in range(max(int(k_open[i]), lo_k), min(int(times[i]) // slide, hi_k) + 1):
-            rows.append(i + offset)
-            ks.append(k)
-            cs.append(int(codes[i]))
-    return np.array(rows + ks + cs, dtype=np.int64), len(rows)
+            pairs.append((k, i) if window_major else (i, k))
+    pairs.sort()
+    rows = [p[1] if window_major else p[0] for p in pairs]
+    ks = [p[0] if window_major else p[1] for p in pairs]
+    cs = [int(codes[i]) for i in rows]
+    return np.array([r + offset for r in rows] + ks + cs, dtype=np.int64), len(rows)
 
 
 @njit(cache=True, nogil=True)

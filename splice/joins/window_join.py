@@ -133,9 +133,14 @@ class WindowJoin(OperatorSpec):
         return logic
 
 
-def _by_window(windows: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """The pairs with a valid key, ordered by window, pairs of one window in their order (pairs
-    of time-ordered batches of tumbling windows are in that order already)."""
+def _by_window(windows: np.ndarray, valid: np.ndarray) -> np.ndarray | None:
+    """The pairs with a valid key, ordered by window, pairs of one window in their order;
+    ``None`` for all of them as they are (the pairs of one time-ordered batch, or of several
+    whose windows do not interleave)."""
+    if valid.all():
+        if len(windows) < 2 or not (windows[1:] < windows[:-1]).any():
+            return None
+        return np.argsort(windows, kind="stable")
     sel = np.flatnonzero(valid)
     w = windows[sel]
     if len(w) > 1 and (w[1:] < w[:-1]).any():
@@ -234,7 +239,6 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         assert isinstance(spec.on, tuple) and isinstance(spec.right_on, tuple)
         assert spec.slide is not None
         self.size, self.slide = int(spec.size), int(spec.slide)
-        self._per_row = -(-self.size // self.slide)  # windows a row can belong to, at most
         lt, rt = spec.time_columns
         codec = KeyCodec([ls.field(c).type for c in spec.on])
         self.exact = codec.exact
@@ -360,8 +364,8 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         batches, pos, ks, cs, vs = [], [], [], [], []
         offset = 0
         for b in s.batches:
-            buf, cap, m = expand_windows(b.k_open, b.times, b.codes, self.slide, self._per_row,
-                                         lo_k, hi_k, offset, b.ordered)
+            buf, cap, m = expand_windows(b.k_open, b.times, b.codes, self.slide, lo_k, hi_k,
+                                         offset, b.ordered)
             if m == 0:
                 continue
             batches.append(b.batch)
@@ -395,8 +399,15 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         if len(lpos) and len(rpos):
             lsel, rsel = _by_window(lk, lv), _by_window(rk, rv)
             # match on (window, code), window by window: pairs in emission order
-            buf, cap, k = window_pairs(lk[lsel], lc[lsel], rk[rsel], rc[rsel])
-            li, ri = lsel[buf[:k]], rsel[buf[cap : cap + k]]
+            buf, cap, k = window_pairs(lk if lsel is None else lk[lsel],
+                                       lc if lsel is None else lc[lsel],
+                                       rk if rsel is None else rk[rsel],
+                                       rc if rsel is None else rc[rsel])
+            li, ri = buf[:k], buf[cap : cap + k]
+            if lsel is not None:
+                li = lsel[li]
+            if rsel is not None:
+                ri = rsel[ri]
             if len(li) and not self.exact:
                 assert ltab is not None and rtab is not None
                 ok = keys_equal([ltab.column(c).take(pa.array(lpos[li])) for c in self.L.keys],

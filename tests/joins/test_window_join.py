@@ -77,15 +77,14 @@ def test_expand_windows_matches_twin(ts, size_slide, lo_k, span, offset):
     # first open window: the first covering the time, or later when earlier ones had closed
     k_open = np.maximum((t - size) // slide + 1, lo_k - 2)
     codes = np.arange(len(t), dtype=np.int64) * 7 - 3
-    per_row = -(-size // slide)
     want, wm = expand_windows_py(k_open, t, codes, slide, lo_k, lo_k + span, offset)
     for ordered in (False, True):
-        if ordered:  # in time order the kernel may stop early and divide at edges: same pairs
+        if ordered:  # in time order: the same pairs, by window, then row
             o = np.argsort(t, kind="stable")
             t, k_open, codes = t[o], k_open[o], codes[o]
-            want, wm = expand_windows_py(k_open, t, codes, slide, lo_k, lo_k + span, offset)
-        buf, cap, m = expand_windows(k_open, t, codes, slide, per_row, lo_k, lo_k + span, offset,
-                                     ordered)
+            want, wm = expand_windows_py(k_open, t, codes, slide, lo_k, lo_k + span, offset,
+                                         window_major=True)
+        buf, cap, m = expand_windows(k_open, t, codes, slide, lo_k, lo_k + span, offset, ordered)
         got = np.concatenate([buf[:m], buf[cap : cap + m], buf[2 * cap : 2 * cap + m]])
         assert m == wm and got.tolist() == want.tolist()
     windows = got[m : 2 * m]
