@@ -53,7 +53,7 @@ from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, time_values
 from splice.joins._interval_kernels import time_range
 from splice.joins._key_index import KeyCodec, keys_equal
-from splice.joins._window_kernels import expand_windows, window_pairs
+from splice.joins._window_kernels import arrival_windows, expand_windows, window_pairs
 from splice.joins.interval_join import (
     MAX_TIME,
     JoinType,
@@ -290,41 +290,20 @@ class WindowJoinLogic(TwoSidedJoinLogic):
             return []
         t = time_values(batch, s.time, s.stream)
         codes, valid = s.codec.encode([batch.column(c) for c in s.keys])
-        # the join watermark at each row's arrival: min of both effective watermarks then
-        own_raw = self._own(s)
-        own_o = self._own(o)
+        # the join watermark at each row's arrival closes windows: late rows, first open windows
+        late, k_open = arrival_windows(
+            t, s.max_seen, -1 if self.delay is None else self.delay, self._own(s), self._own(o),
+            -1 if self.idle is None else self.idle, self.size, self.slide, self.closed)
         if self.delay is not None:
-            seen = np.maximum.accumulate(t)
-            prev = np.empty(n, dtype=np.int64)
-            prev[0] = s.max_seen
-            if n > 1:
-                np.maximum(seen[:-1], s.max_seen, out=prev[1:])
-            gen = np.where(prev == _MIN, _MIN, prev - (self.delay + 1))
-            own = np.maximum(gen, own_raw)
-            s.max_seen = max(s.max_seen, int(seen[-1]))
-        else:
-            own = np.full(n, own_raw, dtype=np.int64)
-        if self.idle is None:
-            wc = np.minimum(own, own_o)
-        else:
-            eff_s = own if own_o == _MIN else np.maximum(own, own_o - self.idle)
-            eff_o = np.where(own == _MIN, own_o, np.maximum(own_o, own - self.idle))
-            wc = np.minimum(eff_s, eff_o)
-        closed = np.where(wc == _MIN, _MIN, (wc - self.size + 1) // self.slide)
-        if self.closed != _MIN:
-            closed = np.maximum(closed, self.closed)
-        k_last = t // self.slide
-        late = k_last <= closed
+            s.max_seen = max(s.max_seen, int(t.max()))
         if late.any():
             self._late.append(batch.filter(pa.array(late)))
             s.late_rows += int(np.count_nonzero(late))
             keep = ~late
-            batch, t, codes = batch.filter(pa.array(keep)), t[keep], codes[keep]
+            batch, t, codes, k_open = (batch.filter(pa.array(keep)), t[keep], codes[keep],
+                                       k_open[keep])
             valid = None if valid is None else valid[keep]
-            closed = closed[keep]
         if len(t):
-            k_first = (t - self.size) // self.slide + 1
-            k_open = np.where(closed == _MIN, k_first, np.maximum(k_first, closed + 1))
             if not s.outer and valid is not None:  # null keys of an inner side never show up
                 if not valid.all():
                     batch, t, codes, k_open = (batch.filter(pa.array(valid)), t[valid],

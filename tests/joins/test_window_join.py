@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Data, End, Watermark
 from splice.joins._window_kernels import (
+    arrival_windows,
+    arrival_windows_py,
     expand_windows,
     expand_windows_py,
     window_pairs,
@@ -89,6 +91,24 @@ def test_expand_windows_matches_twin(ts, size_slide, lo_k, span, offset):
         assert m == wm and got.tolist() == want.tolist()
     windows = got[m : 2 * m]
     assert ((windows >= lo_k) & (windows <= lo_k + span)).all()
+
+
+_NONE = np.iinfo(np.int64).min  # no watermark yet
+_marks = st.one_of(st.just(_NONE), st.integers(-30, 60))
+
+
+@settings(max_examples=300)
+@given(st.lists(st.integers(-20, 80), max_size=30), _marks, st.integers(-1, 6), _marks, _marks,
+       st.integers(-1, 12), st.sampled_from([(5, 5), (10, 3), (1, 1)]),
+       st.one_of(st.just(_NONE), st.integers(-5, 10)))
+def test_arrival_windows_match_twin(ts, max_seen, delay, own, other, idle, size_slide, closed):
+    size, slide = size_slide
+    t = np.array(ts, dtype=np.int64)
+    args = (max_seen, delay, own, other, idle, size, slide, closed)
+    late, k_open = arrival_windows(t, *args)
+    want_late, want_open = arrival_windows_py(t, *args)
+    assert late.tolist() == want_late.tolist()
+    assert k_open[~late].tolist() == want_open[~want_late].tolist()
 
 
 @settings(max_examples=200)
