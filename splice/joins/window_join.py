@@ -19,14 +19,16 @@ have all closed is *late*: counted per stream and sent to :meth:`drain_late`. A 
 its last window closes.
 
 Algorithm. Rows are buffered per side as Arrow batches with their times, key codes and first open
-window; at a close, the rows of the closing windows are expanded to ``(row, window)`` pairs (by
-:func:`~splice.joins._window_kernels.expand_windows`, one compiled pass per retained batch, which
-stops at the first row of a time-ordered batch whose windows are all still open) and matched on
-``(window, key code)`` window by window, each window's right rows in a hash table of their own
-(:func:`~splice.joins._window_kernels.window_pairs`), which yields the pairs in emission order;
-non-exact codes are checked for real key equality. Freeing the closed rows of a time-ordered
-batch that keeps at least half of them is a zero-copy slice, counted in the state bytes with its
-parent's buffers whole; a smaller remainder is copied. Watermarks, ``out_of_orderness``, ``idle_timeout`` and ``state_budget`` behave as in
+window (found with the late rows in one compiled pass over an arriving batch,
+:func:`~splice.joins._window_kernels.arrival_windows`); at a close, the rows of the closing windows
+are expanded to ``(row, window)`` pairs (by :func:`~splice.joins._window_kernels.expand_windows`,
+one compiled pass per retained batch, which stops at the first row of a time-ordered batch whose
+windows are all still open) and matched on ``(window, key code)`` window by window, each window's
+right rows in a hash table of their own (:func:`~splice.joins._window_kernels.window_pairs`), which
+yields the pairs in emission order; non-exact codes are checked for real key equality. Freeing the
+closed rows of a time-ordered batch that keeps at least half of them is a zero-copy slice, counted
+in the state bytes with its parent's buffers whole; a smaller remainder is copied. Watermarks,
+``out_of_orderness``, ``idle_timeout`` and ``state_budget`` behave as in
 :class:`~splice.joins.interval_join.IntervalJoin`.
 
 >>> import pyarrow as pa
