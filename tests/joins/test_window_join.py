@@ -225,6 +225,30 @@ def test_budget_and_idle_input():
     assert logic.retained(L).num_rows <= 500
 
 
+def test_freed_rows_of_an_ordered_batch_are_sliced_then_copied():
+    # a time-ordered batch keeps its parent's buffers (and counts them) while it keeps at least
+    # half its rows; a smaller remainder is copied and counted alone
+    ls, rs = _schemas()
+    logic = WindowJoin(left=L, right=R, on="k", time="ts", size=10,
+                       out_of_orderness=None).build({L: ls, R: rs})  # delivered watermarks only
+    assert isinstance(logic, WindowJoinLogic)
+    ts = np.arange(100)
+    logic.on_batch(L, pa.record_batch({"k": ts % 7, "ts": ts, "v": ts}, schema=ls))
+    whole = logic.L.nbytes
+    logic.on_watermark(R, 1_000)
+    logic.on_watermark(L, 39)  # windows up to [30, 40) close: rows 0..39 are freed
+    (b,) = logic.L.batches
+    assert b.times.tolist() == list(range(40, 100)) and b.batch.column("v")[0].as_py() == 40
+    assert logic.L.nbytes == whole  # a slice: the parent's buffers are still held
+    logic.on_watermark(L, 79)  # 20 of the 60 rows remain: copied
+    (b,) = logic.L.batches
+    assert b.times.tolist() == list(range(80, 100))
+    assert b.batch.column("v").to_pylist() == list(range(80, 100))
+    assert b.batch.nbytes < whole // 3
+    assert logic.L.nbytes == b.nbytes < whole
+    assert logic.retained(L).column("ts").to_pylist() == list(range(80, 100))
+
+
 @pytest.mark.parametrize("how,slide", [("inner", None), ("left", 50)])
 def test_cli_window_join_equals_sql(tmp_path, how, slide):
     import duckdb
