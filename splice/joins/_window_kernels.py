@@ -1,4 +1,5 @@
-"""Numba kernel of the window join's close, with the plain twin the tests compare.
+"""Numba kernels of the window join (an arriving batch, and the close), each with the plain twin
+the tests compare.
 
 ``expand_windows(k_open, times, codes, slide, lo_k, hi_k, offset)`` lists the ``(row, window)``
 pairs of one retained batch whose windows lie in ``lo_k..hi_k``: row ``i`` belongs to windows
@@ -25,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from splice.core.time import MIN_TIME
 from splice.joins._interval_kernels import _slot
 
 __all__ = [
@@ -36,7 +38,7 @@ __all__ = [
     "window_pairs_py",
 ]
 
-_MIN = np.iinfo(np.int64).min
+_MIN = MIN_TIME
 
 
 @njit(cache=True, nogil=True)
@@ -110,7 +112,7 @@ def _last_windows(k_open: np.ndarray, times: np.ndarray, slide: int, hi_k: int) 
             n = i
             break
     last = np.empty(n, dtype=np.int64)
-    edge = np.iinfo(np.int64).min
+    edge = _MIN
     k = 0
     for i in range(n):
         t = times[i]
@@ -171,17 +173,19 @@ def expand_windows(k_open: np.ndarray, times: np.ndarray, codes: np.ndarray, sli
         _window_runs(k_open, last, lo_k, hi_k, buf, m, codes, offset)
         return buf, m, m
     n = len(times)
+    last = np.empty(n, dtype=np.int64)  # each time divided once, for both passes
     m = 0
     for i in range(n):
+        last[i] = times[i] // slide
         a = max(k_open[i], lo_k)
-        z = min(times[i] // slide, hi_k)
+        z = min(last[i], hi_k)
         if z >= a:
             m += z - a + 1
     buf = np.empty(3 * m, dtype=np.int64)
     j = 0
     for i in range(n):
         a = max(k_open[i], lo_k)
-        z = min(times[i] // slide, hi_k)
+        z = min(last[i], hi_k)
         for k in range(a, z + 1):
             buf[j] = i + offset
             buf[m + j] = k
