@@ -12,11 +12,12 @@ outer side(s) that matched nothing in that window, null-padded. Output columns a
 input's, then the right input's (a taken right name gets ``_right``).
 
 Emission. Window ``k`` *closes* when the join's watermark ``W = min(W_left, W_right)`` reaches its
-last instant, ``k * slide + size - 1``; its result is emitted then, ordered by window, then left
-row, then right row (arrival order), then the padded left rows, then the padded right rows. A row is
-assigned to the windows covering its time that are still open when it arrives; a row whose windows
-have all closed is *late*: counted per stream and sent to :meth:`drain_late`. A row is freed when
-its last window closes.
+last instant, ``k * slide + size - 1``; its result is emitted then: its pairs ordered by left row,
+then right row (arrival order), then its padded left rows, then its padded right rows (each in
+arrival order). When one watermark closes several windows, their results follow one another in
+window order, each whole. A row is assigned to the windows covering its time that are still
+open when it arrives; a row whose windows have all closed is *late*: counted per stream and sent
+to :meth:`drain_late`. A row is freed when its last window closes.
 
 Algorithm. Rows are buffered per side as Arrow batches with their times, key codes and first open
 window (found with the late rows in one compiled pass over an arriving batch,
@@ -148,6 +149,19 @@ def _by_window(windows: np.ndarray, valid: np.ndarray) -> np.ndarray | None:
     if len(w) > 1 and (w[1:] < w[:-1]).any():
         sel = sel[np.argsort(w, kind="stable")]
     return sel
+
+
+def _window_major(parts: list[pa.RecordBatch], windows: list[np.ndarray]
+                  ) -> list[pa.RecordBatch]:
+    """``parts`` (the matched pairs, then the padded left rows, then the padded right rows of
+    a close, each ordered by window) as one window's output after another: per window its pairs,
+    its padded left rows, its padded right rows. As they are when that is already so (one
+    closing window, or the windows of the parts do not interleave)."""
+    w = np.concatenate(windows)
+    if not (w[1:] < w[:-1]).any():
+        return parts
+    whole = pa.concat_batches(parts)
+    return [whole.take(pa.array(np.argsort(w, kind="stable")))]
 
 
 class _WBuffered:
@@ -377,6 +391,7 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         ltab = concat_batches(lb, self.L.schema) if lb else None
         rtab = concat_batches(rb, self.R.schema) if rb else None
         li = ri = np.zeros(0, dtype=np.int64)
+        wins: list[np.ndarray] = []  # the window of each row of each batch in out
         if len(lpos) and len(rpos):
             lsel, rsel = _by_window(lk, lv), _by_window(rk, rv)
             # match on (window, code), window by window: pairs in emission order
@@ -399,6 +414,7 @@ class WindowJoinLogic(TwoSidedJoinLogic):
                 arrays = (ltab.take(pa.array(lpos[li])).columns
                           + rtab.take(pa.array(rpos[ri])).columns)
                 out.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+                wins.append(lk[li])
         for side, tab, pos, ks, matched_idx in ((self.L, ltab, lpos, lk, li),
                                                 (self.R, rtab, rpos, rk, ri)):
             if side.outer and tab is not None and len(pos):
@@ -413,6 +429,9 @@ class WindowJoinLogic(TwoSidedJoinLogic):
                     arrays = (rows.columns + nulls[self._nl:] if side is self.L
                               else nulls[: self._nl] + rows.columns)
                     out.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+                    wins.append(ks[miss])
+        if len(out) > 1:
+            out = _window_major(out, wins)
         self.closed = upto
         # a row's last window is floor(t / slide): free rows with t < (upto + 1) * slide
         thr = MAX_TIME if upto >= MAX_TIME // self.slide else (upto + 1) * self.slide - 1
