@@ -26,11 +26,12 @@ are expanded to ``(row, window)`` pairs (by :func:`~splice.joins._window_kernels
 one compiled pass per retained batch, which stops at the first row of a time-ordered batch whose
 windows are all still open) and matched on ``(window, key code)`` window by window, each window's
 right rows in a hash table of their own (:func:`~splice.joins._window_kernels.window_pairs`), which
-yields the pairs in emission order; non-exact codes are checked for real key equality. Freeing the
-closed rows of a time-ordered batch that keeps at least half of them is a zero-copy slice, counted
-in the state bytes with its parent's buffers whole; a smaller remainder is copied. Watermarks,
-``out_of_orderness``, ``idle_timeout`` and ``state_budget`` behave as in
-:class:`~splice.joins.interval_join.IntervalJoin`.
+yields the pairs in emission order; non-exact codes are checked for real key equality. A close of
+many windows is expanded and matched in groups of windows (``_GROUP_PAIRS``), a time-ordered
+batch read from the group's first row. Freeing the closed rows of a time-ordered batch that
+keeps at least half of them is a zero-copy slice, counted in the state bytes with its parent's
+buffers whole; a smaller remainder is copied. Watermarks, ``out_of_orderness``, ``idle_timeout``
+and ``state_budget`` behave as in :class:`~splice.joins.interval_join.IntervalJoin`.
 
 >>> import pyarrow as pa
 >>> from splice.testing import OperatorHarness
@@ -71,6 +72,9 @@ __all__ = ["WindowJoin"]
 
 _MIN = int(MIN_TIME)
 _BATCH_OVERHEAD = 48
+#: ``(row, window)`` pairs of both sides that a large close matches at once, about; a close of
+#: up to four times as many is matched whole (see ``WindowJoinLogic._groups``).
+_GROUP_PAIRS = 65_536
 
 
 @dataclass(frozen=True)
@@ -349,47 +353,74 @@ class WindowJoinLogic(TwoSidedJoinLogic):
     def on_end(self) -> list[pa.RecordBatch]:
         return self._close(MAX_TIME // self.slide)
 
-    def _expand(self, s: _WSide, lo_k: int, hi_k: int
-                ) -> tuple[list[pa.RecordBatch], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Rows of ``s`` in windows ``lo_k..hi_k`` as (row, window) pairs.
-
-        Returns the batches involved, then per pair: the row's position among those batches'
-        rows, its window, its key code and whether its key is valid.
-        """
-        batches, pos, ks, cs, vs = [], [], [], [], []
+    def _involved(self, s: _WSide, lo_k: int, hi_k: int) -> tuple[list[_WBuffered], list[int]]:
+        """The batches of ``s`` that may hold a row in windows ``lo_k..hi_k`` (by their cached
+        time range), and where each starts among their rows."""
+        batches, offsets = [], []
         offset = 0
         for b in s.batches:
-            buf, cap, m = expand_windows(b.k_open, b.times, b.codes, self.slide, lo_k, hi_k,
-                                         offset, b.ordered)
+            if b.max_time // self.slide < lo_k or (b.min_time - self.size) // self.slide >= hi_k:
+                continue  # its windows all lie before lo_k, or all after hi_k
+            batches.append(b)
+            offsets.append(offset)
+            offset += len(b.times)
+        return batches, offsets
+
+    def _expand(self, batches: list[_WBuffered], offsets: list[int], lo_k: int, hi_k: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Rows of ``batches`` in windows ``lo_k..hi_k`` as (row, window) pairs: per pair the
+        row's position among those batches' rows, its window, its key code and whether its key
+        is valid. A time-ordered batch is read from its first row in window ``lo_k``."""
+        pos, ks, cs, vs = [], [], [], []
+        for b, offset in zip(batches, offsets, strict=True):
+            k_open, times, codes = b.k_open, b.times, b.codes
+            start = 0
+            if b.ordered and lo_k != _MIN:
+                start = int(np.searchsorted(times, lo_k * self.slide))  # t // slide >= lo_k
+                if start:
+                    k_open, times, codes = k_open[start:], times[start:], codes[start:]
+            buf, cap, m = expand_windows(k_open, times, codes, self.slide, lo_k, hi_k,
+                                         offset + start, b.ordered)
             if m == 0:
                 continue
-            batches.append(b.batch)
             pos.append(buf[:m])
             ks.append(buf[cap : cap + m])
             cs.append(buf[2 * cap : 2 * cap + m])
             vs.append(np.ones(m, bool) if b.valid is None else b.valid[buf[:m] - offset])
-            offset += len(b.times)
-        if not batches:
+        if not pos:
             e = np.zeros(0, dtype=np.int64)
-            return [], e, e, e, np.zeros(0, bool)
-        if len(batches) == 1:
-            return batches, pos[0], ks[0], cs[0], vs[0]
-        return (batches, np.concatenate(pos), np.concatenate(ks), np.concatenate(cs),
-                np.concatenate(vs))
+            return e, e, e, np.zeros(0, bool)
+        if len(pos) == 1:
+            return pos[0], ks[0], cs[0], vs[0]
+        return np.concatenate(pos), np.concatenate(ks), np.concatenate(cs), np.concatenate(vs)
 
-    def _close(self, upto: int) -> list[pa.RecordBatch]:
-        """Emit windows ``closed+1 .. upto`` and free rows whose last window is among them."""
-        if upto == _MIN or (self.closed != _MIN and upto <= self.closed):
-            return []
-        lo_k = _MIN if self.closed == _MIN else self.closed + 1
-        if not self.L.batches and not self.R.batches:
-            self.closed = upto
-            return []
-        lb, lpos, lk, lc, lv = self._expand(self.L, lo_k, upto)
-        rb, rpos, rk, rc, rv = self._expand(self.R, lo_k, upto)
+    def _groups(self, batches: list[_WBuffered], lo_k: int, hi_k: int) -> list[tuple[int, int]]:
+        """Windows ``lo_k..hi_k`` in groups of about :data:`_GROUP_PAIRS` ``(row, window)``
+        pairs: a close of many windows then matches group after group, each group's arrays small
+        enough to stay cached and to be reused from the heap instead of mapped afresh. One group
+        when the close is at most four groups' worth (a group costs a few dozen calls) or a
+        batch is not in time order (it would be read whole for every group)."""
+        rows = sum(len(b.times) for b in batches)
+        per_row = -(-self.size // self.slide)  # windows of a row, at most
+        if rows * per_row <= 4 * _GROUP_PAIRS or not all(b.ordered for b in batches):
+            return [(lo_k, hi_k)]
+        first = max(lo_k, min(int(b.k_open[0]) for b in batches))
+        last = min(hi_k, max(b.max_time // self.slide for b in batches))
+        if last <= first:
+            return [(lo_k, hi_k)]
+        width = max(1, _GROUP_PAIRS * (last - first + 1) // (rows * per_row))
+        return [(k, min(k + width - 1, last)) for k in range(first, last + 1, width)]
+
+    def _close_group(self, ltab: pa.RecordBatch | None,
+                     lexp: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                     rtab: pa.RecordBatch | None,
+                     rexp: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+                     ) -> list[pa.RecordBatch]:
+        """The output of the windows whose expanded rows are ``lexp`` and ``rexp`` (see
+        :meth:`_expand`; positions among the rows of ``ltab`` and ``rtab``), window by window."""
+        lpos, lk, lc, lv = lexp
+        rpos, rk, rc, rv = rexp
         out: list[pa.RecordBatch] = []
-        ltab = concat_batches(lb, self.L.schema) if lb else None
-        rtab = concat_batches(rb, self.R.schema) if rb else None
         li = ri = np.zeros(0, dtype=np.int64)
         wins: list[np.ndarray] = []  # the window of each row of each batch in out
         if len(lpos) and len(rpos):
@@ -432,6 +463,22 @@ class WindowJoinLogic(TwoSidedJoinLogic):
                     wins.append(ks[miss])
         if len(out) > 1:
             out = _window_major(out, wins)
+        return out
+
+    def _close(self, upto: int) -> list[pa.RecordBatch]:
+        """Emit windows ``closed+1 .. upto`` and free rows whose last window is among them."""
+        if upto == _MIN or (self.closed != _MIN and upto <= self.closed):
+            return []
+        lo_k = _MIN if self.closed == _MIN else self.closed + 1
+        lb, loff = self._involved(self.L, lo_k, upto)
+        rb, roff = self._involved(self.R, lo_k, upto)
+        out: list[pa.RecordBatch] = []
+        if lb or rb:
+            ltab = concat_batches([b.batch for b in lb], self.L.schema) if lb else None
+            rtab = concat_batches([b.batch for b in rb], self.R.schema) if rb else None
+            for g_lo, g_hi in self._groups(lb + rb, lo_k, upto):
+                out.extend(self._close_group(ltab, self._expand(lb, loff, g_lo, g_hi),
+                                             rtab, self._expand(rb, roff, g_lo, g_hi)))
         self.closed = upto
         # a row's last window is floor(t / slide): free rows with t < (upto + 1) * slide
         thr = MAX_TIME if upto >= MAX_TIME // self.slide else (upto + 1) * self.slide - 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Data, End, Watermark
+from splice.joins import window_join
 from splice.joins._window_kernels import (
     arrival_windows,
     arrival_windows_py,
@@ -69,6 +71,53 @@ def test_window_join_equals_reference(s, how, size_slide, delay, data):
     at = data.draw(st.integers(0, len(records)))
     got, _ = run_operator(spec, {L: ls, R: rs}, records, restore_at=at)
     assert rows_of(got) == rows_of(h.result())
+
+
+@settings(max_examples=40)
+@given(streams(), st.sampled_from(["inner", "left", "right", "full"]),
+       st.sampled_from([(5, 5), (10, 5), (9, 3), (1, 1)]), st.sampled_from([0, None]))
+def test_window_join_in_small_groups_equals_reference(s, how, size_slide, delay):
+    ls, rs, records = s
+    size, slide = size_slide
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=size, slide=slide, how=how,
+                      out_of_orderness=delay)
+    with patch.object(window_join, "_GROUP_PAIRS", 3):  # a close of many windows: many groups
+        _run_both(spec, ls, rs, records)
+
+
+def test_a_large_close_is_matched_in_groups_of_windows():
+    ls, rs = _schemas()
+    n = 3000
+    rng = np.random.default_rng(0)
+    left = pa.record_batch({"k": rng.integers(0, 50, n), "ts": np.arange(n),
+                            "v": np.arange(n)}, schema=ls)
+    right = pa.record_batch({"k": rng.integers(0, 50, n), "ts": np.arange(n) + 1,
+                             "w": [f"r{i}" for i in range(n)]}, schema=rs)
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=40, slide=10, how="full",
+                      out_of_orderness=None)
+    results, groups = [], []
+    made = WindowJoinLogic._groups
+
+    def spy(self: WindowJoinLogic, *args: object) -> list[tuple[int, int]]:
+        groups.append(made(self, *args))
+        return groups[-1]
+
+    for pairs in (10**9, 500):
+        h = OperatorHarness(spec, {L: ls, R: rs})
+        h.push(L, left)
+        h.push(R, right)
+        with patch.object(window_join, "_GROUP_PAIRS", pairs), \
+                patch.object(WindowJoinLogic, "_groups", spy):
+            h.end()  # one close of every window
+        results.append(rows_of(h.result()))
+    assert len(groups[0]) == 1 and len(groups[1]) > 10
+    assert results[1] == results[0]
+    ref = WindowJoinRef(L, R, "k", "ts", 40, 10, "full", out_of_orderness=None,
+                        names=(ls.names, rs.names))
+    ref.push(L, left)
+    ref.push(R, right)
+    ref.end()
+    assert [repr(r) for r in results[1]] == [repr(r) for r in ref.out]
 
 
 @settings(max_examples=200)
