@@ -140,11 +140,11 @@ class WindowJoin(OperatorSpec):
         return logic
 
 
-def _by_window(windows: np.ndarray, valid: np.ndarray) -> np.ndarray | None:
-    """The pairs with a valid key, ordered by window, pairs of one window in their order;
-    ``None`` for all of them as they are (the pairs of one time-ordered batch, or of several
-    whose windows do not interleave)."""
-    if valid.all():
+def _by_window(windows: np.ndarray, valid: np.ndarray | None) -> np.ndarray | None:
+    """The pairs with a valid key (``valid`` ``None``: every key is), ordered by window, pairs
+    of one window in their order; ``None`` for all of them as they are (the pairs of one
+    time-ordered batch, or of several whose windows do not interleave)."""
+    if valid is None or valid.all():
         if len(windows) < 2 or not (windows[1:] < windows[:-1]).any():
             return None
         return np.argsort(windows, kind="stable")
@@ -367,11 +367,14 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         return batches, offsets
 
     def _expand(self, batches: list[_WBuffered], offsets: list[int], lo_k: int, hi_k: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Rows of ``batches`` in windows ``lo_k..hi_k`` as (row, window) pairs: per pair the
         row's position among those batches' rows, its window, its key code and whether its key
-        is valid. A time-ordered batch is read from its first row in window ``lo_k``."""
-        pos, ks, cs, vs = [], [], [], []
+        is valid (``None``: every key is). A time-ordered batch is read from its first row in
+        window ``lo_k``."""
+        pos, ks, cs = [], [], []
+        vs: list[np.ndarray | None] = []
+        nulls = False  # a batch with null keys among them
         for b, offset in zip(batches, offsets, strict=True):
             k_open, times, codes = b.k_open, b.times, b.codes
             start = 0
@@ -386,13 +389,20 @@ class WindowJoinLogic(TwoSidedJoinLogic):
             pos.append(buf[:m])
             ks.append(buf[cap : cap + m])
             cs.append(buf[2 * cap : 2 * cap + m])
-            vs.append(np.ones(m, bool) if b.valid is None else b.valid[buf[:m] - offset])
+            if b.valid is not None:
+                nulls = True
+                vs.append(b.valid[buf[:m] - offset])
+            else:
+                vs.append(None)
         if not pos:
             e = np.zeros(0, dtype=np.int64)
-            return e, e, e, np.zeros(0, bool)
+            return e, e, e, None
+        valid = (None if not nulls else
+                 np.concatenate([np.ones(len(p), bool) if v is None else v
+                                 for p, v in zip(pos, vs, strict=True)]))
         if len(pos) == 1:
-            return pos[0], ks[0], cs[0], vs[0]
-        return np.concatenate(pos), np.concatenate(ks), np.concatenate(cs), np.concatenate(vs)
+            return pos[0], ks[0], cs[0], valid
+        return np.concatenate(pos), np.concatenate(ks), np.concatenate(cs), valid
 
     def _groups(self, batches: list[_WBuffered], lo_k: int, hi_k: int) -> list[tuple[int, int]]:
         """Windows ``lo_k..hi_k`` in groups of about :data:`_GROUP_PAIRS` ``(row, window)``
@@ -412,9 +422,9 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         return [(k, min(k + width - 1, last)) for k in range(first, last + 1, width)]
 
     def _close_group(self, ltab: pa.RecordBatch | None,
-                     lexp: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                     lexp: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None],
                      rtab: pa.RecordBatch | None,
-                     rexp: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+                     rexp: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
                      ) -> list[pa.RecordBatch]:
         """The output of the windows whose expanded rows are ``lexp`` and ``rexp`` (see
         :meth:`_expand`; positions among the rows of ``ltab`` and ``rtab``), window by window."""
