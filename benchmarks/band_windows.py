@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--task-size", type=int, default=64)
     ap.add_argument("--parallel", default="key_range", choices=["key_range", "task_queue"])
-    ap.add_argument("--merge-ratio", type=float, default=0.125, help="IM/PIM-Tree: single thread and key_range")
+    ap.add_argument("--merge-ratio", type=float, default=None,
+                    help="IM/PIM-Tree, single thread and key_range (default: the join's, by "
+                         "window size)")
     ap.add_argument("--indexes", default=",".join(SERIAL), help="single-thread structures to run")
     ap.add_argument("--par-depth", type=int, default=None,
                     help="parallel PIM-Tree insertion depth (default: key_range as one thread; "
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         w = 1 << lw
         # whole periods of the structures' periodic work: a chain link of length 2 fills in w
         # arrivals per stream (then the IB-chain converts it), the IM/PIM-Tree merges every
-        # w/8; a shorter segment would count such a step fully or not at all, by where the
+        # m*w; a shorter segment would count such a step fully or not at all, by where the
         # warm-up happened to end
         timed = max(args.tuples, 2 * w) if args.whole_periods else args.tuples
         n = 2 * w + timed
@@ -85,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs[-1].pop("_core")  # the next run builds its own
             m = sorted(runs, key=lambda r: r["cpu_rows_per_s"])[len(runs) // 2]
             rates.setdefault(index, {})[lw] = m["cpu_rows_per_s"]
-            emit({"bench": "band_windows", "index": index, "threads": 1, "log_w": lw, **m})
+            emit({"bench": "band_windows", "index": index, "threads": 1, "log_w": lw,
+                  "merge_ratio": spec.ratio, **m})
         if args.threads > 1:
             queue = args.parallel == "task_queue"
             for threads in (1, args.threads):
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 rates.setdefault(f"parallel_pimtree_{threads}", {})[lw] = m["rows_per_s"]
                 cpu_rates.setdefault(threads, {})[lw] = m["cpu_rows_per_s"]
                 emit({"bench": "band_windows", "index": "pimtree", "parallel": args.parallel,
-                      "threads": threads, "log_w": lw, **m})
+                      "threads": threads, "log_w": lw, "merge_ratio": spec.ratio, **m})
 
     def avg_ratio(a: str, b: str, logs: list[int]) -> float | None:
         xs = [rates[a][k] / rates[b][k] for k in logs if k in rates.get(a, {}) and k in rates.get(b, {})]

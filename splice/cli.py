@@ -112,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                       choices=["auto", "key_range", "task_queue", "round_robin"],
                       help="band: the parallel join with --threads > 1")
     join.add_argument("--merge-ratio", type=float, default=None,
-                      help="band: IM/PIM-Tree merge ratio (default 1/8; the task queue: 1)")
+                      help="band: IM/PIM-Tree merge ratio (default by window: 1/8 up to 2^18 "
+                           "tuples, 1/16 up to 2^21, 1/32 above; the task queue: 1)")
     join.add_argument("--insertion-depth", type=int, default=None,
                       help="band: PIM-Tree insertion depth (default: 1, or the deepest level of "
                            "T_S for the task queue; never deeper than a full window's T_S)")

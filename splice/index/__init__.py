@@ -4,7 +4,13 @@ from splice.index.bptree import BPlusTree
 from splice.index.chain import ChainedIndex
 from splice.index.immutable import ImmutableBPlusTree
 from splice.index.imtree import IMTree, PIMTree
-from splice.index.window import INDEX_KINDS, IndexKind, WindowIndex, max_insertion_depth
+from splice.index.window import (
+    INDEX_KINDS,
+    IndexKind,
+    WindowIndex,
+    default_merge_ratio,
+    max_insertion_depth,
+)
 
 __all__ = [
     "BPlusTree",
@@ -15,5 +21,6 @@ __all__ = [
     "IndexKind",
     "PIMTree",
     "WindowIndex",
+    "default_merge_ratio",
     "max_insertion_depth",
 ]

@@ -56,7 +56,8 @@ from splice.index._window import (
     idx_search_many,
 )
 
-__all__ = ["WindowIndex", "IndexKind", "INDEX_KINDS", "max_insertion_depth", "key_dtype_ok"]
+__all__ = ["WindowIndex", "IndexKind", "INDEX_KINDS", "default_merge_ratio", "max_insertion_depth",
+           "key_dtype_ok"]
 
 IndexKind = Literal["nlwj", "bptree", "bchain", "ibchain", "imtree", "pimtree"]
 INDEX_KINDS: tuple[str, ...] = get_args(IndexKind)
@@ -68,6 +69,21 @@ _KIND_CODE = {
     "imtree": IMTREE,
     "pimtree": PIMTREE,
 }
+
+
+def default_merge_ratio(window: int) -> float:
+    """The IM/PIM-Tree merge ratio for a window of ``window`` entries when none is given: 1/8 up
+    to 2^18 entries, 1/16 up to 2^21, 1/32 above.
+
+    A large window's ``T_I`` at 1/8 outgrows the caches, and its searches and inserts miss more
+    than the extra merges cost; as in the seed, whose best ratio fell from 1/8 at 2^16 to 1/16 at
+    2^23, the ratio falls as the window grows (measured: docs/benchmarks.md).
+    """
+    if window <= 1 << 18:
+        return 0.125
+    if window <= 1 << 21:
+        return 0.0625
+    return 0.03125
 
 
 def max_insertion_depth(window: int) -> int:

@@ -57,7 +57,13 @@ from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, time_values
 from splice.index._window import M_NEXT, join_run
-from splice.index.window import INDEX_KINDS, IndexKind, WindowIndex, max_insertion_depth
+from splice.index.window import (
+    INDEX_KINDS,
+    IndexKind,
+    WindowIndex,
+    default_merge_ratio,
+    max_insertion_depth,
+)
 from splice.joins._band_kernels import LOW_LEFT_POOL, LOW_RIGHT_POOL, OUT_FULL, join_seq_run
 from splice.joins.hash_window_join import join_output_schema
 from splice.joins.window import RowStore, TimeWindow
@@ -256,7 +262,8 @@ class BandJoin(OperatorSpec):
     ``(D, column)``: partners within ``D`` of the arriving tuple's event time, evicted by
     watermark, late tuples to the late side output (:mod:`splice.joins.band_time`; one thread);
     ``index`` one of ``nlwj bptree bchain ibchain imtree pimtree``.
-    IM/PIM-Tree: ``merge_ratio`` m in (0, 1]; PIM-Tree: ``insertion_depth`` D_I (``None``: the
+    IM/PIM-Tree: ``merge_ratio`` m in (0, 1] (``None``: by window size,
+    :func:`~splice.index.default_merge_ratio`; 1/8 for time windows); PIM-Tree: ``insertion_depth`` D_I (``None``: the
     smaller of 1 and the deepest level of a full window's ``T_S``; the task-queue join, whose
     threads share one index, takes that deepest level). Chains: ``chain_length`` >= 2.
     ``threads`` >= 1, ``task_size`` tuples per task and ``merge`` mode of the task-queue join;
@@ -274,7 +281,7 @@ class BandJoin(OperatorSpec):
     upper: float | None = None
     window: int | tuple[int, int] | TimeWindow = 1024
     index: IndexKind = "pimtree"
-    merge_ratio: float = 0.125
+    merge_ratio: float | None = None
     insertion_depth: int | None = None
     chain_length: int = 2
     threads: int = 1
@@ -299,7 +306,7 @@ class BandJoin(OperatorSpec):
             raise PlanError(
                 f"band join: unknown index {self.index!r} (choose one of {', '.join(INDEX_KINDS)})"
             )
-        if not 0.0 < float(self.merge_ratio) <= 1.0:
+        if self.merge_ratio is not None and not 0.0 < float(self.merge_ratio) <= 1.0:
             raise PlanError(f"band join: merge ratio must be in (0, 1], got {self.merge_ratio}")
         if int(self.chain_length) < 2:
             raise PlanError(f"band join: chain length must be >= 2, got {self.chain_length}")
@@ -332,6 +339,16 @@ class BandJoin(OperatorSpec):
     @property
     def time_window(self) -> TimeWindow | None:
         return self.window if isinstance(self.window, TimeWindow) else None
+
+    @property
+    def ratio(self) -> float:
+        """The IM/PIM-Tree merge ratio in use: ``merge_ratio``, else the one for the larger
+        window (1/8 for a time window, whose size is not known in advance)."""
+        if self.merge_ratio is not None:
+            return float(self.merge_ratio)
+        if self.time_window is not None:
+            return 0.125
+        return default_merge_ratio(max(self.windows))
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -421,13 +438,13 @@ class BandJoin(OperatorSpec):
             from splice.joins.band_time import TimeBandCore
 
             return TimeBandCore(self.index, dtype, lower, upper, tw.length, self.self_join,
-                                self.merge_ratio, self.depth, self.chain_length)
+                                self.ratio, self.depth, self.chain_length)
         if self.threads > 1:
             from splice.joins.parallel_band import make_parallel
 
             return make_parallel(self, dtype)
         return BandCore(self.index, self.windows, dtype, lower, upper, self.self_join,
-                        self.merge_ratio, self.depth, self.chain_length)
+                        self.ratio, self.depth, self.chain_length)
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         return BandJoinLogic(self, inputs, state)

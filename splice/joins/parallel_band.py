@@ -689,10 +689,10 @@ def make_parallel(spec: Any, dtype: np.dtype) -> TaskQueueJoin | RoundRobinJoin 
     mode = spec.parallel_mode
     if mode == "key_range":
         return KeyRangeJoin(spec.index, spec.windows, dtype, lower, upper, spec.self_join,
-                            spec.merge_ratio, spec.depth, spec.threads)
+                            spec.ratio, spec.depth, spec.threads)
     if mode == "task_queue":
         return TaskQueueJoin(spec.index, spec.windows, dtype, lower, upper, spec.self_join,
-                             spec.merge_ratio, spec.depth, spec.threads, spec.task_size,
+                             spec.ratio, spec.depth, spec.threads, spec.task_size,
                              spec.merge)
     return RoundRobinJoin(spec.index, spec.windows, dtype, lower, upper, spec.self_join,
-                          spec.merge_ratio, spec.depth, spec.chain_length, spec.threads)
+                          spec.ratio, spec.depth, spec.chain_length, spec.threads)

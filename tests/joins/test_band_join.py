@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,8 +16,10 @@ from splice.cli import main
 from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data, End
 from splice.index import INDEX_KINDS
+from splice.index._window import M_THRESH
 from splice.joins.band_command import run as band_run
 from splice.joins.band_join import BandCore, BandJoin, probe_offsets
+from splice.joins.window import TimeWindow
 from splice.testing import check_operator, run_operator
 from tests.reference.band_join import nested_loop_band_join
 
@@ -121,6 +124,20 @@ def test_self_join_operator():
     # a pairs with earlier b when 0 <= b.x - a.x <= 2
     assert got.to_pydict() == {"x": [5, 5, 5], "i": [3, 3, 3], "x_right": [5, 6, 7],
                                "i_right": [0, 1, 2]}
+
+
+def test_merge_ratio_falls_with_the_window_unless_given():
+    def ratio(**kw: Any) -> float:
+        return BandJoin(left=2, right=3, on="x", eps=1.0, **kw).ratio
+
+    assert ratio(window=1 << 10) == ratio(window=1 << 18) == 1 / 8
+    assert ratio(window=(1 << 10, (1 << 18) + 1)) == ratio(window=1 << 21) == 1 / 16
+    assert ratio(window=(1 << 21) + 1) == ratio(window=1 << 23) == 1 / 32
+    assert ratio(window=1 << 23, merge_ratio=0.5) == 0.5
+    assert ratio(window=TimeWindow(100, "ts")) == 1 / 8
+    core = BandJoin(left=2, right=3, on="x", eps=1.0, window=1 << 20,
+                    index="imtree").make_core(np.dtype(np.float64))
+    assert all(ix.meta[M_THRESH] == (1 << 20) // 16 for ix in core.indexes)
 
 
 def test_bad_input():
