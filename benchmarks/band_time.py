@@ -1,6 +1,7 @@
-"""Band join over time windows vs count windows of the same size (one thread).
+"""Band join over time windows vs count windows of the same size; time windows on threads.
 
-``python -m benchmarks.band_time [--logs 14,16,18] [--tuples 150000] [--batch 4096]``
+``python -m benchmarks.band_time [--logs 14,16,18] [--tuples 150000] [--batch 4096]
+[--threads 2]``
 
 Two streams, sides drawn 50/50, keys uniform in [0, 1), event time = arrival number, so a time
 window of ``D = 2w`` holds about ``w`` tuples of the other stream, as a count window of ``w``
@@ -9,7 +10,11 @@ watermark per stream after every batch of ``--batch`` tuples (its largest time m
 evicts by it. Windows are warmed with ``4w`` tuples (untimed), then ``--tuples`` are timed, in
 tuples per CPU second, for the B+-Tree and the PIM-Tree under both window kinds; the time-window
 results of the two structures are asserted equal. One JSON line per run, with the tuples the
-time window held at the end and the rebuilds its evictions made.
+time window held at the end and the rebuilds its evictions made. With ``--threads T > 1``, the
+PIM-Tree time-window join then runs on 1 and on T threads (key ranges), timed in wall seconds
+(``rows_per_s``) as well, results asserted equal to the serial join's, and a line gives the
+speedup of T threads over one (``--repeat R``: R runs of each, alternating, the ratio of the
+median wall times).
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logs", default="14,16,18")
     ap.add_argument("--tuples", type=int, default=150_000)
     ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="also time the PIM-Tree time-window join on 1 and this many threads")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of each thread count (alternating); the speedup of the medians")
     args = ap.parse_args(argv)
     for lw in [int(x) for x in args.logs.split(",")]:
         w = 1 << lw
@@ -82,6 +91,29 @@ def main(argv: list[str] | None = None) -> int:
                     rec["held_end"] = core.held()
                     rec["rebuilds"] = core.rebuilds
                 emit(rec)
+        if args.threads > 1:
+            walls: dict[int, list[float]] = {1: [], args.threads: []}
+            for _ in range(args.repeat):  # 1 and T threads alternate: both see the same load
+                for threads in walls:
+                    core = TimeBandCore("pimtree", np.dtype(np.float64), -eps, eps, length,
+                                        threads=threads)
+                    _run(core, sides[:warm], keys[:warm], times[:warm], args.batch, length)
+                    w0, c0 = time.perf_counter(), time.process_time()
+                    g, p = _run(core, sides[warm:], keys[warm:], times[warm:], args.batch,
+                                length)
+                    walls[threads].append(time.perf_counter() - w0)
+                    cpu = time.process_time() - c0
+                    assert check is not None
+                    assert np.array_equal(g, check[0]) and np.array_equal(p, check[1])
+                    emit({"bench": "band_time", "log_w": lw, "index": "pimtree",
+                          "window": "time", "threads": threads, "tuples": args.tuples,
+                          "rows_per_s": round(args.tuples / walls[threads][-1]),
+                          "cpu_rows_per_s": round(args.tuples / cpu)})
+            med = {t: float(np.median(v)) for t, v in walls.items()}
+            emit({"bench": "band_time", "log_w": lw, "threads": args.threads,
+                  "batch": args.batch, "runs": args.repeat,
+                  "median_rows_per_s": {t: round(args.tuples / v) for t, v in med.items()},
+                  "speedup_over_1_thread": round(med[1] / med[args.threads], 3)})
     return 0
 
 

@@ -877,3 +877,30 @@ def merge_two(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
         b += 1
         d += 1
     return d
+
+
+@kernel()
+def time_window_filter(g, p, sides, times, self_join, live_l, live_r, first_l, first_r, times_l,
+                       times_r, length):
+    """Keep the pairs ``(g[j], p[j])`` of a time-window join whose partner position is live
+    (at least ``live_l``/``live_r``, by the partner's stream) and whose times differ by at most
+    ``length`` (the partner's time at ``position - first_l`` in ``times_l``, or ``- first_r`` in
+    ``times_r``); compact them in place, in order, and return how many there are."""
+    k = 0
+    for j in range(g.shape[0]):
+        gi = g[j]
+        po = p[j]
+        if self_join or sides[gi] == 1:
+            if po < live_l:
+                continue
+            tp = times_l[po - first_l]
+        else:
+            if po < live_r:
+                continue
+            tp = times_r[po - first_r]
+        d = times[gi] - tp
+        if -length <= d <= length:
+            g[k] = gi
+            p[k] = po
+            k += 1
+    return k

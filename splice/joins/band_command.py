@@ -7,7 +7,8 @@
 pairs ``(l, r)`` with ``|l.X - r.X| <= E`` (or ``--lower A --upper B``: ``A <= r.X - l.X <= B``)
 over count windows of the last N tuples of each input (``--window N,M``: N left, M right), or,
 with ``--time TS --window-time D`` instead of ``--window``, over time windows: pairs whose
-``TS`` differ by at most D (:mod:`splice.joins.band_time`, one thread). Arriving by time,
+``TS`` differ by at most D (:mod:`splice.joins.band_time`; ``--threads T > 1`` joins by key
+ranges, on ``imtree``/``pimtree``). Arriving by time,
 nothing is late and each input's watermark trails its largest time by one, retiring the other
 input's tuples as the join goes; with ``--arrival`` there are no watermarks.
 Arrival order is :func:`splice.io.arrival.arrival_positions`: by ``--arrival``, else by ``--time``

@@ -260,7 +260,8 @@ class BandJoin(OperatorSpec):
     ``eps`` or ``lower``/``upper`` give the predicate (module docstring); ``window`` is ``w`` or
     ``(w_left, w_right)`` (count windows), or a :class:`~splice.joins.window.TimeWindow`
     ``(D, column)``: partners within ``D`` of the arriving tuple's event time, evicted by
-    watermark, late tuples to the late side output (:mod:`splice.joins.band_time`; one thread);
+    watermark, late tuples to the late side output (:mod:`splice.joins.band_time`; on several
+    threads by key ranges of an IM/PIM-Tree);
     ``index`` one of ``nlwj bptree bchain ibchain imtree pimtree``.
     IM/PIM-Tree: ``merge_ratio`` m in (0, 1] (``None``: by window size,
     :func:`~splice.index.default_merge_ratio`; 1/8 for time windows); PIM-Tree: ``insertion_depth`` D_I (``None``: the
@@ -294,10 +295,12 @@ class BandJoin(OperatorSpec):
     def __post_init__(self) -> None:
         band_bounds(self.eps, self.lower, self.upper)
         if isinstance(self.window, TimeWindow):
-            if int(self.threads) > 1:
+            if int(self.threads) > 1 and (self.index not in ("imtree", "pimtree")
+                                          or self.parallel not in ("auto", "key_range")):
                 raise PlanError(
-                    "band join: time windows run on one thread (threads=1); the parallel join "
-                    "fixes each probe's window bounds by arrival count"
+                    "band join: time windows join on several threads by key ranges of an "
+                    f"imtree or pimtree (parallel='key_range'), not index {self.index!r} with "
+                    f"parallel={self.parallel!r}; use threads=1"
                 )
             windows = (1 << 20, 1 << 20)  # a time window's T_S may reach any depth
         else:
@@ -438,7 +441,7 @@ class BandJoin(OperatorSpec):
             from splice.joins.band_time import TimeBandCore
 
             return TimeBandCore(self.index, dtype, lower, upper, tw.length, self.self_join,
-                                self.ratio, self.depth, self.chain_length)
+                                self.ratio, self.depth, self.chain_length, self.threads)
         if self.threads > 1:
             from splice.joins.parallel_band import make_parallel
 

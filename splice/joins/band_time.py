@@ -21,6 +21,12 @@ other indexes evict it once it is at least half of what the stream retains, by r
 index over the rest (amortized O(1) per tuple, as the hash join's time windows). Dead tuples behind a not yet evicted prefix stay until then and are filtered
 by time. When arrivals would exceed ``C``, the index is rebuilt with ``C`` doubled.
 
+Threads. With ``threads > 1`` the IM/PIM-Tree windows are those of the key-range join
+(:class:`~splice.joins.parallel_band.KeyRangeJoin`): each thread indexes one key range of both
+streams' retained positions and probes it; eviction moves every range's window start, and a
+rebuild sorts each range's keys into a new ``T_S`` on its own thread. The time filter and the
+bookkeeping above are the same, so the output is the single-threaded join's, row for row.
+
 State: per stream the keys and times of the retained positions and the index (derived: rebuilt
 from the retained rows on restore).
 """
@@ -31,9 +37,12 @@ from typing import Any
 
 import numpy as np
 
+from splice.core.errors import PlanError
 from splice.index._window import M_NEXT, M_W
 from splice.index.window import IndexKind, WindowIndex
+from splice.joins._band_kernels import time_window_filter
 from splice.joins.band_join import BandCore
+from splice.joins.parallel_band import KeyRangeJoin
 
 __all__ = ["TimeBandCore"]
 
@@ -42,7 +51,8 @@ MIN_CAPACITY = 1024
 
 
 class TimeBandCore:
-    """Single-threaded IBWJ over time windows of length ``length`` (module docstring).
+    """IBWJ over time windows of length ``length`` (module docstring), on one thread or, for
+    ``threads > 1`` on IM/PIM-Tree windows, on the key-range join's threads.
 
     ``run(sides, keys, times)`` joins a sequence in which no tuple is late (the operator sends
     late tuples to the side output first); ``evict(stream, upto)`` drops the stream's tuples
@@ -60,6 +70,7 @@ class TimeBandCore:
         merge_ratio: float = 0.125,
         insertion_depth: int = 1,
         chain_length: int = 2,
+        threads: int = 1,
     ) -> None:
         self.length = int(length)
         self.index = index
@@ -69,12 +80,20 @@ class TimeBandCore:
             merge_ratio=merge_ratio, insertion_depth=insertion_depth, chain_length=chain_length
         )
         n = 1 if self_join else 2
-        self.core = BandCore(index, (MIN_CAPACITY, MIN_CAPACITY), self.dtype, lower, upper,
-                             self_join, merge_ratio, insertion_depth, chain_length)
-        self.first = [0] * n  # first retained position per stream
         # IM/PIM-Tree: first live position; the index filters what lies before it out of every
         # search and drops it at its next merge, so evicting needs no rebuild
         self.in_place = index in ("imtree", "pimtree")
+        self.core: BandCore | KeyRangeJoin
+        if threads > 1:
+            if not self.in_place:
+                raise PlanError(f"band join: time windows join on several threads by key "
+                                f"ranges of an imtree or pimtree, not {index!r}")
+            self.core = KeyRangeJoin(index, (MIN_CAPACITY, MIN_CAPACITY), self.dtype, lower,
+                                     upper, self_join, merge_ratio, insertion_depth, threads)
+        else:
+            self.core = BandCore(index, (MIN_CAPACITY, MIN_CAPACITY), self.dtype, lower, upper,
+                                 self_join, merge_ratio, insertion_depth, chain_length)
+        self.first = [0] * n  # first retained position per stream
         self.live = [0] * n
         # keys and times of the retained positions, by position - first (buffers, cnt used)
         self._keys = [np.zeros(MIN_CAPACITY, self.dtype) for _ in range(n)]
@@ -103,7 +122,21 @@ class TimeBandCore:
         self.cnt[s] = c + n
 
     def _next(self, s: int) -> int:
+        if isinstance(self.core, KeyRangeJoin):
+            return self.core.next_position(s)
         return int(self.core.indexes[s].meta[M_NEXT])
+
+    def _capacity(self, s: int) -> int:
+        if isinstance(self.core, KeyRangeJoin):
+            return self.core.capacity(s)
+        return int(self.core.indexes[s].window)
+
+    def _set_span(self, s: int, span: int) -> None:
+        # an in-place index probes and keeps the last `span` positions
+        if isinstance(self.core, KeyRangeJoin):
+            self.core.set_span(s, span)
+        else:
+            self.core.indexes[s].meta[M_W] = span
 
     def start_at(self, positions: tuple[int, int]) -> None:
         """Continue numbering each stream's arrivals from ``positions`` (an empty core only)."""
@@ -114,10 +147,15 @@ class TimeBandCore:
     def _rebuild(self, s: int, first: int, capacity: int) -> None:
         """Index positions ``first .. next - 1`` of stream ``s`` afresh, with ``capacity``."""
         self._compact(s, first)
-        ix = WindowIndex(self.index, max(capacity, MIN_CAPACITY), self.dtype, **self.opts)
-        ix.meta[M_NEXT] = first
-        ix.insert(self.keys_of(s))
-        self.core.indexes[s] = ix
+        capacity = max(capacity, MIN_CAPACITY)
+        if isinstance(self.core, KeyRangeJoin):
+            self.core.reindex(s, first, self.keys_of(s), capacity)
+        else:
+            ix = WindowIndex(self.index, capacity, self.dtype, **self.opts)
+            ix.meta[M_NEXT] = first
+            ix.insert(self.keys_of(s))
+            self.core.indexes[s] = ix
+            self.core.prefetch = any(x.prefetch_pays for x in self.core.indexes)
         self.rebuilds += 1
 
     def _compact(self, s: int, first: int) -> None:
@@ -144,11 +182,11 @@ class TimeBandCore:
             if not n_s:
                 continue
             held = self._next(s) + n_s - self.live[s]
-            if held > self.core.indexes[s].window:
+            if held > self._capacity(s):
                 self._rebuild(s, self.live[s], 2 * held)
             if self.in_place:
                 # count expiry keeps every live position while these tuples enter
-                self.core.indexes[s].meta[M_W] = held
+                self._set_span(s, held)
             self._append(s, keys[mine], times[mine])
         g, p = self.core.run(sides, keys)
         if not len(g):
@@ -156,16 +194,10 @@ class TimeBandCore:
         # keep the candidates within the time window
         # (and after the live start: an in-place index may still hold evicted positions, whose
         # times are out of reach of every tuple not late)
-        other = np.zeros(len(g), np.int64) if self.self_join else 1 - sides[g].astype(np.int64)
-        tp = np.empty(len(g), np.int64)
-        live = np.ones(len(g), np.bool_)
-        for o in range(len(self.first)):
-            sel = other == o
-            po = p[sel]
-            live[sel] = po >= self.live[o]
-            tp[sel] = self._times[o][np.maximum(po - self.first[o], 0)]
-        ok = live & (np.abs(times[g] - tp) <= self.length)
-        return g[ok], p[ok]
+        k = time_window_filter(g, p, sides, times, self.self_join, self.live[0], self.live[-1],
+                               self.first[0], self.first[-1], self._times[0], self._times[-1],
+                               self.length)
+        return g[:k], p[:k]
 
     def evict(self, s: int, upto: int) -> int:
         """Drop stream ``s``'s oldest tuples with time ``<= upto`` when they are at least half of
@@ -173,11 +205,13 @@ class TimeBandCore:
         t = self.times_of(s)
         if not len(t):
             return self.first[s]
-        alive = t > upto
-        dead = int(np.argmax(alive)) if alive.any() else len(t)
+        # the positions before the live start are dead already (thresholds only grow)
+        start = self.live[s] - self.first[s]
+        alive = t[start:] > upto
+        dead = start + (int(np.argmax(alive)) if alive.any() else len(alive))
         if self.in_place and self.first[s] + dead > self.live[s]:
             self.live[s] = self.first[s] + dead
-            self.core.indexes[s].meta[M_W] = self._next(s) - self.live[s]
+            self._set_span(s, self._next(s) - self.live[s])
         if dead and 2 * dead >= len(t):
             if self.in_place:
                 self._compact(s, self.first[s] + dead)

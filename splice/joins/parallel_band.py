@@ -77,7 +77,7 @@ from typing import Any
 import numpy as np
 
 from splice.core.errors import InternalError
-from splice.index._window import M_NEXT, M_THRESH, merge_install, merge_into
+from splice.index._window import M_NEXT, M_THRESH, M_W, merge_install, merge_into
 from splice.index.window import IndexKind, WindowIndex
 from splice.joins._band_kernels import (
     C_ERROR,
@@ -485,13 +485,10 @@ class KeyRangeJoin:
         self.threads = t = int(threads)
         self.offs_lo, self.offs_hi = probe_offsets(lower, upper, self.dtype, self_join)
         n_streams = 1 if self_join else 2
-        # a range holds about 1/t of each window: merging at 1/t of the serial threshold keeps
-        # its T_I as small as the serial join's
-        self.parts = [
-            [WindowIndex(index, windows[s], self.dtype, merge_ratio=merge_ratio / t,
-                         insertion_depth=insertion_depth) for s in range(n_streams)]
-            for _ in range(t)
-        ]
+        self.index = index
+        self.merge_ratio = merge_ratio
+        self.insertion_depth = insertion_depth
+        self.parts = [[self._new_index(windows[s]) for s in range(n_streams)] for _ in range(t)]
         self.prefetch = any(ix.prefetch_pays for ix in self.parts[0])
         #: the lower end of every range but the first (derived from the first keys joined,
         #: re-derived by :meth:`rebalance`)
@@ -504,12 +501,72 @@ class KeyRangeJoin:
         self._bufs = [(np.empty(1024, np.int64), np.empty(1024, np.int64)) for _ in range(t)]
         self._workers = Workers(t - 1) if t > 1 else None
 
+    def _new_index(self, capacity: int) -> WindowIndex:
+        # a range holds about 1/t of each window: merging at 1/t of the serial threshold keeps
+        # its T_I as small as the serial join's
+        return WindowIndex(self.index, capacity, self.dtype,
+                           merge_ratio=self.merge_ratio / self.threads,
+                           insertion_depth=self.insertion_depth)
+
     def start_at(self, positions: tuple[int, int]) -> None:
         """Continue numbering each stream's arrivals from ``positions`` (an empty join only)."""
         for s in range(len(self.parts[0])):
             self.counts[s] = int(positions[s])
             for part in self.parts:
                 part[s].meta[M_NEXT] = int(positions[s])
+
+    # -- time windows (:class:`~splice.joins.band_time.TimeBandCore`) ---------------------------
+
+    def next_position(self, s: int) -> int:
+        """Position of stream ``s``'s next arrival."""
+        return int(self.counts[s])
+
+    def capacity(self, s: int) -> int:
+        """Entries of stream ``s`` each range's trees are sized for."""
+        return int(self.parts[0][s].window)
+
+    def set_span(self, s: int, span: int) -> None:
+        """Probe (and keep at merges) the last ``span`` positions of stream ``s``: a time
+        window's retained tuples, at most :meth:`capacity`."""
+        w = list(self.windows)
+        w[s] = int(span)
+        if self.self_join:
+            w[1 - s] = int(span)
+        self.windows = (w[0], w[1])
+        for part in self.parts:
+            part[s].meta[M_W] = int(span)
+
+    def reindex(self, s: int, first: int, keys: np.ndarray, capacity: int) -> None:
+        """Index stream ``s``'s tuples at positions ``first, first + 1, ...`` (``keys``) afresh,
+        every range's trees sized for ``capacity`` entries; each thread sorts its range's keys
+        into a new ``T_S``."""
+        keys = np.ascontiguousarray(keys, self.dtype)
+        if self.bounds is None and len(keys):
+            self.bounds = self._derive_bounds(keys)
+        t = self.threads
+        nxt = int(first) + len(keys)
+
+        def build(k: int) -> None:
+            ix = self._new_index(capacity)
+            ix.meta[M_NEXT] = nxt
+            mask = np.ones(len(keys), np.bool_)
+            if self.bounds is not None:
+                if k > 0:
+                    mask &= keys >= self.bounds[k - 1]
+                if k < t - 1:
+                    mask &= keys < self.bounds[k]
+            pos = np.flatnonzero(mask) + int(first)
+            mine = keys[mask]
+            order = np.argsort(mine, kind="stable")  # (key, position) order
+            st = ix.state
+            st[8][0, : len(mine)] = mine[order]
+            st[9][0, : len(mine)] = pos[order]
+            merge_install(st, len(mine))
+            self.parts[k][s] = ix
+
+        self._in_threads(build)
+        self.counts[s] = nxt
+        self.prefetch = any(ix.prefetch_pays for ix in self.parts[0])
 
     def _derive_bounds(self, keys: np.ndarray) -> np.ndarray:
         # equal shares of the keys seen: the quantiles at 1/t, 2/t, ...

@@ -36,11 +36,33 @@ from tests.reference.band_join import nested_loop_band_time_join
     merge_ratio=st.sampled_from([0.05, 0.5, 1.0]),
 )
 def test_time_core_matches_nested_loops(index, data, length, eps, self_join, chunk, merge_ratio):
+    _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, threads=1)
+
+
+@settings(max_examples=40)
+@given(
+    index=st.sampled_from(["imtree", "pimtree"]),
+    data=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 30), st.integers(0, 12)),
+                  max_size=300),
+    length=st.integers(0, 40),
+    eps=st.sampled_from([0, 1, 3]),
+    self_join=st.booleans(),
+    chunk=st.sampled_from([1, 2, 7, 49, 50, 51, 100]),
+    merge_ratio=st.sampled_from([0.05, 0.5, 1.0]),
+    threads=st.sampled_from([2, 3]),
+)
+def test_parallel_time_core_matches_nested_loops(index, data, length, eps, self_join, chunk,
+                                                 merge_ratio, threads):
+    _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, threads)
+
+
+def _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, threads):
     # times drift upward with bounded disorder; watermarks trail each stream's future minimum
     sides = [0 if self_join else s for s, _, _ in data]
     keys = [k for _, k, _ in data]
     times = [i // 3 + j for i, (_, _, j) in enumerate(data)]
-    core = TimeBandCore(index, np.dtype(np.int64), -eps, eps, length, self_join, merge_ratio, 1, 3)
+    core = TimeBandCore(index, np.dtype(np.int64), -eps, eps, length, self_join, merge_ratio, 1, 3,
+                        threads)
     n = len(keys)
     got = []
     streams = 1 if self_join else 2
@@ -64,6 +86,48 @@ def test_time_core_matches_nested_loops(index, data, length, eps, self_join, chu
             assert not live or first <= live[0]
             assert core.cnt[o] == len(mine) - first
     assert got == nested_loop_band_time_join(sides, keys, times, length, -eps, eps, self_join)
+
+
+@pytest.mark.parametrize("index", ["imtree", "pimtree"])
+@pytest.mark.parametrize("self_join", [False, True])
+def test_parallel_time_core_grows_and_follows_the_keys(index, self_join):
+    # enough tuples that the windows outgrow their first capacity (every range re-indexed) and
+    # keys that move, so that the key ranges are re-derived; the serial nested loops decide
+    rng = np.random.default_rng(5)
+    n = 12_000
+    sides = np.zeros(n, np.int8) if self_join else rng.integers(0, 2, n).astype(np.int8)
+    keys = np.concatenate([rng.integers(0, 1000, n // 3), rng.integers(2000, 2400, n - n // 3)])
+    times = np.arange(n) // 2 + rng.integers(0, 20, n)  # out of order within 20
+    length, eps = 1500, 2
+    par = TimeBandCore(index, np.dtype(np.int64), -eps, eps, length, self_join, 0.1, 1, 2, 3)
+    ref = TimeBandCore("nlwj", np.dtype(np.int64), -eps, eps, length, self_join)
+    streams = 1 if self_join else 2
+    # per stream, the smallest time still to come after each tuple: the watermark's bound
+    future = []
+    for s in range(streams):
+        t = np.where(sides == s, times, np.iinfo(np.int64).max)
+        future.append(np.minimum.accumulate(t[::-1])[::-1])
+    matched = 0
+    for c0 in range(0, n, 500):
+        c1 = min(n, c0 + 500)
+        args = (sides[c0:c1], keys[c0:c1], times[c0:c1])
+        g, p = par.run(*args)
+        want_g, want_p = ref.run(*args)
+        assert np.array_equal(g, want_g) and np.array_equal(p, want_p)
+        matched += len(g)
+        if c1 < n:
+            for s in range(streams):
+                o = 0 if self_join else 1 - s
+                upto = int(future[s][c1]) - 1 - length
+                par.evict(o, upto)
+                ref.evict(o, upto)
+    assert matched > n
+    assert par.rebuilds > 0 and par.core.rebalances > 0
+    assert par._capacity(0) > 1024
+    for s in range(streams):  # every range's merges drop what eviction passed
+        span = par._next(s) - par.live[s]
+        assert span < par._capacity(s)
+        assert all(part[s].meta[M_W] == span for part in par.core.parts)
 
 
 def _schemas():
@@ -125,12 +189,15 @@ def _reference(recs, length, eps, self_join):
 
 @settings(max_examples=25)
 @given(seed=st.integers(0, 10_000), length=st.integers(0, 12), eps=st.sampled_from([0.0, 2.0]),
-       index=st.sampled_from(["pimtree", "bptree", "ibchain", "nlwj"]), self_join=st.booleans())
+       index=st.sampled_from(["pimtree", "bptree", "ibchain", "nlwj", "pimtree/2", "imtree/3"]),
+       self_join=st.booleans())
 def test_time_operator_matches_reference(seed, length, eps, index, self_join):
     rng = np.random.default_rng(seed)
     recs = _records(rng, 40, self_join)
+    index, _, threads = index.partition("/")
     spec = BandJoin(left=2, right=None if self_join else 3, on="x", eps=eps,
-                    window=TimeWindow(length, "ts"), index=index, merge_ratio=0.25)
+                    window=TimeWindow(length, "ts"), index=index, merge_ratio=0.25,
+                    threads=int(threads or 1))
     schemas = _schemas() if not self_join else {2: _schemas()[2]}
     out, h = run_operator(spec, schemas, recs)
     want, late = _reference(recs, length, eps, self_join)
@@ -170,8 +237,13 @@ def test_time_window_eviction_bounds_state(index):
 
 
 def test_time_window_bad_input():
-    with pytest.raises(PlanError, match="one thread"):
-        BandJoin(left=2, right=3, on="x", eps=1.0, window=TimeWindow(5, "ts"), threads=2)
+    for index, parallel in (("bptree", "auto"), ("ibchain", "round_robin"),
+                            ("pimtree", "task_queue"), ("imtree", "round_robin")):
+        with pytest.raises(PlanError, match=f"key ranges of an imtree or pimtree.*{index}"):
+            BandJoin(left=2, right=3, on="x", eps=1.0, window=TimeWindow(5, "ts"), index=index,
+                     threads=2, parallel=parallel)
+    with pytest.raises(PlanError, match="key ranges.*'nlwj'"):
+        TimeBandCore("nlwj", np.dtype(np.int64), -1, 1, 5, threads=2)
     spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=TimeWindow(5, "t"))
     with pytest.raises(SchemaError, match="time column 't'"):
         spec.output_schema(_schemas())
@@ -209,6 +281,8 @@ def test_command_time_window(tmp_path):
         want.append((tabs[0][li]["x"], tabs[0][li]["ts"], tabs[1][ri]["x"], tabs[1][ri]["ts"]))
     assert got.schema.names == ["x", "ts", "x_right", "ts_right"]
     assert list(zip(*[got.column(i).to_pylist() for i in range(4)], strict=True)) == want
+    assert band_run(left, right, _args(eps=1.0, time="ts", window_time=30, batch_size=37,
+                                       threads=2)).equals(got)
     lp, rp, op = tmp_path / "l.parquet", tmp_path / "r.parquet", tmp_path / "o.parquet"
     pq.write_table(left, lp)
     pq.write_table(right, rp)
