@@ -23,10 +23,8 @@ from splice.joins.window import TimeWindow
 from splice.testing import check_operator, run_operator
 from tests.reference.band_join import nested_loop_band_time_join
 
-
-@settings(max_examples=60)
-@given(
-    index=st.sampled_from(list(INDEX_KINDS)),
+#: A time-window core's inputs: (side, key, time jitter) per tuple, then the join's settings.
+_CORE_CASE = dict(
     data=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 30), st.integers(0, 12)),
                   max_size=300),
     length=st.integers(0, 40),
@@ -35,22 +33,17 @@ from tests.reference.band_join import nested_loop_band_time_join
     chunk=st.sampled_from([1, 2, 7, 49, 50, 51, 100]),
     merge_ratio=st.sampled_from([0.05, 0.5, 1.0]),
 )
+
+
+@settings(max_examples=60)
+@given(index=st.sampled_from(list(INDEX_KINDS)), **_CORE_CASE)
 def test_time_core_matches_nested_loops(index, data, length, eps, self_join, chunk, merge_ratio):
     _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, threads=1)
 
 
 @settings(max_examples=40)
-@given(
-    index=st.sampled_from(["imtree", "pimtree"]),
-    data=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 30), st.integers(0, 12)),
-                  max_size=300),
-    length=st.integers(0, 40),
-    eps=st.sampled_from([0, 1, 3]),
-    self_join=st.booleans(),
-    chunk=st.sampled_from([1, 2, 7, 49, 50, 51, 100]),
-    merge_ratio=st.sampled_from([0.05, 0.5, 1.0]),
-    threads=st.sampled_from([2, 3]),
-)
+@given(index=st.sampled_from(["imtree", "pimtree"]), threads=st.sampled_from([2, 3]),
+       **_CORE_CASE)
 def test_parallel_time_core_matches_nested_loops(index, data, length, eps, self_join, chunk,
                                                  merge_ratio, threads):
     _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, threads)
