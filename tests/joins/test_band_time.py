@@ -41,7 +41,7 @@ def test_time_core_matches_nested_loops(index, data, length, eps, self_join, chu
     _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, threads=1)
 
 
-@settings(max_examples=40)
+@settings(max_examples=150)
 @given(index=st.sampled_from(["imtree", "pimtree"]), threads=st.sampled_from([2, 3]),
        **_CORE_CASE)
 def test_parallel_time_core_matches_nested_loops(index, data, length, eps, self_join, chunk,
