@@ -16,6 +16,9 @@ order. The bounds start as the quantiles of the first keys joined; when one rang
 than ``REBALANCE_SKEW`` times its share of the arrivals, the bounds are re-derived from the
 latest keys and the windows' live entries move to their new ranges (:meth:`KeyRangeJoin.rebalance`:
 one pass, each range's ``T_S`` rebuilt), as the PIM-Tree re-derives its partitions at a merge.
+Time windows (:class:`~splice.joins.band_time.TimeBandCore`) run on the same ranges: eviction
+sets how many positions each window spans (:meth:`KeyRangeJoin.set_span`), and growth rebuilds
+every range's trees with more room (:meth:`KeyRangeJoin.reindex`).
 
 **Task-queue join** (:class:`TaskQueueJoin`, for ``imtree``/``pimtree`` windows; the seed's
 parallel IBWJ, its threads sharing one index). Tuples of both
