@@ -120,6 +120,9 @@ MERGE_SLICE = 16_384
 #: from the latest keys: half the windows' worth, 1,024 to ``RECENT_KEYS``.
 REBALANCE_SKEW = 1.25
 RECENT_KEYS = 65_536
+#: Calls of the key-range join with fewer tuples run the ranges one after another on the calling
+#: thread: handing them to the other threads costs more than it saves.
+SMALL_CALL = 1024
 
 
 def _pow2(n: int) -> int:
@@ -493,13 +496,17 @@ class KeyRangeJoin:
         self.insertion_depth = insertion_depth
         self.parts = [[self._new_index(windows[s]) for s in range(n_streams)] for _ in range(t)]
         self.prefetch = any(ix.prefetch_pays for ix in self.parts[0])
+        #: calls of fewer tuples run the ranges on the calling thread (:data:`SMALL_CALL`)
+        self.small_call = SMALL_CALL
         #: the lower end of every range but the first (derived from the first keys joined,
         #: re-derived by :meth:`rebalance`)
         self.bounds: np.ndarray | None = None
         #: times the ranges were re-derived
         self.rebalances = 0
-        self._recent = np.empty(0, self.dtype)
-        self._took = np.zeros(t, np.int64)  # tuples each range took since the ranges were set
+        # the latest keys joined, a ring: _recent_end counts every key written
+        self._recent = np.empty(RECENT_KEYS, self.dtype)
+        self._recent_end = 0
+        self._took = [0] * t  # tuples each range took since the ranges were set
         self.counts = [0, 0]
         self._bufs = [(np.empty(1024, np.int64), np.empty(1024, np.int64)) for _ in range(t)]
         self._workers = Workers(t - 1) if t > 1 else None
@@ -600,16 +607,21 @@ class KeyRangeJoin:
         t = self.threads
         lens = [0] * t
         ctrs = [np.array([*self.counts, 0], np.int64) for _ in range(t)]
-        self._in_threads(lambda k: lens.__setitem__(k, self._run_range(k, sides, keys, ctrs[k])))
+        self._in_threads(lambda k: lens.__setitem__(k, self._run_range(k, sides, keys, ctrs[k])),
+                         here=n < self.small_call)
         self.counts = [int(ctrs[0][0]), int(ctrs[0][1])]
-        self._note_arrivals(keys, np.array([c[2] for c in ctrs]))
+        self._note_arrivals(keys, [int(c[2]) for c in ctrs])
         # the ranges' matches interleaved by tuple: each thread one slice of the tuples
         slices = t if n >= MERGE_SLICE else 1
-        edges = (np.arange(slices + 1) * n) // slices
-        cut = np.array([np.searchsorted(self._bufs[k][0][: lens[k]], edges) for k in range(t)],
-                       np.int64).reshape(t, slices + 1)
-        # where each slice's rows start in out
-        starts = m + np.cumsum(np.concatenate([[0], (cut[:, 1:] - cut[:, :-1]).sum(axis=0)]))
+        if slices == 1:  # one slice: every range's rows
+            cut = np.array([[0, lens[k]] for k in range(t)], np.int64)
+            starts = np.array([m, m + sum(lens)], np.int64)
+        else:
+            edges = (np.arange(slices + 1) * n) // slices
+            cut = np.array([np.searchsorted(self._bufs[k][0][: lens[k]], edges)
+                            for k in range(t)], np.int64).reshape(t, slices + 1)
+            # where each slice's rows start in out
+            starts = m + np.cumsum(np.concatenate([[0], (cut[:, 1:] - cut[:, :-1]).sum(axis=0)]))
         end = int(starts[-1])
         if end > len(out[0]):
             size = max(2 * len(out[0]), end)
@@ -629,20 +641,39 @@ class KeyRangeJoin:
             merge(0)
         return out, end
 
-    def _note_arrivals(self, keys: np.ndarray, took: np.ndarray) -> None:
+    def _note_arrivals(self, keys: np.ndarray, took: list[int]) -> None:
         # keep the latest keys; re-derive the ranges when one took far more than its share
         # the windows' entries: one window for a self-join
         span = self.windows[0] if self.self_join else sum(self.windows)
-        keep = min(RECENT_KEYS, max(1024, span // 2))
-        self._recent = np.concatenate([self._recent, keys[-keep:]])[-keep:]
-        self._took += took
-        since = int(self._took.sum())
+        self._remember(keys)
+        self._took = [a + b for a, b in zip(self._took, took, strict=True)]
+        since = sum(self._took)
         enough = max(span // 2, 1024)
         if (self.threads > 1 and since >= enough
-                and self._took.max() > REBALANCE_SKEW * since / self.threads):
+                and max(self._took) > REBALANCE_SKEW * since / self.threads):
             self.rebalance()
         elif since >= 4 * enough:  # judge the recent arrivals, not all since the start
-            self._took[:] = 0
+            self._took = [0] * self.threads
+
+    def _remember(self, keys: np.ndarray) -> None:
+        # the call's latest keys into the ring, over the oldest
+        cap = len(self._recent)
+        tail = keys[-cap:]
+        at = self._recent_end % cap
+        first = min(len(tail), cap - at)
+        self._recent[at : at + first] = tail[:first]
+        self._recent[: len(tail) - first] = tail[first:]
+        self._recent_end += len(tail)
+
+    def _recent_keys(self) -> np.ndarray:
+        """The latest keys joined: half the windows' worth, 1,024 to ``RECENT_KEYS``."""
+        span = self.windows[0] if self.self_join else sum(self.windows)
+        cap = len(self._recent)
+        n = min(RECENT_KEYS, max(1024, span // 2), self._recent_end)
+        end = self._recent_end % cap
+        if n <= end:
+            return self._recent[end - n : end]
+        return np.concatenate([self._recent[cap - (n - end) :], self._recent[:end]])
 
     def rebalance(self) -> None:
         """Re-derive the key ranges from the latest arrivals' keys (equal shares) and move each
@@ -653,8 +684,9 @@ class KeyRangeJoin:
         On 2 threads about 15 ns per window entry at w = 2^16 and 6 ns at 2^20 (14-20 ns on
         one thread): with at least half the windows' worth of arrivals between two rebalances,
         at most about 30 ns per arrival."""
-        self._took[:] = 0
-        bounds = self._derive_bounds(self._recent) if len(self._recent) else None
+        self._took = [0] * self.threads
+        recent = self._recent_keys()
+        bounds = self._derive_bounds(recent) if len(recent) else None
         if bounds is None or (self.bounds is not None and np.array_equal(bounds, self.bounds)):
             return  # e.g. one key value takes most arrivals: no split of it is fairer
         self.bounds = bounds
@@ -697,8 +729,9 @@ class KeyRangeJoin:
 
         self._in_threads(install)
 
-    def _in_threads(self, fn: Any) -> None:
-        # fn(k) on thread k for every k; the first error is raised here
+    def _in_threads(self, fn: Any, here: bool = False) -> None:
+        # fn(k) on thread k for every k (``here``: every k on this thread, one after another);
+        # the first error is raised here
         errors: list[BaseException] = []
 
         def call(k: int) -> None:
@@ -707,8 +740,9 @@ class KeyRangeJoin:
             except BaseException as exc:  # surfaced by the thread that started the run
                 errors.append(exc)
 
-        if self._workers is None:
-            call(0)
+        if self._workers is None or here:
+            for k in range(self.threads):
+                call(k)
         else:
             self._workers.run(call)
         if errors:

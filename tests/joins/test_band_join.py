@@ -258,10 +258,11 @@ def test_task_queue_join_matches_nested_loops(data, wl, wr, eps, self_join, thre
     chunk=st.sampled_from([1, 7, 20, 1000]),
     prefetch=st.booleans(),
     rebalance_every=st.sampled_from([0, 1, 3]),
+    here=st.booleans(),
 )
 def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self_join, as_float,
                                              threads, index, merge_ratio, chunk, prefetch,
-                                             rebalance_every):
+                                             rebalance_every, here):
     # streams of hundreds of tuples (hypothesis' own lists stay short): many keys equal to the
     # ranges' bounds, bands reaching across them, keys drifting so that the ranges move
     rng = np.random.default_rng(seed)
@@ -273,6 +274,7 @@ def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self
     dtype = np.dtype(np.float64 if as_float else np.int64)
     join = KeyRangeJoin(index, (wl, wr), dtype, lower, upper, self_join, merge_ratio, 1, threads)
     join.prefetch = prefetch  # on by window size only from 2**18 tuples: forced here
+    join.small_call = 10**9 if here else 0  # every call on the calling thread, or none
     want = nested_loop_band_join(sides, keys, (wl, wr), lower, upper, self_join)
     got = []
     for i, c0 in enumerate(range(0, len(keys), chunk)):
@@ -284,6 +286,23 @@ def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self
     assert got == want
 
 
+def test_key_range_join_remembers_the_latest_keys():
+    # the keys the ranges are re-derived from: the latest half-windows' worth, kept in a ring
+    # that calls of any length wrap around
+    from splice.joins.parallel_band import RECENT_KEYS
+
+    join = KeyRangeJoin("pimtree", (1 << 17, 1 << 17), np.dtype(np.int64), -1, 1, False, 0.25,
+                        1, 2)
+    seen = np.zeros(0, np.int64)
+    for size in (5, 40_000, 30_000, 1, 70_000, 65_535, 3):
+        keys = np.arange(len(seen), len(seen) + size, dtype=np.int64)
+        join._remember(keys)
+        seen = np.concatenate([seen, keys])
+        assert np.array_equal(join._recent_keys(), seen[-RECENT_KEYS:])
+    join.windows = (1024, 1024)  # smaller windows: half their worth, at least 1,024
+    assert np.array_equal(join._recent_keys(), seen[-1024:])
+
+
 def test_key_range_join_follows_moving_keys(monkeypatch):
     # keys drifting upwards: each new tuple lands in the last range until the ranges are
     # re-derived; the entries move between ranges and the rows stay the nested-loop join's.
@@ -293,6 +312,7 @@ def test_key_range_join_follows_moving_keys(monkeypatch):
 
     monkeypatch.setattr(parallel_band, "CHUNK", 700)
     monkeypatch.setattr(parallel_band, "MERGE_SLICE", 100)
+    monkeypatch.setattr(parallel_band, "SMALL_CALL", 0)  # every range on its own thread
     rng = np.random.default_rng(8)
     n = 20_000
     sides = rng.integers(0, 2, n).astype(np.int8)

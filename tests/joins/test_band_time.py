@@ -43,19 +43,24 @@ def test_time_core_matches_nested_loops(index, data, length, eps, self_join, chu
 
 @settings(max_examples=150)
 @given(index=st.sampled_from(["imtree", "pimtree"]), threads=st.sampled_from([2, 3]),
-       **_CORE_CASE)
+       here=st.booleans(), **_CORE_CASE)
 def test_parallel_time_core_matches_nested_loops(index, data, length, eps, self_join, chunk,
-                                                 merge_ratio, threads):
-    _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, threads)
+                                                 merge_ratio, threads, here):
+    # here: the ranges of every call on the calling thread; else each on its own thread
+    _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, threads,
+                     small_call=10**9 if here else 0)
 
 
-def _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, threads):
+def _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, threads,
+                     small_call=None):
     # times drift upward with bounded disorder; watermarks trail each stream's future minimum
     sides = [0 if self_join else s for s, _, _ in data]
     keys = [k for _, k, _ in data]
     times = [i // 3 + j for i, (_, _, j) in enumerate(data)]
     core = TimeBandCore(index, np.dtype(np.int64), -eps, eps, length, self_join, merge_ratio, 1, 3,
                         threads)
+    if small_call is not None:
+        core.core.small_call = small_call
     n = len(keys)
     got = []
     streams = 1 if self_join else 2
@@ -83,7 +88,8 @@ def _check_time_core(index, data, length, eps, self_join, chunk, merge_ratio, th
 
 @pytest.mark.parametrize("index", ["imtree", "pimtree"])
 @pytest.mark.parametrize("self_join", [False, True])
-def test_parallel_time_core_grows_and_follows_the_keys(index, self_join):
+@pytest.mark.parametrize("small_call", [0, 10**9])
+def test_parallel_time_core_grows_and_follows_the_keys(index, self_join, small_call):
     # enough tuples that the windows outgrow their first capacity (every range re-indexed) and
     # keys that move, so that the key ranges are re-derived; the serial nested loops decide
     rng = np.random.default_rng(5)
@@ -93,6 +99,7 @@ def test_parallel_time_core_grows_and_follows_the_keys(index, self_join):
     times = np.arange(n) // 2 + rng.integers(0, 20, n)  # out of order within 20
     length, eps = 1500, 2
     par = TimeBandCore(index, np.dtype(np.int64), -eps, eps, length, self_join, 0.1, 1, 2, 3)
+    par.core.small_call = small_call  # ranges on their own threads, or on the calling one
     ref = TimeBandCore("nlwj", np.dtype(np.int64), -eps, eps, length, self_join)
     streams = 1 if self_join else 2
     # per stream, the smallest time still to come after each tuple: the watermark's bound
