@@ -67,7 +67,9 @@ results are merged into the join's order.
 
 Threads are Python threads; the work runs in ``nogil`` numba kernels, so they run in parallel.
 The key-range and task-queue joins keep their threads from call to call
-(:class:`~splice.joins._workers.Workers`).
+(:class:`~splice.joins._workers.Workers`); the key-range join runs a call of fewer than
+``SMALL_CALL`` tuples range after range on the calling thread, where waking the others would
+cost more than they save.
 """
 
 from __future__ import annotations
