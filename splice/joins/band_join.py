@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, time_values
-from splice.index._window import M_NEXT, join_run
+from splice.index._window import M_NEXT, M_W, join_run
 from splice.index.window import (
     INDEX_KINDS,
     IndexKind,
@@ -184,12 +184,13 @@ class BandCore:
         self.self_join = self_join
         self.dtype = np.dtype(dtype)
         self.offs_lo, self.offs_hi = probe_offsets(lower, upper, self.dtype, self_join)
-        opts: dict[str, Any] = dict(
+        self.index = index
+        self.opts: dict[str, Any] = dict(
             merge_ratio=merge_ratio, insertion_depth=insertion_depth, chain_length=chain_length
         )
-        self.indexes = [WindowIndex(index, windows[0], self.dtype, **opts)]
+        self.indexes = [WindowIndex(index, windows[0], self.dtype, **self.opts)]
         if not self_join:
-            self.indexes.append(WindowIndex(index, windows[1], self.dtype, **opts))
+            self.indexes.append(WindowIndex(index, windows[1], self.dtype, **self.opts))
         self.prefetch = any(ix.prefetch_pays for ix in self.indexes)
         self._cap = 1024
 
@@ -197,6 +198,29 @@ class BandCore:
         """Continue numbering each stream's arrivals from ``positions`` (an empty core only)."""
         for ix, p in zip(self.indexes, positions, strict=False):
             ix.meta[M_NEXT] = p
+
+    # -- time windows (:class:`~splice.joins.band_time.TimeBandCore`; as the key-range join) ----
+
+    def next_position(self, s: int) -> int:
+        """Position of stream ``s``'s next arrival."""
+        return int(self.indexes[s].meta[M_NEXT])
+
+    def capacity(self, s: int) -> int:
+        """Entries stream ``s``'s index is sized for."""
+        return int(self.indexes[s].window)
+
+    def set_span(self, s: int, span: int) -> None:
+        """Probe (and, an IM/PIM-Tree, keep at merges) the last ``span`` positions of stream ``s``."""
+        self.indexes[s].meta[M_W] = int(span)
+
+    def reindex(self, s: int, first: int, keys: np.ndarray, capacity: int) -> None:
+        """Index stream ``s``'s tuples at positions ``first, first + 1, ...`` (``keys``) afresh,
+        sized for ``capacity`` entries (prefetching as that size asks)."""
+        ix = WindowIndex(self.index, capacity, self.dtype, **self.opts)
+        ix.meta[M_NEXT] = first
+        ix.insert(keys)
+        self.indexes[s] = ix
+        self.prefetch = any(x.prefetch_pays for x in self.indexes)
 
     def run(self, sides: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Join the tuples ``(sides[g], keys[g])`` in order; return ``(g, partner position)``."""

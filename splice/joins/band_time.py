@@ -9,11 +9,11 @@ A tuple whose time is at or before its own stream's watermark is late: it goes t
 output and joins nothing. Output order is that of the count-window join: by arrival of the later
 tuple, then of its partner.
 
-Algorithm. Each stream keeps the index of the count-window join (:class:`WindowIndex`, any kind)
-over the positions it retains, ``first .. next - 1``, with a capacity ``C >= next - first``, so
-the count expiry of the index never drops a retained tuple. A probe searches the key range over
-the retained positions and keeps the candidates within ``D`` in time (one vectorized filter per
-call). When a watermark ``W`` arrives on one stream, the other stream's tuples with time
+Algorithm. Each stream keeps the index of the count-window join
+(:class:`~splice.index.window.WindowIndex`, any kind) over the positions it retains,
+``first .. next - 1``, with a capacity ``C >= next - first``, so the count expiry of the index
+never drops a retained tuple. A probe searches the key range over the retained positions and
+keeps the candidates within ``D`` in time (one compiled pass per call). When a watermark ``W`` arrives on one stream, the other stream's tuples with time
 ``<= W - D`` can never match again (later tuples of the watermarked stream have times > ``W``);
 the longest such prefix of positions is dead. The IM-Tree and PIM-Tree evict it at once and in
 place: their window start moves past it, so searches skip it and the next merge drops it. The
@@ -33,13 +33,10 @@ from the retained rows on restore).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from splice.core.errors import PlanError
-from splice.index._window import M_NEXT, M_W
-from splice.index.window import IndexKind, WindowIndex
+from splice.index.window import IndexKind
 from splice.joins._band_kernels import time_window_filter
 from splice.joins.band_join import BandCore
 from splice.joins.parallel_band import KeyRangeJoin
@@ -76,9 +73,6 @@ class TimeBandCore:
         self.index = index
         self.dtype = np.dtype(dtype)
         self.self_join = self_join
-        self.opts: dict[str, Any] = dict(
-            merge_ratio=merge_ratio, insertion_depth=insertion_depth, chain_length=chain_length
-        )
         n = 1 if self_join else 2
         # IM/PIM-Tree: first live position; the index filters what lies before it out of every
         # search and drops it at its next merge, so evicting needs no rebuild
@@ -122,21 +116,10 @@ class TimeBandCore:
         self.cnt[s] = c + n
 
     def _next(self, s: int) -> int:
-        if isinstance(self.core, KeyRangeJoin):
-            return self.core.next_position(s)
-        return int(self.core.indexes[s].meta[M_NEXT])
+        return self.core.next_position(s)
 
     def _capacity(self, s: int) -> int:
-        if isinstance(self.core, KeyRangeJoin):
-            return self.core.capacity(s)
-        return int(self.core.indexes[s].window)
-
-    def _set_span(self, s: int, span: int) -> None:
-        # an in-place index probes and keeps the last `span` positions
-        if isinstance(self.core, KeyRangeJoin):
-            self.core.set_span(s, span)
-        else:
-            self.core.indexes[s].meta[M_W] = span
+        return self.core.capacity(s)
 
     def start_at(self, positions: tuple[int, int]) -> None:
         """Continue numbering each stream's arrivals from ``positions`` (an empty core only)."""
@@ -147,15 +130,7 @@ class TimeBandCore:
     def _rebuild(self, s: int, first: int, capacity: int) -> None:
         """Index positions ``first .. next - 1`` of stream ``s`` afresh, with ``capacity``."""
         self._compact(s, first)
-        capacity = max(capacity, MIN_CAPACITY)
-        if isinstance(self.core, KeyRangeJoin):
-            self.core.reindex(s, first, self.keys_of(s), capacity)
-        else:
-            ix = WindowIndex(self.index, capacity, self.dtype, **self.opts)
-            ix.meta[M_NEXT] = first
-            ix.insert(self.keys_of(s))
-            self.core.indexes[s] = ix
-            self.core.prefetch = any(x.prefetch_pays for x in self.core.indexes)
+        self.core.reindex(s, first, self.keys_of(s), max(capacity, MIN_CAPACITY))
         self.rebuilds += 1
 
     def _compact(self, s: int, first: int) -> None:
@@ -186,7 +161,7 @@ class TimeBandCore:
                 self._rebuild(s, self.live[s], 2 * held)
             if self.in_place:
                 # count expiry keeps every live position while these tuples enter
-                self._set_span(s, held)
+                self.core.set_span(s, held)
             self._append(s, keys[mine], times[mine])
         g, p = self.core.run(sides, keys)
         if not len(g):
@@ -211,7 +186,7 @@ class TimeBandCore:
         dead = start + (int(np.argmax(alive)) if alive.any() else len(alive))
         if self.in_place and self.first[s] + dead > self.live[s]:
             self.live[s] = self.first[s] + dead
-            self._set_span(s, self._next(s) - self.live[s])
+            self.core.set_span(s, self._next(s) - self.live[s])
         if dead and 2 * dead >= len(t):
             if self.in_place:
                 self._compact(s, self.first[s] + dead)
