@@ -24,6 +24,8 @@ filtered out of searches by position and dropped at link disposal or merge.
 
 from __future__ import annotations
 
+import numpy as np
+
 from splice.index._band_bounds import band_bounds
 from splice.index._bptree import (
     bpt_delete,
@@ -79,6 +81,11 @@ __all__ = [
     "merge_install",
     "join_run",
     "search_prefetch",
+    "DESCENTS",
+    "new_descents",
+    "clear_descents",
+    "ts_leaf",
+    "im_search_at",
     "PREFETCH_AHEAD",
     "PREFETCH_MIN_WINDOW",
     "sort_small",
@@ -183,21 +190,34 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
             if n_out < 0:
                 return -1
         return n_out
-    # IM-Tree and PIM-Tree: T_S, then T_I (one tree, or the partitions covering [lo, hi])
-    parts = meta[M_NPART]
-    if parts <= 1:
-        n_out = ibt_search(sk[0], sp[0], sm[0, 0], si[0], sl[0], sc[0], sm[0, 1], lo, hi, plo,
-                           phi, out, n_out)
-        if n_out < 0:
-            return -1
-        return bpt_search(pk, pp, pc, pn, nx, tm, 0, lo, hi, plo, phi, out, n_out)
+    leaf, q = ts_leaf(st, lo)
+    return im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q)
+
+
+@kernel(inline="always")
+def ts_leaf(st, lo):
+    """IM/PIM-Tree: the ``T_S`` leaf holding the first key >= ``lo`` and the ``T_I`` partition
+    holding ``lo`` (0 with one), the descent a search of ``[lo, ...]`` starts with. Both stay
+    valid until the next merge (``meta[M_MERGES]`` counts them)."""
+    sm = st[13]
+    meta = st[15]
+    if meta[M_NPART] <= 1:
+        return ibt_leaf(st[10][0], st[11][0], st[12][0], sm[0, 1], lo), 0
     # the descent of T_S to lo's leaf passes the node that is lo's partition: no second route
-    leaf, q = ibt_leaf_route(si[0], sl[0], sc[0], sm[0, 1], lo, meta[M_PLEVEL])
+    return ibt_leaf_route(st[10][0], st[11][0], st[12][0], sm[0, 1], lo, meta[M_PLEVEL])
+
+
+@kernel(inline="always")
+def im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q):
+    """:func:`idx_search` of an IM/PIM-Tree whose descent :func:`ts_leaf` gave ``(leaf, q)``:
+    ``T_S`` from that leaf, then ``T_I`` (one tree, or the partitions covering ``[lo, hi]``)."""
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
     ns = sm[0, 0]
     n_out = ibt_scan(sk[0], sp[0], ns, ibt_leaf_bound(sk[0], ns, leaf, lo), hi, plo, phi, out,
                      n_out)
     if n_out < 0:
         return -1
+    parts = meta[M_NPART]
     while True:
         n_out = bpt_search(pk, pp, pc, pn, nx, tm, q, lo, hi, plo, phi, out, n_out)
         if n_out < 0:
@@ -207,22 +227,38 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
             return n_out
 
 
-#: Windows of this many tuples and more (4 MiB of keys and positions in ``T_S`` or the archived
-#: links) are searched with their immutable leaves prefetched a few tuples ahead; smaller ones
-#: mostly hit the caches, where the extra descent costs more than it saves (measured on a
-#: machine with 1 MiB of L2 per core and 8 MiB of L3: docs/benchmarks.md).
-PREFETCH_MIN_WINDOW = 1 << 18
+#: Windows of this many tuples and more (2 MiB of keys and positions in ``T_S`` or the archived
+#: links, twice the L2 of a core) are searched with their immutable leaves prefetched a few
+#: tuples ahead; smaller ones mostly hit the caches, where prefetching costs more than it saves
+#: (measured with ``benchmarks.band_prefetch``: docs/benchmarks.md).
+PREFETCH_MIN_WINDOW = 1 << 17
 #: How many arrivals ahead the joins start loading a tuple's leaves.
 PREFETCH_AHEAD = 8
+#: Slots of the ring (``descents[0..2, slot]``: leaf, partition, merge count) that carries the
+#: IM/PIM-Tree descent made to prefetch a tuple's leaf to that tuple's search, so that the search
+#: does not descend again; a power of two above ``PREFETCH_AHEAD`` (the slot written at a tuple
+#: is never its own).
+DESCENTS = 16
+
+
+def new_descents():
+    """The scratch ring of :data:`DESCENTS` descents a prefetching join loop takes."""
+    return np.empty((3, DESCENTS), np.int64)
 
 
 @kernel(inline="always")
-def _prefetch_leaf(st, s, lo):
-    # the leaf of immutable tree s that holds the first key >= lo: its keys and positions
-    sm = st[13]
-    if sm[s, 0] == 0:
+def clear_descents(descents):
+    """Mark every slot unused (a merge count of -1 never matches)."""
+    for j in range(DESCENTS):
+        descents[2, j] = -1
+
+
+@kernel(inline="always")
+def _prefetch_block(st, s, leaf):
+    # the keys and positions of leaf ``leaf`` of immutable tree s
+    if st[13][s, 0] == 0:
         return
-    i = ibt_leaf(st[10][s], st[11][s], st[12][s], sm[s, 1], lo) * LEAF_SIZE
+    i = leaf * LEAF_SIZE
     sk = st[8][s]
     sp = st[9][s]
     for j in range(0, LEAF_SIZE, 8):
@@ -235,15 +271,24 @@ def search_prefetch(st, lo):
     """Start loading the immutable leaves that a search of ``[lo, ...]`` in ``st`` will read:
     ``T_S`` of the IM- and PIM-Tree, every archived link of the IB-chain (nothing for the other
     kinds). The inner levels descended to find a leaf are small and stay cached; the search
-    itself, a few tuples later, then finds its leaf loaded instead of waiting for memory."""
+    itself, a few tuples later, then finds its leaf loaded instead of waiting for memory.
+
+    Returns ``(leaf, q, stamp)``: for the IM/PIM-Tree :func:`ts_leaf`'s descent and the merge
+    count it holds for (:func:`im_search_at` starts from it while no merge intervenes), else
+    ``stamp = -1``."""
     meta = st[15]
     kind = meta[M_KIND]
     if kind == IMTREE or kind == PIMTREE:
-        _prefetch_leaf(st, 0, lo)
-    elif kind == IBCHAIN:
+        leaf, q = ts_leaf(st, lo)
+        _prefetch_block(st, 0, leaf)
+        return leaf, q, meta[M_MERGES]
+    if kind == IBCHAIN:
         slots = st[17].shape[0]
+        sm = st[13]
         for c in range(meta[M_CCNT] - 1):
-            _prefetch_leaf(st, (meta[M_CHEAD] + c) % slots, lo)
+            s = (meta[M_CHEAD] + c) % slots
+            _prefetch_block(st, s, ibt_leaf(st[10][s], st[11][s], st[12][s], sm[s, 1], lo))
+    return 0, 0, -1
 
 
 @kernel()
@@ -432,7 +477,7 @@ def idx_search_many(st, los, his, plo, phi, out_i, out_p, start, n_out):
 
 @kernel()
 def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i, out_p,
-             n_out, prefetch=False):
+             n_out, prefetch, descents):
     """IBWJ over ``keys[start:]``, tuples of the stream that ``own`` indexes, in arrival order.
 
     Each tuple ``x`` (position ``p``) probes ``other`` for partners with key in
@@ -442,19 +487,24 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
     ``(tuple index, partner position)``, partners ascending. Returns ``(next tuple, count,
     status)``; status 1: the pool needs room, 2: ``out`` is full — grow and call again.
     ``prefetch``: start loading the leaves of tuple ``i + PREFETCH_AHEAD``'s search at tuple
-    ``i`` (see :func:`search_prefetch`).
+    ``i`` (see :func:`search_prefetch`), and keep the descent for that search in ``descents``
+    (:func:`new_descents`).
     """
     n = keys.shape[0]
     ometa = other[15]
     meta = own[15]
     pm = own[6]
     kind = ometa[M_KIND]
+    if prefetch:
+        clear_descents(descents)
     for i in range(start, n):
         if nodes_free(pm) < meta[M_POOLMIN]:
             return i, n_out, 1
+        j = i & (DESCENTS - 1)
         if prefetch and i + PREFETCH_AHEAD < n:
-            search_prefetch(other, band_bounds(keys[i + PREFETCH_AHEAD], lo_off, hi_off,
-                                               mirrored)[0])
+            a = (i + PREFETCH_AHEAD) & (DESCENTS - 1)
+            descents[0, a], descents[1, a], descents[2, a] = search_prefetch(
+                other, band_bounds(keys[i + PREFETCH_AHEAD], lo_off, hi_off, mirrored)[0])
         x = keys[i]
         if self_join:
             phi = meta[M_NEXT] - 1
@@ -465,7 +515,11 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
         if phi >= plo:
             m0 = n_out
             klo, khi = band_bounds(x, lo_off, hi_off, mirrored)
-            r = idx_search(other, klo, khi, plo, phi, out_p, n_out)
+            if prefetch and descents[2, j] == ometa[M_MERGES]:
+                r = im_search_at(other, klo, khi, plo, phi, out_p, n_out, descents[0, j],
+                                 descents[1, j])
+            else:
+                r = idx_search(other, klo, khi, plo, phi, out_p, n_out)
             if r < 0:
                 return i, m0, 2
             n_out = r

@@ -26,7 +26,9 @@ from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
 from splice.index._jit import kernel
 from splice.index._window import (
+    DESCENTS,
     M_KIND,
+    M_MERGES,
     M_NEXT,
     M_NPART,
     M_POOLMIN,
@@ -35,9 +37,11 @@ from splice.index._window import (
     PREFETCH_AHEAD,
     _pim_boundary,
     _pim_route,
+    clear_descents,
     idx_insert,
     idx_search,
     im_merge,
+    im_search_at,
     merge_install,
     merge_into,
     search_prefetch,
@@ -94,8 +98,11 @@ R_LEN = 16
 
 
 @kernel(inline="always")
-def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_out):
-    # one tuple of the serial join: probe ``other``, then enter ``own``; returns (count, status)
+def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_out, leaf, q,
+              stamp):
+    # one tuple of the serial join: probe ``other``, then enter ``own``; returns (count, status).
+    # (leaf, q): the descent of other's T_S for this tuple, made while prefetching, valid while
+    # other's merge count is still ``stamp``
     meta = own[15]
     if nodes_free(own[6]) < meta[M_POOLMIN]:
         return n_out, 1
@@ -105,7 +112,10 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_o
     if phi >= plo:
         m0 = n_out
         klo, khi = band_bounds(x, offs_lo[s], offs_hi[s], mirrored)
-        r = idx_search(other, klo, khi, plo, phi, out_p, n_out)
+        if stamp == ometa[M_MERGES]:
+            r = im_search_at(other, klo, khi, plo, phi, out_p, n_out, leaf, q)
+        else:
+            r = idx_search(other, klo, khi, plo, phi, out_p, n_out)
         if r < 0:
             return m0, OUT_FULL
         n_out = r
@@ -118,31 +128,33 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_o
 
 
 @kernel(inline="always")
-def _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out):
+def _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out,
+               leaf, q, stamp):
     # the step of tuple g, written once per side with the states fixed; returns (count, status)
     s = sides[g]
     x = keys[g]
     if s == 0 or self_join:
         n_out, status = _seq_step(g, s, x, st_l, st_r, offs_lo, offs_hi, False, out_g, out_p,
-                                  n_out)
+                                  n_out, leaf, q, stamp)
         return n_out, LOW_LEFT_POOL if status == 1 else status
-    n_out, status = _seq_step(g, s, x, st_r, st_l, offs_lo, offs_hi, True, out_g, out_p, n_out)
+    n_out, status = _seq_step(g, s, x, st_r, st_l, offs_lo, offs_hi, True, out_g, out_p, n_out,
+                              leaf, q, stamp)
     return n_out, LOW_RIGHT_POOL if status == 1 else status
 
 
 @kernel(inline="always")
 def _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join):
-    # start loading the leaves that tuple a will search (as _seq_tuple picks its states)
+    # start loading the leaves that tuple a will search (as _seq_tuple picks its states);
+    # returns search_prefetch's (leaf, q, stamp)
     s = sides[a]
     if s == 0 or self_join:
-        search_prefetch(st_r, band_bounds(keys[a], offs_lo[s], offs_hi[s], False)[0])
-    else:
-        search_prefetch(st_l, band_bounds(keys[a], offs_lo[s], offs_hi[s], True)[0])
+        return search_prefetch(st_r, band_bounds(keys[a], offs_lo[s], offs_hi[s], False)[0])
+    return search_prefetch(st_l, band_bounds(keys[a], offs_lo[s], offs_hi[s], True)[0])
 
 
 @kernel()
 def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out,
-                 prefetch=False):
+                 prefetch, descents):
     """IBWJ over ``(sides[g], keys[g])`` from ``g = start``, in arrival order.
 
     A tuple of side ``s`` probes the opposite window (its own, before it, for a self-join: then
@@ -150,8 +162,9 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
     then enters its own window. Matches are ``(g, partner position)`` with partners ascending.
     Returns ``(next g, count, status)``: status 1/3 — the left/right pool needs room, 2 — ``out``
     is full; 0 — done. ``prefetch``: at tuple ``g``, start loading the leaves that tuple
-    ``g + PREFETCH_AHEAD`` will search (:func:`~splice.index._window.search_prefetch`); a loop
-    of its own, so that joins of small windows carry none of it.
+    ``g + PREFETCH_AHEAD`` will search (:func:`~splice.index._window.search_prefetch`) and keep
+    the IM/PIM-Tree descent that found them in ``descents`` (a ``(3, DESCENTS)`` scratch array)
+    for that search; a loop of its own, so that joins of small windows carry none of it.
 
     The step is written out once per side with the states fixed: choosing between the two
     states per tuple made every array of both live across the loop (hundreds of values kept and
@@ -159,18 +172,23 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
     """
     n = keys.shape[0]
     if prefetch:
+        clear_descents(descents)
         for g in range(start, n):
-            if g + PREFETCH_AHEAD < n:
-                _seq_prefetch(g + PREFETCH_AHEAD, sides, keys, offs_lo, offs_hi, st_l, st_r,
-                              self_join)
+            a = g + PREFETCH_AHEAD
+            if a < n:
+                j = a & (DESCENTS - 1)
+                descents[0, j], descents[1, j], descents[2, j] = _seq_prefetch(
+                    a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join)
+            j = g & (DESCENTS - 1)
             n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
-                                       out_g, out_p, n_out)
+                                       out_g, out_p, n_out, descents[0, j], descents[1, j],
+                                       descents[2, j])
             if status != 0:
                 return g, n_out, status
         return n, n_out, 0
     for g in range(start, n):
         n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
-                                   out_g, out_p, n_out)
+                                   out_g, out_p, n_out, 0, 0, -1)
         if status != 0:
             return g, n_out, status
     return n, n_out, 0
@@ -756,17 +774,21 @@ def _range_probe(x, lo_off, hi_off, mirrored, kmin, kmax, first, last):
 
 @kernel(inline="always")
 def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin, kmax, first,
-                last, out_g, out_p, n_out):
+                last, out_g, out_p, n_out, leaf, q, stamp):
     # one tuple for one key range: probe this range's part of the opposite window (positions
     # [te, tl]) when the band reaches into the range, then enter this range's part of the own
-    # window when the key lies in it (at its stream position p); returns (count, status)
+    # window when the key lies in it (at its stream position p); returns (count, status).
+    # (leaf, q, stamp): the prefetch's descent, as for _seq_step
     mine = (first | (x >= kmin)) & (last | (x < kmax))
     if mine and nodes_free(own[6]) < own[15][M_POOLMIN]:
         return n_out, 1
     klo, khi, hit = _range_probe(x, offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first, last)
     if hit and tl >= te:
         m0 = n_out
-        r = idx_search(other, klo, khi, te, tl, out_p, n_out)
+        if stamp == other[15][M_MERGES]:
+            r = im_search_at(other, klo, khi, te, tl, out_p, n_out, leaf, q)
+        else:
+            r = idx_search(other, klo, khi, te, tl, out_p, n_out)
         if r < 0:
             return m0, OUT_FULL
         n_out = r
@@ -783,18 +805,20 @@ def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin
 @kernel(inline="always")
 def _range_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, kmin, kmax, first,
                     last):
-    # start loading the leaves that tuple a will search in this range (as range_run)
+    # start loading the leaves that tuple a will search in this range (as range_run); returns
+    # search_prefetch's (leaf, q, stamp)
     s = sides[a]
     mirrored = not (s == 0 or self_join)
     klo, khi, hit = _range_probe(keys[a], offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first,
                                  last)
     if hit:
-        search_prefetch(st_l if mirrored else st_r, klo)
+        return search_prefetch(st_l if mirrored else st_r, klo)
+    return 0, 0, -1
 
 
 @kernel()
 def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin, kmax, first,
-              last, st_l, st_r, out_g, out_p, n_out, prefetch):
+              last, st_l, st_r, out_g, out_p, n_out, prefetch, descents):
     """One thread of the key-range join: the IBWJ of :func:`join_seq_run` restricted to the keys
     in ``[kmin, kmax)`` (``first``: no lower end, ``last``: no upper end).
 
@@ -811,26 +835,34 @@ def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin
     c0 = ctr[0]
     c1 = ctr[1]
     c2 = ctr[2]
+    if prefetch:
+        clear_descents(descents)
     for g in range(start, n):
+        j = g & (DESCENTS - 1)
         if prefetch and g + PREFETCH_AHEAD < n:
-            _range_prefetch(g + PREFETCH_AHEAD, sides, keys, offs_lo, offs_hi, st_l, st_r,
-                            self_join, kmin, kmax, first, last)
+            a = (g + PREFETCH_AHEAD) & (DESCENTS - 1)
+            descents[0, a], descents[1, a], descents[2, a] = _range_prefetch(
+                g + PREFETCH_AHEAD, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, kmin,
+                kmax, first, last)
+        stamp = descents[2, j] if prefetch else -1
+        leaf = descents[0, j]
+        q = descents[1, j]
         s = sides[g]
         x = keys[g]
         if self_join:
             n_out, status = _range_step(g, 0, x, c0, max(0, c0 - w0), c0 - 1, st_l, st_l,
                                         offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
-                                        out_p, n_out)
+                                        out_p, n_out, leaf, q, stamp)
             c0 += status == 0
         elif s == 0:
             n_out, status = _range_step(g, 0, x, c0, max(0, c1 - w1), c1 - 1, st_l, st_r,
                                         offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
-                                        out_p, n_out)
+                                        out_p, n_out, leaf, q, stamp)
             c0 += status == 0
         else:
             n_out, status = _range_step(g, 1, x, c1, max(0, c0 - w0), c0 - 1, st_r, st_l,
                                         offs_lo, offs_hi, True, kmin, kmax, first, last, out_g,
-                                        out_p, n_out)
+                                        out_p, n_out, leaf, q, stamp)
             c1 += status == 0
             if status == 1:
                 status = LOW_RIGHT_POOL

@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, time_values
-from splice.index._window import M_NEXT, M_W, join_run
+from splice.index._window import M_NEXT, M_W, join_run, new_descents
 from splice.index.window import (
     INDEX_KINDS,
     IndexKind,
@@ -193,6 +193,7 @@ class BandCore:
             self.indexes.append(WindowIndex(index, windows[1], self.dtype, **self.opts))
         self.prefetch = any(ix.prefetch_pays for ix in self.indexes)
         self._cap = 1024
+        self._descents = new_descents()
 
     def start_at(self, positions: tuple[int, int]) -> None:
         """Continue numbering each stream's arrivals from ``positions`` (an empty core only)."""
@@ -241,12 +242,12 @@ class BandCore:
                 g, m, status = join_run(keys, g, self.offs_lo[side], self.offs_hi[side],
                                         other.state, own.state, self.self_join,
                                         side == 1 and not self.self_join, out_g, out_p, m,
-                                        self.prefetch)
+                                        self.prefetch, self._descents)
                 low = own
             else:
                 g, m, status = join_seq_run(sides, keys, g, self.offs_lo, self.offs_hi,
                                             left.state, right.state, self.self_join, out_g,
-                                            out_p, m, self.prefetch)
+                                            out_p, m, self.prefetch, self._descents)
                 low = left if status == LOW_LEFT_POOL else right
             if status == 0:
                 break

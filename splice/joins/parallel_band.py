@@ -82,7 +82,7 @@ from typing import Any
 import numpy as np
 
 from splice.core.errors import InternalError
-from splice.index._window import M_NEXT, M_THRESH, M_W, merge_install, merge_into
+from splice.index._window import M_NEXT, M_THRESH, M_W, merge_install, merge_into, new_descents
 from splice.index.window import IndexKind, WindowIndex
 from splice.joins._band_kernels import (
     C_ERROR,
@@ -511,6 +511,7 @@ class KeyRangeJoin:
         self._took = [0] * t  # tuples each range took since the ranges were set
         self.counts = [0, 0]
         self._bufs = [(np.empty(1024, np.int64), np.empty(1024, np.int64)) for _ in range(t)]
+        self._descents = [new_descents() for _ in range(t)]
         self._workers = Workers(t - 1) if t > 1 else None
 
     def _new_index(self, capacity: int) -> WindowIndex:
@@ -763,7 +764,7 @@ class KeyRangeJoin:
             g, m, status = range_run(g, ctr, sides, keys, self.windows[0], self.windows[-1],
                                      self.offs_lo, self.offs_hi, self.self_join, lo, hi, first,
                                      last, left.state, right.state, out_g, out_p, m,
-                                     self.prefetch)
+                                     self.prefetch, self._descents[k])
             if status == 0:
                 break
             if status == OUT_FULL:

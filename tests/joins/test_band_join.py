@@ -21,7 +21,7 @@ from splice.joins.band_command import run as band_run
 from splice.joins.band_join import BandCore, BandJoin, probe_offsets
 from splice.joins.window import TimeWindow
 from splice.testing import check_operator, run_operator
-from tests.reference.band_join import nested_loop_band_join
+from tests.reference.band_join import nested_loop_band_join, window_band_join
 
 INDEXES = list(INDEX_KINDS)
 
@@ -61,9 +61,62 @@ def test_core_matches_nested_loops(index, data, wl, wr, band, self_join, as_floa
         lower, upper = float(band[1][0]), float(band[1][0] + band[1][1])
     dtype = np.dtype(np.float64 if as_float else np.int64)
     core = BandCore(index, (wl, wr), dtype, lower, upper, self_join, merge_ratio, depth, chain)
-    core.prefetch = prefetch  # on by window size only from 2**18 tuples: forced here
+    core.prefetch = prefetch  # on by window size only from 2**17 tuples: forced here
     want = nested_loop_band_join(sides, keys, (wl, wr), lower, upper, self_join)
     assert _core_pairs(core, sides, keys, chunk) == want
+
+
+@settings(max_examples=60)
+@given(
+    data=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 30)), max_size=200),
+    windows=st.tuples(st.integers(1, 30), st.integers(1, 30)),
+    lower=st.integers(-4, 2),
+    width=st.integers(0, 4),
+    self_join=st.booleans(),
+)
+def test_window_reference_is_the_nested_loop(data, windows, lower, width, self_join):
+    sides = [s for s, _ in data]
+    keys = [k / 2 for _, k in data]
+    assert (window_band_join(sides, keys, windows, lower, lower + width, self_join)
+            == nested_loop_band_join(sides, keys, windows, lower, lower + width, self_join))
+
+
+@pytest.mark.parametrize("index", ["imtree", "pimtree"])
+@pytest.mark.parametrize("self_join", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_prefetched_descents_follow_merges(index, self_join, threads):
+    """A search starts from the descent its prefetch made only while no merge has rebuilt the
+    opposite ``T_S`` since: windows of many leaves (and PIM-Tree partitions), a merge every few
+    hundred arrivals, calls of mixed streams and of one stream, prefetching forced on; the
+    serial join and the key-range join (each range on its own thread)."""
+    rng = np.random.default_rng(11)
+    n, windows = 16000, (4200, 5000)
+    run_len = rng.integers(1, 400, n)
+    sides = (np.repeat(np.arange(len(run_len)) % 2, run_len)[: n // 2].tolist()
+             + rng.integers(0, 2, n - n // 2).tolist())
+    keys = rng.integers(0, 8000, n).astype(np.float64).tolist()
+    join: Any
+    if threads == 1:
+        join = BandCore(index, windows, np.dtype(np.float64), -2.0, 3.0, self_join,
+                        merge_ratio=0.05, insertion_depth=1)
+        indexes = join.indexes
+    else:
+        join = KeyRangeJoin(index, windows, np.dtype(np.float64), -2.0, 3.0, self_join, 0.05, 1,
+                            threads)
+        join.small_call = 0
+        indexes = [part[0] for part in join.parts]
+    join.prefetch = True
+    # the first half in runs of one stream, a call each (the serial join's loop of one stream),
+    # the rest interleaved at random, in calls of 700
+    cuts = [c for c in np.cumsum(run_len).tolist() if c < n // 2] + list(range(n // 2, n, 700))
+    got = []
+    for c0, c1 in zip([0] + cuts, cuts + [n], strict=True):
+        g, p = join.run(np.array(sides[c0:c1], np.int8), np.array(keys[c0:c1]))
+        got += list(zip((g + c0).tolist(), p.tolist(), strict=True))
+    assert all(ix.merges > 20 for ix in indexes)
+    if index == "pimtree":
+        assert all(ix.partitions > 1 for ix in indexes)
+    assert got == window_band_join(sides, keys, windows, -2.0, 3.0, self_join)
 
 
 def test_integer_bounds_round_inward():
@@ -273,7 +326,7 @@ def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self
     lower, upper = float(band[0]), float(band[0] + band[1])
     dtype = np.dtype(np.float64 if as_float else np.int64)
     join = KeyRangeJoin(index, (wl, wr), dtype, lower, upper, self_join, merge_ratio, 1, threads)
-    join.prefetch = prefetch  # on by window size only from 2**18 tuples: forced here
+    join.prefetch = prefetch  # on by window size only from 2**17 tuples: forced here
     join.small_call = 10**9 if here else 0  # every call on the calling thread, or none
     want = nested_loop_band_join(sides, keys, (wl, wr), lower, upper, self_join)
     got = []
