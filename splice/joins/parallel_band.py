@@ -82,7 +82,15 @@ from typing import Any
 import numpy as np
 
 from splice.core.errors import InternalError
-from splice.index._window import M_NEXT, M_THRESH, M_W, merge_install, merge_into, new_descents
+from splice.index._window import (
+    M_NEXT,
+    M_THRESH,
+    M_W,
+    PREFETCH_MIN_WINDOW,
+    merge_install,
+    merge_into,
+    new_descents,
+)
 from splice.index.window import IndexKind, WindowIndex
 from splice.joins._band_kernels import (
     C_ERROR,
@@ -497,7 +505,7 @@ class KeyRangeJoin:
         self.merge_ratio = merge_ratio
         self.insertion_depth = insertion_depth
         self.parts = [[self._new_index(windows[s]) for s in range(n_streams)] for _ in range(t)]
-        self.prefetch = any(ix.prefetch_pays for ix in self.parts[0])
+        self.prefetch = self._prefetch_pays()
         #: calls of fewer tuples run the ranges on the calling thread (:data:`SMALL_CALL`)
         self.small_call = SMALL_CALL
         #: the lower end of every range but the first (derived from the first keys joined,
@@ -579,7 +587,12 @@ class KeyRangeJoin:
 
         self._in_threads(build)
         self.counts[s] = nxt
-        self.prefetch = any(ix.prefetch_pays for ix in self.parts[0])
+        self.prefetch = self._prefetch_pays()
+
+    def _prefetch_pays(self) -> bool:
+        # a range's T_S holds about its share of the window: prefetching pays when that share
+        # alone is as large as a serial join's prefetching window
+        return any(ix.window >= self.threads * PREFETCH_MIN_WINDOW for ix in self.parts[0])
 
     def _derive_bounds(self, keys: np.ndarray) -> np.ndarray:
         # equal shares of the keys seen: the quantiles at 1/t, 2/t, ...
