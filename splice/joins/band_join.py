@@ -192,7 +192,7 @@ class BandCore:
         if not self_join:
             self.indexes.append(WindowIndex(index, windows[1], self.dtype, **self.opts))
         self.prefetch = any(ix.prefetch_pays for ix in self.indexes)
-        self._cap = 1024
+        self._rate = 2.0  # the most output rows per input tuple of a call so far
         self._descents = new_descents()
 
     def start_at(self, positions: tuple[int, int]) -> None:
@@ -231,8 +231,11 @@ class BandCore:
         left = self.indexes[0]
         right = self.indexes[-1]
         single = bool(n) and (sides == sides[0]).all()
-        out_g = np.empty(self._cap, np.int64)
-        out_p = np.empty(self._cap, np.int64)
+        # room for this call's rows at the highest rate seen (a buffer kept at the largest
+        # call's size cost every small call more than its join: megabytes allocated and freed)
+        cap = 1024 + int(self._rate * n)
+        out_g = np.empty(cap, np.int64)
+        out_p = np.empty(cap, np.int64)
         g, m = 0, 0
         while True:
             if single:
@@ -252,12 +255,14 @@ class BandCore:
             if status == 0:
                 break
             if status == OUT_FULL:
-                self._cap = max(2 * self._cap, 2 * m)
-                out_g = np.concatenate([out_g[:m], np.empty(self._cap - m, np.int64)])
-                out_p = np.concatenate([out_p[:m], np.empty(self._cap - m, np.int64)])
+                cap = max(2 * cap, 2 * m)
+                out_g = np.concatenate([out_g[:m], np.empty(cap - m, np.int64)])
+                out_p = np.concatenate([out_p[:m], np.empty(cap - m, np.int64)])
             elif status in (1, LOW_RIGHT_POOL):
                 low.grow_pool()
-        return out_g[:m].copy(), out_p[:m].copy()
+        if n:
+            self._rate = max(self._rate, m / n)
+        return out_g[:m], out_p[:m]
 
     def nbytes(self) -> int:
         return sum(ix.used_bytes() for ix in self.indexes)

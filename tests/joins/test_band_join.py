@@ -119,6 +119,22 @@ def test_prefetched_descents_follow_merges(index, self_join, threads):
     assert got == window_band_join(sides, keys, windows, -2.0, 3.0, self_join)
 
 
+def test_output_room_follows_the_call_not_the_largest_call():
+    # a buffer kept at the largest call's size made every later small call allocate and free
+    # megabytes; the room now follows the call's tuples at the highest rate seen
+    rng = np.random.default_rng(5)
+    core = BandCore("pimtree", (5000, 5000), np.dtype(np.float64), -3.0, 3.0, False)
+    sides = rng.integers(0, 2, 40010).astype(np.int8)
+    keys = rng.random(40010) * 10000
+    g, _ = core.run(sides[:40000], keys[:40000])
+    assert len(g) > 2 * 40000  # a rate above the first guess: the room grew within the call
+    g, p = core.run(sides[40000:], keys[40000:])
+    assert (g.base if g.base is not None else g).size <= 1024 + int(core._rate * 10) + 1
+    want = window_band_join(sides.tolist(), keys.tolist(), (5000, 5000), -3.0, 3.0)
+    assert [(i + 40000, j) for i, j in zip(g.tolist(), p.tolist(), strict=True)] == [
+        (i, j) for i, j in want if i >= 40000]
+
+
 def test_integer_bounds_round_inward():
     lo, hi = probe_offsets(-1.5, 2.5, np.dtype(np.int64), False)
     assert lo.tolist() == [-1, -2] and hi.tolist() == [2, 1]
