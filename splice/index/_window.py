@@ -45,7 +45,6 @@ from splice.index._immutable import (
     ibt_leaf_route,
     ibt_route,
     ibt_scan,
-    ibt_search,
 )
 from splice.index._jit import kernel
 from splice.index._prefetch import prefetch
@@ -68,6 +67,7 @@ __all__ = [
     "M_CHEAD",
     "M_CCNT",
     "M_MERGES",
+    "M_CHANGES",
     "M_TISIZE",
     "M_PLEVEL",
     "M_POOLMIN",
@@ -81,6 +81,7 @@ __all__ = [
     "merge_install",
     "join_run",
     "search_prefetch",
+    "search_from",
     "DESCENTS",
     "new_descents",
     "clear_descents",
@@ -107,6 +108,7 @@ M_MERGES = 10  # IM/PIM: merges so far
 M_TISIZE = 11  # IM/PIM: entries in T_I
 M_PLEVEL = 12  # PIM: T_S level whose nodes define the partitions
 M_POOLMIN = 13  # free nodes required before an insert
+M_CHANGES = 14  # chain: links opened or disposed of so far (the archived links change with it)
 META_LEN = 16
 
 
@@ -172,26 +174,41 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
     if kind == BPTREE:
         return bpt_search(pk, pp, pc, pn, nx, tm, 0, lo, hi, plo, phi, out, n_out)
     if kind == BCHAIN or kind == IBCHAIN:
-        slots = cfirst.shape[0]
-        cnt = meta[M_CCNT]
-        head = meta[M_CHEAD]
-        for c in range(cnt):
-            s = (head + c) % slots
-            first = cfirst[s]
-            last = cfirst[(s + 1) % slots] - 1 if c + 1 < cnt else meta[M_NEXT] - 1
-            if last < plo or first > phi:
-                continue
-            if kind == BCHAIN or c + 1 == cnt:
-                n_out = bpt_search(pk, pp, pc, pn, nx, tm, s, lo, hi, plo, phi, out, n_out)
-            else:
-                n_out = ibt_search(
-                    sk[s], sp[s], sm[s, 0], si[s], sl[s], sc[s], sm[s, 1], lo, hi, plo, phi, out, n_out
-                )
-            if n_out < 0:
-                return -1
-        return n_out
+        # sm as the (unread) descents: a 2-d int64 array like them, so one compilation serves
+        return chain_search(st, lo, hi, plo, phi, out, n_out, sm, -1)
     leaf, q = ts_leaf(st, lo)
     return im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q)
+
+
+@kernel(inline="always")
+def chain_search(st, lo, hi, plo, phi, out, n_out, descents, j):
+    """:func:`idx_search` of a B- or IB-chain. With ``j >= 0`` an IB-chain's archived link ``c``
+    (from the oldest) is searched from leaf ``descents[3 + c, j]``, the descent
+    :func:`search_prefetch` made, instead of descending again."""
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
+    kind = meta[M_KIND]
+    slots = cfirst.shape[0]
+    cnt = meta[M_CCNT]
+    head = meta[M_CHEAD]
+    for c in range(cnt):
+        s = (head + c) % slots
+        first = cfirst[s]
+        last = cfirst[(s + 1) % slots] - 1 if c + 1 < cnt else meta[M_NEXT] - 1
+        if last < plo or first > phi:
+            continue
+        if kind == BCHAIN or c + 1 == cnt:
+            n_out = bpt_search(pk, pp, pc, pn, nx, tm, s, lo, hi, plo, phi, out, n_out)
+        else:
+            n = sm[s, 0]
+            if j >= 0:
+                leaf = descents[3 + c, j]
+            else:
+                leaf = ibt_leaf(si[s], sl[s], sc[s], sm[s, 1], lo)
+            n_out = ibt_scan(sk[s], sp[s], n, ibt_leaf_bound(sk[s], n, leaf, lo), hi, plo, phi,
+                             out, n_out)
+        if n_out < 0:
+            return -1
+    return n_out
 
 
 @kernel(inline="always")
@@ -234,21 +251,22 @@ def im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q):
 PREFETCH_MIN_WINDOW = 1 << 17
 #: How many arrivals ahead the joins start loading a tuple's leaves.
 PREFETCH_AHEAD = 8
-#: Slots of the ring (``descents[0..2, slot]``: leaf, partition, merge count) that carries the
-#: IM/PIM-Tree descent made to prefetch a tuple's leaf to that tuple's search, so that the search
-#: does not descend again; a power of two above ``PREFETCH_AHEAD`` (the slot written at a tuple
-#: is never its own).
+#: Slots of the ring (``descents[:, slot]``, see :func:`search_prefetch`) that carries the
+#: descent made to prefetch a tuple's leaves to that tuple's search, so that the search does not
+#: descend again; a power of two above ``PREFETCH_AHEAD`` (the slot written at a tuple is never
+#: its own).
 DESCENTS = 16
 
 
-def new_descents():
-    """The scratch ring of :data:`DESCENTS` descents a prefetching join loop takes."""
-    return np.empty((3, DESCENTS), np.int64)
+def new_descents(chain_length=0):
+    """The scratch ring of :data:`DESCENTS` descents a prefetching join loop takes; room for the
+    archived links of chains of up to ``chain_length`` links."""
+    return np.empty((3 + max(0, chain_length - 1), DESCENTS), np.int64)
 
 
 @kernel(inline="always")
 def clear_descents(descents):
-    """Mark every slot unused (a merge count of -1 never matches)."""
+    """Mark every slot unused (a version of -1 never matches)."""
     for j in range(DESCENTS):
         descents[2, j] = -1
 
@@ -267,28 +285,54 @@ def _prefetch_block(st, s, leaf):
 
 
 @kernel(inline="always")
-def search_prefetch(st, lo):
+def search_prefetch(st, lo, descents, a):
     """Start loading the immutable leaves that a search of ``[lo, ...]`` in ``st`` will read:
     ``T_S`` of the IM- and PIM-Tree, every archived link of the IB-chain (nothing for the other
     kinds). The inner levels descended to find a leaf are small and stay cached; the search
     itself, a few tuples later, then finds its leaf loaded instead of waiting for memory.
 
-    Returns ``(leaf, q, stamp)``: for the IM/PIM-Tree :func:`ts_leaf`'s descent and the merge
-    count it holds for (:func:`im_search_at` starts from it while no merge intervenes), else
-    ``stamp = -1``."""
+    The descent goes to slot ``a`` of ``descents`` (:func:`new_descents`), for
+    :func:`search_from`: row 2 holds the version of the immutable part it is valid for (merges
+    of the IM/PIM-Tree, link changes of the IB-chain; -1: none), rows 0-1 the :func:`ts_leaf`
+    of an IM/PIM-Tree, rows 3... the leaf of each archived link of an IB-chain."""
     meta = st[15]
     kind = meta[M_KIND]
     if kind == IMTREE or kind == PIMTREE:
         leaf, q = ts_leaf(st, lo)
         _prefetch_block(st, 0, leaf)
-        return leaf, q, meta[M_MERGES]
+        descents[0, a] = leaf
+        descents[1, a] = q
+        descents[2, a] = meta[M_MERGES]
+        return
+    descents[2, a] = -1
     if kind == IBCHAIN:
         slots = st[17].shape[0]
         sm = st[13]
-        for c in range(meta[M_CCNT] - 1):
+        archived = meta[M_CCNT] - 1
+        keep = 3 + archived <= descents.shape[0]
+        for c in range(archived):
             s = (meta[M_CHEAD] + c) % slots
-            _prefetch_block(st, s, ibt_leaf(st[10][s], st[11][s], st[12][s], sm[s, 1], lo))
-    return 0, 0, -1
+            leaf = ibt_leaf(st[10][s], st[11][s], st[12][s], sm[s, 1], lo)
+            _prefetch_block(st, s, leaf)
+            if keep:
+                descents[3 + c, a] = leaf
+        if keep:
+            descents[2, a] = meta[M_CHANGES]
+
+
+@kernel(inline="always")
+def search_from(st, lo, hi, plo, phi, out, n_out, descents, j):
+    """:func:`idx_search`, starting from the descent in slot ``j`` of ``descents`` (made by
+    :func:`search_prefetch` for this search) while the immutable part it descended is
+    unchanged."""
+    meta = st[15]
+    kind = meta[M_KIND]
+    stamp = descents[2, j]
+    if (kind == IMTREE or kind == PIMTREE) and stamp == meta[M_MERGES]:
+        return im_search_at(st, lo, hi, plo, phi, out, n_out, descents[0, j], descents[1, j])
+    if kind == IBCHAIN and stamp == meta[M_CHANGES]:
+        return chain_search(st, lo, hi, plo, phi, out, n_out, descents, j)
+    return idx_search(st, lo, hi, plo, phi, out, n_out)
 
 
 @kernel()
@@ -424,6 +468,7 @@ def idx_insert(st, k):
             cfirst[act] = p
             cnt += 1
             meta[M_CCNT] = cnt
+            meta[M_CHANGES] += 1
         bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, act, k, p, path)
         lo = p + 1 - w
         while meta[M_CCNT] > 1:
@@ -436,6 +481,7 @@ def idx_insert(st, k):
             sm[h, 1] = 0
             meta[M_CHEAD] = (h + 1) % slots
             meta[M_CCNT] -= 1
+            meta[M_CHANGES] += 1
         return
     q = _pim_route(st, k)
     bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, q, k, p, path)
@@ -502,9 +548,9 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
             return i, n_out, 1
         j = i & (DESCENTS - 1)
         if prefetch and i + PREFETCH_AHEAD < n:
-            a = (i + PREFETCH_AHEAD) & (DESCENTS - 1)
-            descents[0, a], descents[1, a], descents[2, a] = search_prefetch(
-                other, band_bounds(keys[i + PREFETCH_AHEAD], lo_off, hi_off, mirrored)[0])
+            search_prefetch(other, band_bounds(keys[i + PREFETCH_AHEAD], lo_off, hi_off,
+                                               mirrored)[0],
+                            descents, (i + PREFETCH_AHEAD) & (DESCENTS - 1))
         x = keys[i]
         if self_join:
             phi = meta[M_NEXT] - 1
@@ -515,9 +561,8 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
         if phi >= plo:
             m0 = n_out
             klo, khi = band_bounds(x, lo_off, hi_off, mirrored)
-            if prefetch and descents[2, j] == ometa[M_MERGES]:
-                r = im_search_at(other, klo, khi, plo, phi, out_p, n_out, descents[0, j],
-                                 descents[1, j])
+            if prefetch:
+                r = search_from(other, klo, khi, plo, phi, out_p, n_out, descents, j)
             else:
                 r = idx_search(other, klo, khi, plo, phi, out_p, n_out)
             if r < 0:

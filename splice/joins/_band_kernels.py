@@ -28,7 +28,6 @@ from splice.index._jit import kernel
 from splice.index._window import (
     DESCENTS,
     M_KIND,
-    M_MERGES,
     M_NEXT,
     M_NPART,
     M_POOLMIN,
@@ -41,9 +40,9 @@ from splice.index._window import (
     idx_insert,
     idx_search,
     im_merge,
-    im_search_at,
     merge_install,
     merge_into,
+    search_from,
     search_prefetch,
     sort_small,
 )
@@ -98,11 +97,10 @@ R_LEN = 16
 
 
 @kernel(inline="always")
-def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_out, leaf, q,
-              stamp):
+def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_out, descents,
+              j, prefetch):
     # one tuple of the serial join: probe ``other``, then enter ``own``; returns (count, status).
-    # (leaf, q): the descent of other's T_S for this tuple, made while prefetching, valid while
-    # other's merge count is still ``stamp``
+    # prefetch: slot j of descents holds the descent made for this search while prefetching
     meta = own[15]
     if nodes_free(own[6]) < meta[M_POOLMIN]:
         return n_out, 1
@@ -112,8 +110,8 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_o
     if phi >= plo:
         m0 = n_out
         klo, khi = band_bounds(x, offs_lo[s], offs_hi[s], mirrored)
-        if stamp == ometa[M_MERGES]:
-            r = im_search_at(other, klo, khi, plo, phi, out_p, n_out, leaf, q)
+        if prefetch:
+            r = search_from(other, klo, khi, plo, phi, out_p, n_out, descents, j)
         else:
             r = idx_search(other, klo, khi, plo, phi, out_p, n_out)
         if r < 0:
@@ -129,27 +127,29 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_o
 
 @kernel(inline="always")
 def _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out,
-               leaf, q, stamp):
+               descents, j, prefetch):
     # the step of tuple g, written once per side with the states fixed; returns (count, status)
     s = sides[g]
     x = keys[g]
     if s == 0 or self_join:
         n_out, status = _seq_step(g, s, x, st_l, st_r, offs_lo, offs_hi, False, out_g, out_p,
-                                  n_out, leaf, q, stamp)
+                                  n_out, descents, j, prefetch)
         return n_out, LOW_LEFT_POOL if status == 1 else status
     n_out, status = _seq_step(g, s, x, st_r, st_l, offs_lo, offs_hi, True, out_g, out_p, n_out,
-                              leaf, q, stamp)
+                              descents, j, prefetch)
     return n_out, LOW_RIGHT_POOL if status == 1 else status
 
 
 @kernel(inline="always")
-def _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join):
-    # start loading the leaves that tuple a will search (as _seq_tuple picks its states);
-    # returns search_prefetch's (leaf, q, stamp)
+def _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, descents):
+    # start loading the leaves that tuple a will search (as _seq_tuple picks its states), the
+    # descent to its slot of descents
     s = sides[a]
+    j = a & (DESCENTS - 1)
     if s == 0 or self_join:
-        return search_prefetch(st_r, band_bounds(keys[a], offs_lo[s], offs_hi[s], False)[0])
-    return search_prefetch(st_l, band_bounds(keys[a], offs_lo[s], offs_hi[s], True)[0])
+        search_prefetch(st_r, band_bounds(keys[a], offs_lo[s], offs_hi[s], False)[0], descents, j)
+    else:
+        search_prefetch(st_l, band_bounds(keys[a], offs_lo[s], offs_hi[s], True)[0], descents, j)
 
 
 @kernel()
@@ -163,7 +163,7 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
     Returns ``(next g, count, status)``: status 1/3 — the left/right pool needs room, 2 — ``out``
     is full; 0 — done. ``prefetch``: at tuple ``g``, start loading the leaves that tuple
     ``g + PREFETCH_AHEAD`` will search (:func:`~splice.index._window.search_prefetch`) and keep
-    the IM/PIM-Tree descent that found them in ``descents`` (a ``(3, DESCENTS)`` scratch array)
+    the descent that found them in ``descents`` (:func:`~splice.index._window.new_descents`)
     for that search; a loop of its own, so that joins of small windows carry none of it.
 
     The step is written out once per side with the states fixed: choosing between the two
@@ -176,19 +176,15 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
         for g in range(start, n):
             a = g + PREFETCH_AHEAD
             if a < n:
-                j = a & (DESCENTS - 1)
-                descents[0, j], descents[1, j], descents[2, j] = _seq_prefetch(
-                    a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join)
-            j = g & (DESCENTS - 1)
+                _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, descents)
             n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
-                                       out_g, out_p, n_out, descents[0, j], descents[1, j],
-                                       descents[2, j])
+                                       out_g, out_p, n_out, descents, g & (DESCENTS - 1), True)
             if status != 0:
                 return g, n_out, status
         return n, n_out, 0
     for g in range(start, n):
         n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
-                                   out_g, out_p, n_out, 0, 0, -1)
+                                   out_g, out_p, n_out, descents, 0, False)
         if status != 0:
             return g, n_out, status
     return n, n_out, 0
@@ -774,19 +770,19 @@ def _range_probe(x, lo_off, hi_off, mirrored, kmin, kmax, first, last):
 
 @kernel(inline="always")
 def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin, kmax, first,
-                last, out_g, out_p, n_out, leaf, q, stamp):
+                last, out_g, out_p, n_out, descents, j, prefetch):
     # one tuple for one key range: probe this range's part of the opposite window (positions
     # [te, tl]) when the band reaches into the range, then enter this range's part of the own
     # window when the key lies in it (at its stream position p); returns (count, status).
-    # (leaf, q, stamp): the prefetch's descent, as for _seq_step
+    # (descents, j, prefetch): the prefetch's descent, as for _seq_step
     mine = (first | (x >= kmin)) & (last | (x < kmax))
     if mine and nodes_free(own[6]) < own[15][M_POOLMIN]:
         return n_out, 1
     klo, khi, hit = _range_probe(x, offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first, last)
     if hit and tl >= te:
         m0 = n_out
-        if stamp == other[15][M_MERGES]:
-            r = im_search_at(other, klo, khi, te, tl, out_p, n_out, leaf, q)
+        if prefetch:
+            r = search_from(other, klo, khi, te, tl, out_p, n_out, descents, j)
         else:
             r = idx_search(other, klo, khi, te, tl, out_p, n_out)
         if r < 0:
@@ -804,16 +800,20 @@ def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin
 
 @kernel(inline="always")
 def _range_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, kmin, kmax, first,
-                    last):
-    # start loading the leaves that tuple a will search in this range (as range_run); returns
-    # search_prefetch's (leaf, q, stamp)
+                    last, descents):
+    # start loading the leaves that tuple a will search in this range (as range_run), the
+    # descent to its slot of descents
     s = sides[a]
+    j = a & (DESCENTS - 1)
     mirrored = not (s == 0 or self_join)
     klo, khi, hit = _range_probe(keys[a], offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first,
                                  last)
-    if hit:
-        return search_prefetch(st_l if mirrored else st_r, klo)
-    return 0, 0, -1
+    if not hit:
+        descents[2, j] = -1
+    elif mirrored:
+        search_prefetch(st_l, klo, descents, j)
+    else:
+        search_prefetch(st_r, klo, descents, j)
 
 
 @kernel()
@@ -840,29 +840,24 @@ def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin
     for g in range(start, n):
         j = g & (DESCENTS - 1)
         if prefetch and g + PREFETCH_AHEAD < n:
-            a = (g + PREFETCH_AHEAD) & (DESCENTS - 1)
-            descents[0, a], descents[1, a], descents[2, a] = _range_prefetch(
-                g + PREFETCH_AHEAD, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, kmin,
-                kmax, first, last)
-        stamp = descents[2, j] if prefetch else -1
-        leaf = descents[0, j]
-        q = descents[1, j]
+            _range_prefetch(g + PREFETCH_AHEAD, sides, keys, offs_lo, offs_hi, st_l, st_r,
+                            self_join, kmin, kmax, first, last, descents)
         s = sides[g]
         x = keys[g]
         if self_join:
             n_out, status = _range_step(g, 0, x, c0, max(0, c0 - w0), c0 - 1, st_l, st_l,
                                         offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
-                                        out_p, n_out, leaf, q, stamp)
+                                        out_p, n_out, descents, j, prefetch)
             c0 += status == 0
         elif s == 0:
             n_out, status = _range_step(g, 0, x, c0, max(0, c1 - w1), c1 - 1, st_l, st_r,
                                         offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
-                                        out_p, n_out, leaf, q, stamp)
+                                        out_p, n_out, descents, j, prefetch)
             c0 += status == 0
         else:
             n_out, status = _range_step(g, 1, x, c1, max(0, c0 - w0), c0 - 1, st_r, st_l,
                                         offs_lo, offs_hi, True, kmin, kmax, first, last, out_g,
-                                        out_p, n_out, leaf, q, stamp)
+                                        out_p, n_out, descents, j, prefetch)
             c1 += status == 0
             if status == 1:
                 status = LOW_RIGHT_POOL

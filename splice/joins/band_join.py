@@ -193,7 +193,7 @@ class BandCore:
             self.indexes.append(WindowIndex(index, windows[1], self.dtype, **self.opts))
         self.prefetch = any(ix.prefetch_pays for ix in self.indexes)
         self._rate = 2.0  # the most output rows per input tuple of a call so far
-        self._descents = new_descents()
+        self._descents = new_descents(chain_length if index == "ibchain" else 0)
 
     def start_at(self, positions: tuple[int, int]) -> None:
         """Continue numbering each stream's arrivals from ``positions`` (an empty core only)."""

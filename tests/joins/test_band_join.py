@@ -16,7 +16,7 @@ from splice.cli import main
 from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data, End
 from splice.index import INDEX_KINDS
-from splice.index._window import M_THRESH
+from splice.index._window import M_CHANGES, M_THRESH, new_descents
 from splice.joins.band_command import run as band_run
 from splice.joins.band_join import BandCore, BandJoin, probe_offsets
 from splice.joins.window import TimeWindow
@@ -116,6 +116,34 @@ def test_prefetched_descents_follow_merges(index, self_join, threads):
     assert all(ix.merges > 20 for ix in indexes)
     if index == "pimtree":
         assert all(ix.partitions > 1 for ix in indexes)
+    assert got == window_band_join(sides, keys, windows, -2.0, 3.0, self_join)
+
+
+@pytest.mark.parametrize("chain_length", [2, 3, 5])
+@pytest.mark.parametrize("self_join", [False, True])
+@pytest.mark.parametrize("short_ring", [False, True])
+def test_prefetched_chain_descents_follow_link_changes(chain_length, self_join, short_ring):
+    """An IB-chain search starts from the archived links' leaves its prefetch found only while
+    no link was opened or disposed of since: links of a few hundred arrivals (several leaves
+    each), calls of one stream and of both, prefetching forced on. A ring without room for the
+    links (``short_ring``) makes the searches descend themselves."""
+    rng = np.random.default_rng(chain_length)
+    n, windows = 12000, (600, 700)
+    run_len = rng.integers(1, 300, n)
+    sides = (np.repeat(np.arange(len(run_len)) % 2, run_len)[: n // 2].tolist()
+             + rng.integers(0, 2, n - n // 2).tolist())
+    keys = rng.integers(0, 3000, n).astype(np.float64).tolist()
+    join = BandCore("ibchain", windows, np.dtype(np.float64), -2.0, 3.0, self_join,
+                    chain_length=chain_length)
+    join.prefetch = True
+    if short_ring:
+        join._descents = new_descents()
+    cuts = [c for c in np.cumsum(run_len).tolist() if c < n // 2] + list(range(n // 2, n, 700))
+    got = []
+    for c0, c1 in zip([0] + cuts, cuts + [n], strict=True):
+        g, p = join.run(np.array(sides[c0:c1], np.int8), np.array(keys[c0:c1]))
+        got += list(zip((g + c0).tolist(), p.tolist(), strict=True))
+    assert all(ix.meta[M_CHANGES] > 10 for ix in join.indexes)
     assert got == window_band_join(sides, keys, windows, -2.0, 3.0, self_join)
 
 
