@@ -154,30 +154,8 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
 
     Order: window order for NLWJ, key order per component otherwise (callers sort by position).
     """
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
-    kind = meta[M_KIND]
-    if kind == NLWJ:
-        r = ring.shape[0]
-        cap = out.shape[0]
-        slot = plo % r
-        for pos in range(plo, phi + 1):
-            v = ring[slot]
-            slot += 1
-            if slot == r:
-                slot = 0
-            if v >= lo and v <= hi:
-                if n_out >= cap:
-                    return -1
-                out[n_out] = pos
-                n_out += 1
-        return n_out
-    if kind == BPTREE:
-        return bpt_search(pk, pp, pc, pn, nx, tm, 0, lo, hi, plo, phi, out, n_out)
-    if kind == BCHAIN or kind == IBCHAIN:
-        # sm as the (unread) descents: a 2-d int64 array like them, so one compilation serves
-        return chain_search(st, lo, hi, plo, phi, out, n_out, sm, -1)
-    leaf, q = ts_leaf(st, lo)
-    return im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q)
+    # sm as the (unread) descents: a 2-d int64 array like them, so one compilation serves
+    return search_from(st, lo, hi, plo, phi, out, n_out, st[13], -1)
 
 
 @kernel(inline="always")
@@ -324,15 +302,36 @@ def search_prefetch(st, lo, descents, a):
 def search_from(st, lo, hi, plo, phi, out, n_out, descents, j):
     """:func:`idx_search`, starting from the descent in slot ``j`` of ``descents`` (made by
     :func:`search_prefetch` for this search) while the immutable part it descended is
-    unchanged."""
-    meta = st[15]
+    unchanged; ``j < 0``: no stored descent. The one search body every join loop inlines (a
+    second one per call site doubled the kernels' compile time)."""
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
     kind = meta[M_KIND]
-    stamp = descents[2, j]
-    if (kind == IMTREE or kind == PIMTREE) and stamp == meta[M_MERGES]:
-        return im_search_at(st, lo, hi, plo, phi, out, n_out, descents[0, j], descents[1, j])
-    if kind == IBCHAIN and stamp == meta[M_CHANGES]:
-        return chain_search(st, lo, hi, plo, phi, out, n_out, descents, j)
-    return idx_search(st, lo, hi, plo, phi, out, n_out)
+    if kind == NLWJ:
+        r = ring.shape[0]
+        cap = out.shape[0]
+        slot = plo % r
+        for pos in range(plo, phi + 1):
+            v = ring[slot]
+            slot += 1
+            if slot == r:
+                slot = 0
+            if v >= lo and v <= hi:
+                if n_out >= cap:
+                    return -1
+                out[n_out] = pos
+                n_out += 1
+        return n_out
+    if kind == BPTREE:
+        return bpt_search(pk, pp, pc, pn, nx, tm, 0, lo, hi, plo, phi, out, n_out)
+    if kind == BCHAIN or kind == IBCHAIN:
+        stored = j >= 0 and kind == IBCHAIN and descents[2, j] == meta[M_CHANGES]
+        return chain_search(st, lo, hi, plo, phi, out, n_out, descents, j if stored else -1)
+    if j >= 0 and descents[2, j] == meta[M_MERGES]:
+        leaf = descents[0, j]
+        q = descents[1, j]
+    else:
+        leaf, q = ts_leaf(st, lo)
+    return im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q)
 
 
 @kernel()
@@ -561,10 +560,8 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
         if phi >= plo:
             m0 = n_out
             klo, khi = band_bounds(x, lo_off, hi_off, mirrored)
-            if prefetch:
-                r = search_from(other, klo, khi, plo, phi, out_p, n_out, descents, j)
-            else:
-                r = idx_search(other, klo, khi, plo, phi, out_p, n_out)
+            r = search_from(other, klo, khi, plo, phi, out_p, n_out, descents,
+                            j if prefetch else -1)
             if r < 0:
                 return i, m0, 2
             n_out = r

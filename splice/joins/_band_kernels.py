@@ -98,9 +98,9 @@ R_LEN = 16
 
 @kernel(inline="always")
 def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_out, descents,
-              j, prefetch):
+              j):
     # one tuple of the serial join: probe ``other``, then enter ``own``; returns (count, status).
-    # prefetch: slot j of descents holds the descent made for this search while prefetching
+    # j >= 0: slot j of descents holds the descent made for this search while prefetching
     meta = own[15]
     if nodes_free(own[6]) < meta[M_POOLMIN]:
         return n_out, 1
@@ -110,10 +110,7 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_o
     if phi >= plo:
         m0 = n_out
         klo, khi = band_bounds(x, offs_lo[s], offs_hi[s], mirrored)
-        if prefetch:
-            r = search_from(other, klo, khi, plo, phi, out_p, n_out, descents, j)
-        else:
-            r = idx_search(other, klo, khi, plo, phi, out_p, n_out)
+        r = search_from(other, klo, khi, plo, phi, out_p, n_out, descents, j)
         if r < 0:
             return m0, OUT_FULL
         n_out = r
@@ -127,16 +124,16 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_o
 
 @kernel(inline="always")
 def _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out,
-               descents, j, prefetch):
+               descents, j):
     # the step of tuple g, written once per side with the states fixed; returns (count, status)
     s = sides[g]
     x = keys[g]
     if s == 0 or self_join:
         n_out, status = _seq_step(g, s, x, st_l, st_r, offs_lo, offs_hi, False, out_g, out_p,
-                                  n_out, descents, j, prefetch)
+                                  n_out, descents, j)
         return n_out, LOW_LEFT_POOL if status == 1 else status
     n_out, status = _seq_step(g, s, x, st_r, st_l, offs_lo, offs_hi, True, out_g, out_p, n_out,
-                              descents, j, prefetch)
+                              descents, j)
     return n_out, LOW_RIGHT_POOL if status == 1 else status
 
 
@@ -178,13 +175,13 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
             if a < n:
                 _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, descents)
             n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
-                                       out_g, out_p, n_out, descents, g & (DESCENTS - 1), True)
+                                       out_g, out_p, n_out, descents, g & (DESCENTS - 1))
             if status != 0:
                 return g, n_out, status
         return n, n_out, 0
     for g in range(start, n):
         n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
-                                   out_g, out_p, n_out, descents, 0, False)
+                                   out_g, out_p, n_out, descents, -1)
         if status != 0:
             return g, n_out, status
     return n, n_out, 0
@@ -770,21 +767,18 @@ def _range_probe(x, lo_off, hi_off, mirrored, kmin, kmax, first, last):
 
 @kernel(inline="always")
 def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin, kmax, first,
-                last, out_g, out_p, n_out, descents, j, prefetch):
+                last, out_g, out_p, n_out, descents, j):
     # one tuple for one key range: probe this range's part of the opposite window (positions
     # [te, tl]) when the band reaches into the range, then enter this range's part of the own
     # window when the key lies in it (at its stream position p); returns (count, status).
-    # (descents, j, prefetch): the prefetch's descent, as for _seq_step
+    # (descents, j): the prefetch's descent, as for _seq_step
     mine = (first | (x >= kmin)) & (last | (x < kmax))
     if mine and nodes_free(own[6]) < own[15][M_POOLMIN]:
         return n_out, 1
     klo, khi, hit = _range_probe(x, offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first, last)
     if hit and tl >= te:
         m0 = n_out
-        if prefetch:
-            r = search_from(other, klo, khi, te, tl, out_p, n_out, descents, j)
-        else:
-            r = idx_search(other, klo, khi, te, tl, out_p, n_out)
+        r = search_from(other, klo, khi, te, tl, out_p, n_out, descents, j)
         if r < 0:
             return m0, OUT_FULL
         n_out = r
@@ -838,7 +832,7 @@ def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin
     if prefetch:
         clear_descents(descents)
     for g in range(start, n):
-        j = g & (DESCENTS - 1)
+        j = g & (DESCENTS - 1) if prefetch else -1
         if prefetch and g + PREFETCH_AHEAD < n:
             _range_prefetch(g + PREFETCH_AHEAD, sides, keys, offs_lo, offs_hi, st_l, st_r,
                             self_join, kmin, kmax, first, last, descents)
@@ -847,17 +841,17 @@ def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin
         if self_join:
             n_out, status = _range_step(g, 0, x, c0, max(0, c0 - w0), c0 - 1, st_l, st_l,
                                         offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
-                                        out_p, n_out, descents, j, prefetch)
+                                        out_p, n_out, descents, j)
             c0 += status == 0
         elif s == 0:
             n_out, status = _range_step(g, 0, x, c0, max(0, c1 - w1), c1 - 1, st_l, st_r,
                                         offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
-                                        out_p, n_out, descents, j, prefetch)
+                                        out_p, n_out, descents, j)
             c0 += status == 0
         else:
             n_out, status = _range_step(g, 1, x, c1, max(0, c0 - w0), c0 - 1, st_r, st_l,
                                         offs_lo, offs_hi, True, kmin, kmax, first, last, out_g,
-                                        out_p, n_out, descents, j, prefetch)
+                                        out_p, n_out, descents, j)
             c1 += status == 0
             if status == 1:
                 status = LOW_RIGHT_POOL
