@@ -10,12 +10,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from numba import njit
 
-__all__ = ["kernel"]
+__all__ = ["kernel", "kernel_input"]
 
 
 def kernel(**options: Any) -> Any:
     """``njit(cache=True, nogil=True, _nrt=False, **options)``."""
     flags: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False, **options}
     return njit(**flags)
+
+
+def kernel_input(values: Any, dtype: Any) -> np.ndarray:
+    """``values`` as a contiguous, read-only ``dtype`` array (no copy when it already is one).
+
+    numba compiles a kernel once per argument type, and a read-only array (a view of an Arrow
+    buffer) is another type than a writable one. The join kernels take a minute and more each to
+    compile, so the arrays they only read enter them read-only, whichever way they came.
+    """
+    array = np.ascontiguousarray(values, dtype)
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array

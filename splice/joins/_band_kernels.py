@@ -161,27 +161,25 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
     is full; 0 — done. ``prefetch``: at tuple ``g``, start loading the leaves that tuple
     ``g + PREFETCH_AHEAD`` will search (:func:`~splice.index._window.search_prefetch`) and keep
     the descent that found them in ``descents`` (:func:`~splice.index._window.new_descents`)
-    for that search; a loop of its own, so that joins of small windows carry none of it.
+    for that search.
 
     The step is written out once per side with the states fixed: choosing between the two
     states per tuple made every array of both live across the loop (hundreds of values kept and
-    spilled per tuple, more than the probe of a small window costs).
+    spilled per tuple, more than the probe of a small window costs). Prefetching or not, the
+    loop is the same: a loop of each kind doubled the inlined searches and the compile time
+    (two minutes per key type) for no measurable gain.
     """
     n = keys.shape[0]
     if prefetch:
         clear_descents(descents)
-        for g in range(start, n):
+    for g in range(start, n):
+        if prefetch:
             a = g + PREFETCH_AHEAD
             if a < n:
                 _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, descents)
-            n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
-                                       out_g, out_p, n_out, descents, g & (DESCENTS - 1))
-            if status != 0:
-                return g, n_out, status
-        return n, n_out, 0
-    for g in range(start, n):
         n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
-                                   out_g, out_p, n_out, descents, -1)
+                                   out_g, out_p, n_out, descents,
+                                   g & (DESCENTS - 1) if prefetch else -1)
         if status != 0:
             return g, n_out, status
     return n, n_out, 0
@@ -824,11 +822,13 @@ def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin
     far, and is left at the returned tuple.
     Matches are ``(g, partner position)``, partners ascending per ``g``; the ranges' matches of
     one ``g`` are disjoint. Returns ``(next g, count, status)`` as :func:`join_seq_run`.
+    A self-join passes its one state as both ``st_l`` and ``st_r``, as :func:`join_seq_run`.
     """
     n = keys.shape[0]
     c0 = ctr[0]
     c1 = ctr[1]
     c2 = ctr[2]
+    w_partner = w0 if self_join else w1
     if prefetch:
         clear_descents(descents)
     for g in range(start, n):
@@ -838,13 +838,10 @@ def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin
                             self_join, kmin, kmax, first, last, descents)
         s = sides[g]
         x = keys[g]
-        if self_join:
-            n_out, status = _range_step(g, 0, x, c0, max(0, c0 - w0), c0 - 1, st_l, st_l,
-                                        offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
-                                        out_p, n_out, descents, j)
-            c0 += status == 0
-        elif s == 0:
-            n_out, status = _range_step(g, 0, x, c0, max(0, c1 - w1), c1 - 1, st_l, st_r,
+        if s == 0 or self_join:
+            # the partners of a self-join are the stream's own earlier tuples
+            oc = c0 if self_join else c1
+            n_out, status = _range_step(g, 0, x, c0, max(0, oc - w_partner), oc - 1, st_l, st_r,
                                         offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
                                         out_p, n_out, descents, j)
             c0 += status == 0

@@ -56,6 +56,7 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, time_values
+from splice.index._jit import kernel_input
 from splice.index._window import M_NEXT, M_W, join_run, new_descents
 from splice.index.window import (
     INDEX_KINDS,
@@ -226,7 +227,7 @@ class BandCore:
     def run(self, sides: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Join the tuples ``(sides[g], keys[g])`` in order; return ``(g, partner position)``."""
         sides = np.ascontiguousarray(sides, np.int8)
-        keys = np.ascontiguousarray(keys, self.dtype)
+        keys = kernel_input(keys, self.dtype)
         n = len(keys)
         left = self.indexes[0]
         right = self.indexes[-1]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from splice.core.errors import PlanError
+from splice.index._jit import kernel_input
 from splice.index.window import IndexKind
 from splice.joins._band_kernels import time_window_filter
 from splice.joins.band_join import BandCore
@@ -148,7 +149,7 @@ class TimeBandCore:
         """Join ``(sides[g], keys[g], times[g])`` in order; return ``(g, partner position)``."""
         sides = np.ascontiguousarray(sides, np.int8)
         keys = np.ascontiguousarray(keys, self.dtype)
-        times = np.ascontiguousarray(times, np.int64)
+        times = kernel_input(times, np.int64)
         if self.self_join:
             sides = np.zeros(len(keys), np.int8)
         for s in range(len(self.first)):

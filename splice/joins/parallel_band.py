@@ -82,6 +82,7 @@ from typing import Any
 import numpy as np
 
 from splice.core.errors import InternalError
+from splice.index._jit import kernel_input
 from splice.index._window import (
     M_NEXT,
     M_THRESH,
@@ -232,7 +233,7 @@ class TaskQueueJoin:
     def run(self, sides: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Join the tuples ``(sides[g], keys[g])`` in order; return ``(g, partner position)``."""
         sides = np.ascontiguousarray(sides, np.int8)
-        keys = np.ascontiguousarray(keys, self.dtype)
+        keys = kernel_input(keys, self.dtype)
         # each chunk's rows go straight into the run's result, grown by doubling
         out_g = np.empty(2 * len(keys) + 1024, np.int64)
         out_p = np.empty(len(out_g), np.int64)
@@ -394,7 +395,7 @@ class RoundRobinJoin:
 
     def run(self, sides: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Join the tuples ``(sides[g], keys[g])`` in order; return ``(g, partner position)``."""
-        keys = np.ascontiguousarray(keys, self.dtype)
+        keys = kernel_input(keys, self.dtype)
         sides = np.ascontiguousarray(sides, np.int8)
         if self.self_join:
             sides = np.zeros(len(keys), np.int8)
@@ -603,7 +604,7 @@ class KeyRangeJoin:
         """Join the tuples ``(sides[g], keys[g])`` in order; return ``(g, partner position)``.
         Long sequences run in chunks of ``CHUNK`` tuples, the ranges checked after each."""
         sides = np.ascontiguousarray(sides, np.int8)
-        keys = np.ascontiguousarray(keys, self.dtype)
+        keys = kernel_input(keys, self.dtype)
         n = len(keys)
         out = (np.empty(2 * n + 1024, np.int64), np.empty(2 * n + 1024, np.int64))
         m = 0
