@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.index._jit import kernel_input
 from splice.joins._hash_kernels import q3_hbsj_sequence
 from splice.joins._q3_kernels import EXPLICIT, new_cursor, partition_arrival, q3_join_arrival
 from splice.joins.hash_keys import HashKeys, common_key_type, common_key_types
@@ -409,7 +410,7 @@ class Q3FastJoin:
         sides, rows = arrival if arrival is not None else (np.zeros(0, np.int8), np.zeros(0, np.int64))
         if valid is None:
             valid = (np.ones(n_raw[0], np.bool_), *(np.ones(n_raw[1], np.bool_),) * 2, np.ones(n_raw[2], np.bool_))
-        c_key, o_okey, o_ckey, l_okey = (np.ascontiguousarray(k, np.int64) for k in keys)
+        c_key, o_okey, o_ckey, l_okey = (kernel_input(k, np.int64) for k in keys)
         st = self.stages
         self._args = (np.ascontiguousarray(sides, np.int8), np.ascontiguousarray(rows, np.int64),
                       np.array(n_raw, np.int64), *masks, valid[0], valid[2], valid[1], valid[3],

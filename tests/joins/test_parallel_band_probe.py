@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from splice.index._jit import kernel_input
 from splice.index.window import WindowIndex
 from splice.joins._band_kernels import (
     LOCK_STRIDE,
@@ -63,7 +64,7 @@ def test_probe_with_positions_in_flight_matches_brute_force(keys, data, probe, b
     out_p = np.zeros(n + 1, np.int64)
     res[R_ALLOW] = 0  # probe only
     g, m, status = par_task(
-        0, 1, np.zeros(1, np.int8), np.array([probe], np.int64), np.array([n], np.int64),
+        0, 1, np.zeros(1, np.int8), kernel_input([probe], np.int64), np.array([n], np.int64),
         np.array([t_e], np.int64), np.array([n - 1], np.int64), lo, hi, True, ix.state,
         ix.state, locks, locks, ring, ring, bits, bits, edge, np.zeros(1, np.int64),
         np.array([n + 1, 0], np.int64), res, path, out_g, out_p, 0,
