@@ -163,6 +163,28 @@ def test_output_room_follows_the_call_not_the_largest_call():
         (i, j) for i, j in want if i >= 40000]
 
 
+def test_keys_from_arrow_and_numpy_share_one_compiled_loop():
+    # an Arrow column's NumPy view is read-only, a NumPy array writable: numba would compile
+    # the join loop (a minute per key type) once for each unless the core makes them one type
+    from splice.joins._band_kernels import join_seq_run
+
+    rng = np.random.default_rng(2)
+    sides = rng.integers(0, 2, 300).astype(np.int8)
+    keys = rng.integers(0, 50, 300)
+    arrow_keys = pa.array(keys).to_numpy()
+    assert not arrow_keys.flags.writeable and keys.flags.writeable
+    got = []
+    for k in (keys, arrow_keys):
+        core = BandCore("pimtree", (40, 40), np.dtype(np.int64), -2.0, 2.0)
+        g, p = core.run(sides, k)
+        got.append((g.tolist(), p.tolist()))
+    assert got[0] == got[1]
+    assert got[0] == tuple(map(list, zip(*window_band_join(
+        sides.tolist(), keys.tolist(), (40, 40), -2.0, 2.0), strict=True)))
+    assert join_seq_run.signatures
+    assert not any(sig[1].mutable for sig in join_seq_run.signatures)
+
+
 def test_integer_bounds_round_inward():
     lo, hi = probe_offsets(-1.5, 2.5, np.dtype(np.int64), False)
     assert lo.tolist() == [-1, -2] and hi.tolist() == [2, 1]
