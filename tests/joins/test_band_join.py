@@ -17,6 +17,7 @@ from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data, End
 from splice.index import INDEX_KINDS
 from splice.index._window import M_CHANGES, M_THRESH, new_descents
+from splice.joins._band_kernels import join_seq_run
 from splice.joins.band_command import run as band_run
 from splice.joins.band_join import BandCore, BandJoin, probe_offsets
 from splice.joins.window import TimeWindow
@@ -166,8 +167,6 @@ def test_output_room_follows_the_call_not_the_largest_call():
 def test_keys_from_arrow_and_numpy_share_one_compiled_loop():
     # an Arrow column's NumPy view is read-only, a NumPy array writable: numba would compile
     # the join loop (a minute per key type) once for each unless the core makes them one type
-    from splice.joins._band_kernels import join_seq_run
-
     rng = np.random.default_rng(2)
     sides = rng.integers(0, 2, 300).astype(np.int8)
     keys = rng.integers(0, 50, 300)
@@ -177,10 +176,9 @@ def test_keys_from_arrow_and_numpy_share_one_compiled_loop():
     for k in (keys, arrow_keys):
         core = BandCore("pimtree", (40, 40), np.dtype(np.int64), -2.0, 2.0)
         g, p = core.run(sides, k)
-        got.append((g.tolist(), p.tolist()))
-    assert got[0] == got[1]
-    assert got[0] == tuple(map(list, zip(*window_band_join(
-        sides.tolist(), keys.tolist(), (40, 40), -2.0, 2.0), strict=True)))
+        got.append(list(zip(g.tolist(), p.tolist(), strict=True)))
+    want = window_band_join(sides.tolist(), keys.tolist(), (40, 40), -2.0, 2.0)
+    assert want and got[0] == want and got[1] == want
     assert join_seq_run.signatures
     assert not any(sig[1].mutable for sig in join_seq_run.signatures)
 
