@@ -157,9 +157,10 @@ class WindowIndex:
         meta[M_LCAP] = link
         meta[M_POOLMIN] = 4 * 16 + 8
         self._pool = list(new_pool(pool, trees, dt))
+        # T_S/links and the merge buffer get one slot more than they hold: merge_into's scratch
         self._rest = [
-            np.zeros((slots, cap), dt),
-            np.zeros((slots, cap), np.int64),
+            np.zeros((slots, cap + 1), dt),
+            np.zeros((slots, cap + 1), np.int64),
             np.zeros((slots, icap), dt),
             np.zeros((slots, MAX_LEVELS), np.int64),
             np.zeros((slots, MAX_LEVELS), np.int64),
@@ -168,8 +169,8 @@ class WindowIndex:
             meta,
             np.zeros(1024, np.int64),
             np.zeros(slots, np.int64),
-            np.zeros(cap if code in (IMTREE, PIMTREE) else 1, dt),
-            np.zeros(cap if code in (IMTREE, PIMTREE) else 1, np.int64),
+            np.zeros(cap + 1 if code in (IMTREE, PIMTREE) else 1, dt),
+            np.zeros(cap + 1 if code in (IMTREE, PIMTREE) else 1, np.int64),
         ]
         self.state: tuple = tuple(self._pool + self._rest)
 

@@ -736,7 +736,7 @@ class KeyRangeJoin:
             o = 0
             for j in range(t):
                 a, b = int(cut[j, k]), int(cut[j, k + 1])
-                if o + b - a > st[8].shape[1]:
+                if o + b - a >= st[8].shape[1]:  # its last slot is merge scratch
                     raise InternalError("key-range join: T_S capacity exceeded at a rebalance")
                 src = self.parts[j][s].state
                 st[8][0, o : o + b - a] = src[18][a:b]

@@ -149,18 +149,18 @@ def test_large_window_random(kind):
 )
 def test_merge_into_matches_sorted_entries(kind, window, keys, merge_ratio, depth, cut, slack):
     """``merge_into``: the window's entries at positions >= lo, in (key, pos) order (entries of
-    ``T_S`` before lo dropped), into a buffer of exactly the needed size or a bit more; one entry
-    short returns -1."""
+    ``T_S`` before lo dropped), into a buffer of exactly the needed size plus its scratch slot,
+    or a bit more; one entry short (or an empty buffer) returns -1."""
     depth = min(depth, max_insertion_depth(window))
     ix = WindowIndex(kind, window, np.int64, merge_ratio=merge_ratio, insertion_depth=depth)
     ix.insert(np.array(keys, np.int64))
     lo = max(0, len(keys) - window) + min(cut, window)
     want = sorted((k, p) for p, k in enumerate(keys) if p >= lo)
-    for size in (len(want) + 3, max(len(want) + slack, 0)):
+    for size in (len(want) + 3, max(len(want) + 1 + slack, 0)):
         out_k = np.zeros(size, np.int64)
         out_p = np.zeros(size, np.int64)
         n = merge_into(ix.state, out_k, out_p, lo)
-        if size >= len(want):
+        if size > len(want):
             assert n == len(want)
             assert list(zip(out_k[:n].tolist(), out_p[:n].tolist(), strict=True)) == want
         else:
