@@ -73,15 +73,15 @@ _KIND_CODE = {
 
 def default_merge_ratio(window: int) -> float:
     """The IM/PIM-Tree merge ratio for a window of ``window`` entries when none is given: 1/8 up
-    to 2^18 entries, 1/16 up to 2^21, 1/32 above.
+    to 2^13 entries, 1/16 up to 2^19, 1/32 above.
 
     A large window's ``T_I`` at 1/8 outgrows the caches, and its searches and inserts miss more
     than the extra merges cost; as in the seed, whose best ratio fell from 1/8 at 2^16 to 1/16 at
     2^23, the ratio falls as the window grows (measured: docs/benchmarks.md).
     """
-    if window <= 1 << 18:
+    if window <= 1 << 13:
         return 0.125
-    if window <= 1 << 21:
+    if window <= 1 << 19:
         return 0.0625
     return 0.03125
 
