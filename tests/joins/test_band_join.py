@@ -247,14 +247,14 @@ def test_merge_ratio_falls_with_the_window_unless_given():
     def ratio(**kw: Any) -> float:
         return BandJoin(left=2, right=3, on="x", eps=1.0, **kw).ratio
 
-    assert ratio(window=1 << 10) == ratio(window=1 << 18) == 1 / 8
-    assert ratio(window=(1 << 10, (1 << 18) + 1)) == ratio(window=1 << 21) == 1 / 16
-    assert ratio(window=(1 << 21) + 1) == ratio(window=1 << 23) == 1 / 32
+    assert ratio(window=1 << 10) == ratio(window=1 << 13) == 1 / 8
+    assert ratio(window=(1 << 10, (1 << 13) + 1)) == ratio(window=1 << 19) == 1 / 16
+    assert ratio(window=(1 << 19) + 1) == ratio(window=1 << 23) == 1 / 32
     assert ratio(window=1 << 23, merge_ratio=0.5) == 0.5
     assert ratio(window=TimeWindow(100, "ts")) == 1 / 8
-    core = BandJoin(left=2, right=3, on="x", eps=1.0, window=1 << 20,
+    core = BandJoin(left=2, right=3, on="x", eps=1.0, window=1 << 19,
                     index="imtree").make_core(np.dtype(np.float64))
-    assert all(ix.meta[M_THRESH] == (1 << 20) // 16 for ix in core.indexes)
+    assert all(ix.meta[M_THRESH] == (1 << 19) // 16 for ix in core.indexes)
 
 
 def test_bad_input():
