@@ -9,13 +9,15 @@ branch per tuple, not a separate compilation). A state is a tuple of arrays:
       tree ``s`` (link in chain slot ``s``)
  8-13 immutable B+-Trees, one per slot (see :mod:`splice.index._immutable`): ``sk[s]``,
       ``sp[s]``, ``si[s]`` (inner levels), ``sl[s]`` (level offsets), ``sc[s]`` (level counts),
-      ``sm[s] = [n, levels]`` — slot 0 is ``T_S`` of the IM/PIM-Tree; chains use one per link
+      ``sm[s] = [n, levels]`` — slot 0 is ``T_S`` of the IM/PIM-Tree; chains use one per link.
+      An IM/PIM-Tree has two rows of keys and positions: ``T_S``'s are row
+      ``meta[M_TSROW]`` (:func:`ts_keys`), and a merge writes the other one, then switches
+      (no copy back). Rows have one slot more than the entries they hold: :func:`merge_into`'s
+      scratch slot
  14   ``ring``: the window's keys by ``pos % len(ring)`` (the sliding window itself)
  15   ``meta``: the scalars below
  16   ``path``: scratch for tree descents
  17   ``cfirst``: first position of the link in each chain slot
-18-19 ``mk``, ``mp``: the IM/PIM-Tree merge buffer (as large as ``T_S``; both have one slot
-      more than the entries they hold, :func:`merge_into`'s scratch slot)
 ====  =====================================================================================
 
 Positions are the stream's arrival numbers 0, 1, 2, ...; the window after ``NEXT`` arrivals is
@@ -73,6 +75,7 @@ __all__ = [
     "M_TISIZE",
     "M_PLEVEL",
     "M_POOLMIN",
+    "M_TSROW",
     "META_LEN",
     "idx_search",
     "idx_insert",
@@ -88,6 +91,7 @@ __all__ = [
     "new_descents",
     "clear_descents",
     "ts_leaf",
+    "ts_keys",
     "im_search_at",
     "PREFETCH_AHEAD",
     "PREFETCH_MIN_WINDOW",
@@ -111,6 +115,7 @@ M_TISIZE = 11  # IM/PIM: entries in T_I
 M_PLEVEL = 12  # PIM: T_S level whose nodes define the partitions
 M_POOLMIN = 13  # free nodes required before an insert
 M_CHANGES = 14  # chain: links opened or disposed of so far (the archived links change with it)
+M_TSROW = 15  # IM/PIM: the row of sk/sp holding T_S (the last merge's output)
 META_LEN = 16
 
 
@@ -151,6 +156,14 @@ def _pim_route(st, k):
 
 
 @kernel(inline="always")
+def ts_keys(st):
+    """IM/PIM-Tree: the keys and positions of ``T_S`` (the row of ``sk``/``sp`` the last merge
+    wrote)."""
+    r = st[15][M_TSROW]
+    return st[8][r], st[9][r]
+
+
+@kernel(inline="always")
 def idx_search(st, lo, hi, plo, phi, out, n_out):
     """Append positions in ``[plo, phi]`` whose key is in ``[lo, hi]``; ``-1`` when ``out`` is full.
 
@@ -165,7 +178,7 @@ def chain_search(st, lo, hi, plo, phi, out, n_out, descents, j):
     """:func:`idx_search` of a B- or IB-chain. With ``j >= 0`` an IB-chain's archived link ``c``
     (from the oldest) is searched from leaf ``descents[3 + c, j]``, the descent
     :func:`search_prefetch` made, instead of descending again."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
     kind = meta[M_KIND]
     slots = cfirst.shape[0]
     cnt = meta[M_CCNT]
@@ -208,10 +221,10 @@ def ts_leaf(st, lo):
 def im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q):
     """:func:`idx_search` of an IM/PIM-Tree whose descent :func:`ts_leaf` gave ``(leaf, q)``:
     ``T_S`` from that leaf, then ``T_I`` (one tree, or the partitions covering ``[lo, hi]``)."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
     ns = sm[0, 0]
-    n_out = ibt_scan(sk[0], sp[0], ns, ibt_leaf_bound(sk[0], ns, leaf, lo), hi, plo, phi, out,
-                     n_out)
+    s_k, s_p = ts_keys(st)
+    n_out = ibt_scan(s_k, s_p, ns, ibt_leaf_bound(s_k, ns, leaf, lo), hi, plo, phi, out, n_out)
     if n_out < 0:
         return -1
     parts = meta[M_NPART]
@@ -252,13 +265,11 @@ def clear_descents(descents):
 
 
 @kernel(inline="always")
-def _prefetch_block(st, s, leaf):
-    # the keys and positions of leaf ``leaf`` of immutable tree s
-    if st[13][s, 0] == 0:
+def _prefetch_block(sk, sp, n, leaf):
+    # the keys and positions of leaf ``leaf`` of an immutable tree of n entries sk, sp
+    if n == 0:
         return
     i = leaf * LEAF_SIZE
-    sk = st[8][s]
-    sp = st[9][s]
     for j in range(0, LEAF_SIZE, 8):
         prefetch(sk, i + j)
         prefetch(sp, i + j)
@@ -279,7 +290,8 @@ def search_prefetch(st, lo, descents, a):
     kind = meta[M_KIND]
     if kind == IMTREE or kind == PIMTREE:
         leaf, q = ts_leaf(st, lo)
-        _prefetch_block(st, 0, leaf)
+        s_k, s_p = ts_keys(st)
+        _prefetch_block(s_k, s_p, st[13][0, 0], leaf)
         descents[0, a] = leaf
         descents[1, a] = q
         descents[2, a] = meta[M_MERGES]
@@ -293,7 +305,7 @@ def search_prefetch(st, lo, descents, a):
         for c in range(archived):
             s = (meta[M_CHEAD] + c) % slots
             leaf = ibt_leaf(st[10][s], st[11][s], st[12][s], sm[s, 1], lo)
-            _prefetch_block(st, s, leaf)
+            _prefetch_block(st[8][s], st[9][s], sm[s, 0], leaf)
             if keep:
                 descents[3 + c, a] = leaf
         if keep:
@@ -306,7 +318,7 @@ def search_from(st, lo, hi, plo, phi, out, n_out, descents, j):
     :func:`search_prefetch` for this search) while the immutable part it descended is
     unchanged; ``j < 0``: no stored descent. The one search body every join loop inlines (a
     second one per call site doubled the kernels' compile time)."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
     kind = meta[M_KIND]
     if kind == NLWJ:
         r = ring.shape[0]
@@ -350,11 +362,10 @@ def merge_into(st, out_k, out_p, lo):
     negative-index fix-ups. (Without the capacity branch and the fix-ups, merges take half the
     time.)
     """
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
     parts = max(meta[M_NPART], 1)
     ns = uint64(sm[0, 0])
-    s_k = sk[0]
-    s_p = sp[0]
+    s_k, s_p = ts_keys(st)
     if out_k.shape[0] == 0:
         return -1
     cap = uint64(out_k.shape[0] - 1)
@@ -396,11 +407,11 @@ def merge_into(st, out_k, out_p, lo):
 
 @kernel()
 def merge_install(st, o):
-    """``T_S`` of ``st`` now holds ``o`` sorted entries: build its inner levels, empty ``T_I``
-    and re-derive the PIM-Tree partitions from the new ``T_S``."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
+    """``T_S`` of ``st`` (:func:`ts_keys`) now holds ``o`` sorted entries: build its inner
+    levels, empty ``T_I`` and re-derive the PIM-Tree partitions from the new ``T_S``."""
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
     sm[0, 0] = o
-    nlev = ibt_build(sk[0], o, si[0], sl[0], sc[0])
+    nlev = ibt_build(ts_keys(st)[0], o, si[0], sl[0], sc[0])
     sm[0, 1] = nlev
     bpt_reset(pm, tm)
     parts = 1
@@ -417,17 +428,15 @@ def merge_install(st, o):
 @kernel()
 def im_merge(st, lo):
     """Merge ``T_I`` into ``T_S``, dropping entries before position ``lo``; re-derive partitions.
-    Returns ``False`` when ``T_S`` is too small (callers size it so that this cannot happen)."""
-    mk = st[18]
-    mp = st[19]
-    o = merge_into(st, mk, mp, lo)
-    if o < 0 or o >= st[8].shape[1]:
+    The merge writes the row of ``sk``/``sp`` that ``T_S`` does not use, which then becomes
+    ``T_S``'s. Returns ``False`` when ``T_S`` is too small (callers size it so that this cannot
+    happen)."""
+    meta = st[15]
+    row = 1 - meta[M_TSROW]
+    o = merge_into(st, st[8][row], st[9][row], lo)
+    if o < 0:
         return False
-    sk = st[8]
-    sp = st[9]
-    for i in range(o):
-        sk[0, i] = mk[i]
-        sp[0, i] = mp[i]
+    meta[M_TSROW] = row
     merge_install(st, o)
     return True
 
@@ -435,7 +444,7 @@ def im_merge(st, lo):
 @kernel()
 def _chain_archive(st, s):
     # IB-chain: convert the B+-Tree of slot s into the slot's immutable B+-Tree
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
     n = bpt_first_leaf(pc, tm, s)
     o = 0
     while n >= 0:
@@ -452,7 +461,7 @@ def _chain_archive(st, s):
 @kernel(inline="always")
 def idx_insert(st, k):
     """Append key ``k`` to the window (position ``NEXT``), expiring the oldest entry when full."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, mk, mp = st
+    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
     kind = meta[M_KIND]
     w = meta[M_W]
     p = meta[M_NEXT]

@@ -157,10 +157,12 @@ class WindowIndex:
         meta[M_LCAP] = link
         meta[M_POOLMIN] = 4 * 16 + 8
         self._pool = list(new_pool(pool, trees, dt))
-        # T_S/links and the merge buffer get one slot more than they hold: merge_into's scratch
+        # T_S's keys and positions: two rows in an IM/PIM-Tree (a merge writes the row T_S does
+        # not use); rows of T_S and links have one slot more than they hold, merge_into's scratch
+        rows = 2 if code in (IMTREE, PIMTREE) else slots
         self._rest = [
-            np.zeros((slots, cap + 1), dt),
-            np.zeros((slots, cap + 1), np.int64),
+            np.zeros((rows, cap + 1), dt),
+            np.zeros((rows, cap + 1), np.int64),
             np.zeros((slots, icap), dt),
             np.zeros((slots, MAX_LEVELS), np.int64),
             np.zeros((slots, MAX_LEVELS), np.int64),
@@ -169,8 +171,6 @@ class WindowIndex:
             meta,
             np.zeros(1024, np.int64),
             np.zeros(slots, np.int64),
-            np.zeros(cap + 1 if code in (IMTREE, PIMTREE) else 1, dt),
-            np.zeros(cap + 1 if code in (IMTREE, PIMTREE) else 1, np.int64),
         ]
         self.state: tuple = tuple(self._pool + self._rest)
 

@@ -45,6 +45,7 @@ from splice.index._window import (
     search_from,
     search_prefetch,
     sort_small,
+    ts_keys,
 )
 
 __all__ = [
@@ -210,10 +211,11 @@ def _par_search(st, locks, lo, hi, plo, phi, out, n_out, res):
     # T_S is immutable while tasks run: no lock. T_I partitions: one lock each, held per tree.
     # Inlined into par_task: called once per tuple with two dozen array arguments, the call
     # alone cost the 1-thread parallel join about 17 % of the serial join's rate.
-    sk, sp, si, sl, sc, sm = st[8], st[9], st[10], st[11], st[12], st[13]
+    si, sl, sc, sm = st[10], st[11], st[12], st[13]
     pk, pp, pc, pn, nx, tm, meta = st[0], st[1], st[2], st[3], st[4], st[7], st[15]
-    n_out = ibt_search(sk[0], sp[0], sm[0, 0], si[0], sl[0], sc[0], sm[0, 1], lo, hi, plo, phi,
-                       out, n_out)
+    s_k, s_p = ts_keys(st)
+    n_out = ibt_search(s_k, s_p, sm[0, 0], si[0], sl[0], sc[0], sm[0, 1], lo, hi, plo, phi, out,
+                       n_out)
     if n_out < 0:
         return -1
     parts = meta[M_NPART]
@@ -672,7 +674,8 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
                 allow[s] = 0
                 ctl[C_BLOCKED] -= 1
                 spin_unlock(ctl, C_QLOCK)
-                o = merge_into(now_st, spare[8][0], spare[9][0], lo)
+                s_k, s_p = ts_keys(spare)
+                o = merge_into(now_st, s_k, s_p, lo)
                 if o < 0:
                     atomic_store(ctl, C_ERROR, 1)
                     return n_out, TS_FULL

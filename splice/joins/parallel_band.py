@@ -86,6 +86,7 @@ from splice.index._jit import kernel_input
 from splice.index._window import (
     M_NEXT,
     M_THRESH,
+    M_TSROW,
     M_W,
     PREFETCH_MIN_WINDOW,
     merge_install,
@@ -581,8 +582,9 @@ class KeyRangeJoin:
             mine = keys[mask]
             order = np.argsort(mine, kind="stable")  # (key, position) order
             st = ix.state
-            st[8][0, : len(mine)] = mine[order]
-            st[9][0, : len(mine)] = pos[order]
+            row = ix.meta[M_TSROW]
+            st[8][row, : len(mine)] = mine[order]
+            st[9][row, : len(mine)] = pos[order]
             merge_install(st, len(mine))
             self.parts[k][s] = ix
 
@@ -716,31 +718,35 @@ class KeyRangeJoin:
         t = self.threads
         lo = self.counts[s] - self.windows[s]
         sizes = [0] * t
+        ixs = [self.parts[k][s] for k in range(t)]
+        spare = [1 - int(ix.meta[M_TSROW]) for ix in ixs]  # the rows T_S does not use
 
         def collect(k: int) -> None:
-            # range k's live entries, in (key, position) order, into its merge buffer
-            st = self.parts[k][s].state
-            sizes[k] = merge_into(st, st[18], st[19], lo)
+            # range k's live entries, in (key, position) order, into its spare row
+            st = ixs[k].state
+            sizes[k] = merge_into(st, st[8][spare[k]], st[9][spare[k]], lo)
             if sizes[k] < 0:
                 raise InternalError("key-range join: a merge buffer is too small")
 
         self._in_threads(collect)
         # the ranges are disjoint and in key order: laid end to end, the entries are sorted;
-        # cut[j, k]: where the entries of new range k start in old range j's buffer
-        cut = np.array([[0, *np.searchsorted(self.parts[j][s].state[18][: sizes[j]], bounds,
+        # cut[j, k]: where the entries of new range k start in old range j's spare row
+        cut = np.array([[0, *np.searchsorted(ixs[j].state[8][spare[j], : sizes[j]], bounds,
                                              side="left").tolist(), sizes[j]]
                         for j in range(t)], np.int64)
 
         def install(k: int) -> None:
-            st = self.parts[k][s].state
+            # into T_S's own row (its entries are in the spare row now; others read only those)
+            st = ixs[k].state
+            row = 1 - spare[k]
             o = 0
             for j in range(t):
                 a, b = int(cut[j, k]), int(cut[j, k + 1])
                 if o + b - a >= st[8].shape[1]:  # its last slot is merge scratch
                     raise InternalError("key-range join: T_S capacity exceeded at a rebalance")
-                src = self.parts[j][s].state
-                st[8][0, o : o + b - a] = src[18][a:b]
-                st[9][0, o : o + b - a] = src[19][a:b]
+                src = ixs[j].state
+                st[8][row, o : o + b - a] = src[8][spare[j], a:b]
+                st[9][row, o : o + b - a] = src[9][spare[j], a:b]
                 o += b - a
             merge_install(st, o)
 
