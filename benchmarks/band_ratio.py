@@ -7,10 +7,11 @@ For each ``w = 2^k``: one single-threaded band join per merge ratio ``1/r`` (``-
 the ``r``), over the seeded two-stream workload (uniform keys, match rate 2), each warmed with
 ``2w`` tuples untimed. Then the same chunks of ``--chunk`` tuples go through every join in turn,
 the order rotating from chunk to chunk so that no join always runs first or last; results are
-asserted equal. A chunk holds at least one merge of each stream at each ratio up to 2^20 (at
-1/32 and 2^20, two), so merges count in proportion. Comparing ratios chunk by chunk in one
-process, rather than run after run, keeps the comparison on a shared host to what the host did
-in the same second.
+asserted equal. Each stream merges about ``chunk * r / (2 * w)`` times a chunk: with the
+default chunk, at least once up to 2^20 at 1/16 and smaller ratios (at 1/8 and 2^20, every other
+chunk), so the medians over chunks weigh the merges about in proportion; raise ``--chunk`` for
+larger windows. Comparing ratios chunk by chunk in one process, rather than run after run, keeps
+the comparison on a shared host to what the host did in the same second.
 
 One JSON line per window: CPU nanoseconds per tuple at each ratio (median over chunks), the
 median per-chunk ratio of each ratio's time to the time of the ratio
