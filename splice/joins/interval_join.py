@@ -81,6 +81,7 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, is_temporal, time_values
+from splice.joins._c_batches import MINE, PASS, THEIRS, TIMES, BatchAssembler
 from splice.joins._interval_kernels import gather_bits, gather_var, is_arange, locate, time_range
 from splice.joins._key_index import KeyCodec, KeyIndex, check_key_types, keys_equal
 from splice.joins.matcher import Matcher, MatchMethod
@@ -262,6 +263,9 @@ _NO_BITS = np.zeros(0, dtype=np.uint8)
 #: side's time range (below it, the check costs more than it can save).
 _PRUNE_ROWS = 32
 _FIXED_WIDTHS: dict[int, type] = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+#: Output batches of pairs through :mod:`~splice.joins._c_batches` (else from Arrow arrays); off
+#: only where pyarrow cannot import a batch through the C data interface.
+_C_BATCHES = hasattr(pa.RecordBatch, "_import_from_c") and hasattr(pa.RecordBatch, "_export_to_c")
 
 
 def _column_plan(t: pa.DataType) -> tuple[str, Any]:
@@ -295,7 +299,7 @@ class _ColumnView:
     (``None`` without nulls), read from bit ``bit_offset``.
     """
 
-    __slots__ = ("array", "kind", "type", "values", "offsets", "bits", "bit_offset")
+    __slots__ = ("array", "kind", "type", "values", "offsets", "bits", "bit_offset", "source")
 
     def __init__(self, array: pa.Array, plan: tuple[str, Any]):
         self.array = array
@@ -305,6 +309,9 @@ class _ColumnView:
         self.offsets: np.ndarray = _EMPTY
         self.bits: np.ndarray | None = None
         self.bit_offset = array.offset
+        #: the column as a source row of :func:`~splice.joins._c_batches.assemble` (code 0:
+        #: not gathered there)
+        self.source = (0, 0, 0, 0, 0, 0)
         if kind != "arrow":
             bufs = array.buffers()
             n, off = len(array), array.offset
@@ -319,6 +326,12 @@ class _ColumnView:
                                else np.zeros(0, dtype=np.uint8))
             if array.null_count and kind != "arrow":
                 self.bits = np.frombuffer(bufs[0], dtype=np.uint8)
+            if kind != "arrow":
+                w = np.dtype(dtype).itemsize
+                self.source = (w if kind == "fixed" else -w, n,
+                               bufs[0].address if self.bits is not None else 0, off,
+                               bufs[1].address + off * w,
+                               bufs[2].address if kind == "var" and bufs[2] is not None else 0)
         self.kind = kind
 
     def take(self, rows: np.ndarray) -> pa.Array:
@@ -361,7 +374,7 @@ class _Buffered:
     """
 
     __slots__ = ("start", "batch", "times", "codes", "matched", "min_time", "max_time",
-                 "n_alive", "nbytes", "views")
+                 "n_alive", "nbytes", "views", "sources")
 
     def __init__(self, start: int, batch: pa.RecordBatch, times: np.ndarray, codes: np.ndarray,
                  matched: np.ndarray | None, min_time: int, max_time: int, nbytes: int = -1):
@@ -375,6 +388,7 @@ class _Buffered:
         self.n_alive = len(times)
         self.nbytes = nbytes
         self.views: list[_ColumnView] | None = None
+        self.sources: np.ndarray | None = None
 
     def count_bytes(self) -> int:
         """Bytes of payload, times, codes, flags and fixed overhead (``batch.nbytes`` is the
@@ -389,6 +403,14 @@ class _Buffered:
         if self.views is None:
             self.views = column_views(self.batch.columns, plans)
         return self.views
+
+    def source_table(self, plans: list[tuple[str, Any]]) -> np.ndarray:
+        """The columns as source rows of :func:`~splice.joins._c_batches.assemble`, shape
+        ``(1, columns, 6)``; made once."""
+        if self.sources is None:
+            self.sources = np.array([[v.source for v in self.make_views(plans)]],
+                                    dtype=np.int64)
+        return self.sources
 
     def columns(self, rows: np.ndarray, plans: list[tuple[str, Any]], skip: tuple[int, ...] = ()
                 ) -> list[pa.Array | None]:
@@ -722,6 +744,38 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         self._same_key = (len(spec.on) == 1 and lk == rk
                           and (pa.types.is_integer(lk) or pa.types.is_boolean(lk)
                                or pa.types.is_temporal(lk)))
+        # pairs' output batches assembled in one kernel (see _c_batches), per arriving side,
+        # whether the index gives the opposite times and whether the arriving rows come whole
+        self._assembler = BatchAssembler(schema) if _C_BATCHES else None
+        self._plans = {(left, times, whole): self._output_plan(left, times, whole)
+                       for left in (True, False) for times in (True, False)
+                       for whole in (True, False)}
+
+    def _output_plan(self, left: bool, times: bool, whole: bool) -> np.ndarray | None:
+        """The :func:`~splice.joins._c_batches.assemble` plan of the pairs of an arriving batch
+        of the left side (``left``) or the right, with the opposite times from the index
+        (``times``) and every arriving row once, in order (``whole``); ``None`` when a column
+        it would gather is of a type gathered only by Arrow (the output is then made of Arrow
+        arrays), or the join checks keys beyond their codes."""
+        if not self.exact:
+            return None
+        s, o = (self.L, self.R) if left else (self.R, self.L)
+
+        def code(plan: tuple[str, Any]) -> int:
+            kind, dtype = plan
+            w = np.dtype(dtype).itemsize if kind != "arrow" else 0
+            return w if kind == "fixed" else -w if kind == "var" else 0
+
+        mine = [(PASS, c, 0) if whole else (MINE, c, code(p)) for c, p in enumerate(s.plans)]
+        theirs = [(THEIRS, c, code(p)) for c, p in enumerate(o.plans)]
+        if self._same_key:
+            theirs[o.key_index[0]] = mine[s.key_index[0]]
+        if times and o.time_int64:
+            theirs[o.time_index] = (TIMES, 0, 8)
+        rows = mine + theirs if left else theirs + mine
+        if any(src != PASS and src != TIMES and c == 0 for src, _, c in rows):
+            return None
+        return np.array(rows, dtype=np.int64).reshape(len(rows), 3)
 
     # -- watermarks --------------------------------------------------------------------------
 
@@ -791,7 +845,8 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         out: list[pa.RecordBatch] = []
         matched = np.zeros(n, dtype=bool) if s.outer else None
         if o.n_alive:
-            res = self._probe(s, o, cols, t, codes, live, matched, tmin, tmax, ordered)
+            res = self._probe(s, o, batch, cols, t, codes, live, matched, tmin, tmax,
+                              ordered)
             if res is not None:
                 out.append(res)
 
@@ -849,12 +904,13 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         mask: np.ndarray = t <= np.maximum(gen, own_before)
         return mask
 
-    def _probe(self, s: _Side, o: _Side, cols: list[pa.Array], t: np.ndarray, codes: np.ndarray,
-               live: np.ndarray | None, matched: np.ndarray | None, tmin: int, tmax: int,
+    def _probe(self, s: _Side, o: _Side, batch: pa.RecordBatch, cols: list[pa.Array],
+               t: np.ndarray, codes: np.ndarray, live: np.ndarray | None,
+               matched: np.ndarray | None, tmin: int, tmax: int,
                ordered: bool) -> pa.RecordBatch | None:
-        """The pairs of the arriving rows (``cols``, times ``t`` from ``tmin`` to ``tmax``, key
-        ``codes``, rows ``live``) with the opposite side's retained rows, as output rows; flags
-        matched rows.
+        """The pairs of the arriving rows (``batch``, its ``cols``, times ``t`` from ``tmin``
+        to ``tmax``, key ``codes``, rows ``live``) with the opposite side's retained rows, as
+        output rows; flags matched rows.
 
         Only rows whose band reaches the opposite side's time range probe: when a large batch
         arrives after the other side's rows were mostly retired, most of it cannot match yet.
@@ -912,6 +968,25 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             pi = rows[pi]
         # where the opposite rows lie, by batch and row: the payload of each is read once per pair
         loc = o.locate(rid)
+        if self._assembler is not None and self.exact:
+            if o.outer:
+                o.mark(loc[0], loc[2], loc[3])
+            if matched is not None:
+                matched[pi] = True
+            whole = in_order if in_order is not None else is_arange(pi, len(t))
+            plan = self._plans[(s is self.L, et is not None, whole)]
+            if plan is not None:
+                rows, inv, groups, cuts = loc
+                if len(groups) == 1:
+                    tabs = o.batches[int(groups[0])].source_table(o.plans)
+                else:
+                    tabs = np.concatenate([o.batches[g].source_table(o.plans)
+                                           for g in groups.tolist()])
+                res = self._assembler.build(batch, plan, tabs, rows, inv,
+                                            _EMPTY if cuts is None else cuts, pi,
+                                            _EMPTY if et is None else et)
+                if res is not None:
+                    return res
         skip = ((o.key_index[0],) if self._same_key else ()) + (
             (o.time_index,) if et is not None else ())
         theirs = o.columns(*loc, skip)
