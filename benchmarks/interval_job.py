@@ -11,9 +11,11 @@ whole input (numba's compiled code and the allocator's state warm up; a long-run
 that steady state), then ``--repeat`` timed runs, the best kept; the median is reported too.
 
 * ``interval``: INNER interval join, bounds [-100, +100] ms, the hybrid (key index above 1,024
-  retained rows) and, as baselines in the same run, the full probe (``index_threshold`` = inf) and
-  DuckDB's SQL join of the two whole tables (``r.ts BETWEEN l.ts - 100 AND l.ts + 100``, run
-  after the splice variants, best of two). Rows/s = input rows (both streams) / seconds; the
+  retained rows) and, as baselines in the same run, the full probe (``index_threshold`` = inf),
+  the hybrid with output batches made of Arrow arrays (``hybrid_arrays``: see
+  ``benchmarks.interval_probe``) and DuckDB's SQL join of the two whole tables
+  (``r.ts BETWEEN l.ts - 100 AND l.ts + 100``, run after the splice variants, best of two); the
+  splice variants' timed runs take turns. Rows/s = input rows (both streams) / seconds; the
   output row count is asserted equal to DuckDB's.
 * ``interval_cli``: the same join through ``splice join --kind interval``'s streaming path
   (time-ordered blocks of ``B`` rows), without file IO.
@@ -37,6 +39,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.interval_probe import build_logic
 from splice.core.operator import OperatorSpec
 from splice.joins.interval_join import IntervalJoin
 from splice.joins.window_join import WindowJoin
@@ -55,11 +58,14 @@ def streams(rows: int, seed: int = 0, offset: int = 0) -> tuple[pa.Table, pa.Tab
     return tables[0], tables[1]
 
 
-def run_stream(spec: OperatorSpec, left: pa.Table, right: pa.Table, batch: int
-               ) -> tuple[float, int, int]:
-    """Seconds, output rows and peak state bytes of one streamed run (batches prepared first)."""
+def run_stream(spec: OperatorSpec, left: pa.Table, right: pa.Table, batch: int,
+               arrays: bool = False) -> tuple[float, int, int]:
+    """Seconds, output rows and peak state bytes of one streamed run (batches prepared first);
+    ``arrays``: an interval join's output made of Arrow arrays."""
     lb, rb = left.to_batches(batch), right.to_batches(batch)
-    logic = spec.build({L: left.schema, R: right.schema})
+    inputs = {L: left.schema, R: right.schema}
+    logic = (build_logic(spec, inputs, arrays) if isinstance(spec, IntervalJoin)
+             else spec.build(inputs))
     t0 = time.perf_counter()
     out, peak = push_pairs(logic, lb, rb)
     for o in logic.on_end():
@@ -106,13 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     sql_iv = ("SELECT count(*) FROM lt l JOIN rt r ON l.k = r.k "
               "AND r.ts BETWEEN l.ts - 100 AND l.ts + 100")
     results = []
+    variants: list[tuple[str, dict[str, Any], bool]] = [
+        ("hybrid", {}, False), ("full_probe", {"index_threshold": 10**12}, False),
+        ("hybrid_arrays", {}, True)]
     for batch in args.batch:
-        for variant, extra in (("hybrid", {}), ("full_probe", {"index_threshold": 10**12})):
-            spec = IntervalJoin(left=L, right=R, on="k", time="ts", lower=-100, upper=100,
-                                **extra)  # type: ignore[arg-type]
-            run_stream(spec, left, right, batch)  # warm-up: numba, and the allocator's state
-            runs = [run_stream(spec, left, right, batch) for _ in range(args.repeat)]
-            results.append((variant, batch, runs))
+        specs = [IntervalJoin(left=L, right=R, on="k", time="ts", lower=-100, upper=100,
+                              **extra) for _, extra, _ in variants]  # type: ignore[arg-type]
+        for spec, (_, _, arrays) in zip(specs, variants, strict=True):
+            run_stream(spec, left, right, batch, arrays)  # warm-up: numba, the allocator
+        runs: list[list[tuple[float, int, int]]] = [[] for _ in variants]
+        for _ in range(args.repeat):
+            for i, (spec, (_, _, arrays)) in enumerate(zip(specs, variants, strict=True)):
+                runs[i].append(run_stream(spec, left, right, batch, arrays))
+        results.extend((name, batch, r) for (name, _, _), r in zip(variants, runs, strict=True))
     # DuckDB after splice: its threads and freed memory slowed whatever ran right after it
     duck_s, want = min(_duck(sql_iv, lt=left, rt=right) for _ in range(min(2, args.repeat)))
     emit(bench="interval_job", variant="duckdb_sql", rows=inputs, output_rows=want,

@@ -17,11 +17,15 @@ variant always follows the same one and inherits its warm caches:
   retained side goes through the numba hash join each push (the seed's original path);
 * ``after``   — the hybrid: full probe at <= 1,024 retained rows, key index above;
 * ``acero`` / ``datafusion`` — the full probe delegated to pyarrow's Acero hash join or to
-  DataFusion's HashJoinExec (one long-lived SessionContext), the engines the matcher can use.
+  DataFusion's HashJoinExec (one long-lived SessionContext), the engines the matcher can use;
+* ``before_arrays`` / ``after_arrays`` — ``before`` and ``after`` with the output batch made of
+  Arrow arrays (``Array.from_buffers`` per gathered column, ``RecordBatch.from_arrays``) instead
+  of assembled in one kernel and imported through Arrow's C data interface.
 
 Each line: mean, 95% confidence interval, median and minimum of the push in µs; a ratio line per
 fixture gives before/after as ratios of means, of medians and of minima (the last two are robust
-on a shared, loaded host, where preemption inflates means).
+on a shared, loaded host, where preemption inflates means), and ``ratio_of`` lines the same for
+the array-built variants against each other and against the assembled ones.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+import splice.joins.interval_join as interval_join
+from splice.core.operator import InputSchemas, OperatorLogic
 from splice.joins.interval_join import IntervalJoin
 
 L, R = 2, 3
@@ -45,7 +51,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "after": {},
     "acero": {"index_threshold": 10**12, "matcher": "acero"},
     "datafusion": {"index_threshold": 10**12, "matcher": "datafusion"},
+    "before_arrays": {"index_threshold": 10**12},
+    "after_arrays": {},
 }
+#: Variants whose output batches are made of Arrow arrays.
+ARRAYS = {"before_arrays", "after_arrays"}
+
+
+def build_logic(spec: IntervalJoin, inputs: InputSchemas, arrays: bool = False) -> OperatorLogic:
+    """``spec.build(inputs)``; with ``arrays``, a logic that makes its output batches of Arrow
+    arrays, the way before they were assembled through Arrow's C data interface."""
+    saved = interval_join._C_BATCHES
+    interval_join._C_BATCHES = saved and not arrays
+    try:
+        return spec.build(inputs)
+    finally:
+        interval_join._C_BATCHES = saved
 
 
 def _payload(n: int, suffix: int, start: int) -> pa.Array:
@@ -89,7 +110,7 @@ def measure(keys: int, arrivals: int, suffix: int, samples: int, variants: list[
         for i in range(samples + 2):  # two warm-up rounds (numba, DataFusion session)
             rng.shuffle(order)  # no variant always runs right after another (warm caches)
             for v in order:
-                logic = specs[v].build(inputs)
+                logic = build_logic(specs[v], inputs, v in ARRAYS)
                 logic.on_batch(L, left)
                 t0 = time.perf_counter()
                 out = logic.on_batch(R, right)
@@ -135,6 +156,16 @@ def main(argv: list[str] | None = None) -> int:
                                       "ratio_of_minima":
                                           round(min(times["before"]) / min(times["after"]), 2)}),
                           flush=True)
+                for a, b in (("before_arrays", "after_arrays"), ("after_arrays", "after"),
+                             ("before_arrays", "before")):
+                    if a in stats and b in stats:
+                        print(json.dumps({"bench": "interval_probe", "keys": keys,
+                                          "arrivals": arrivals, "suffix_bytes": suffix,
+                                          "ratio_of": f"{a}/{b}",
+                                          "of_means": round(stats[a] / stats[b], 2),
+                                          "of_medians": round(medians[a] / medians[b], 2),
+                                          "of_minima": round(min(times[a]) / min(times[b]), 2)}),
+                              flush=True)
     return 0
 
 

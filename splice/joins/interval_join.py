@@ -29,7 +29,10 @@ time in ``[t + lo_S, t + hi_S]`` where ``(lo_L, hi_L) = (lower, upper)`` and
    indexed or at its first gather), except what the pairs already give: the opposite key of one
    exact key column of one type (integers, booleans, temporal types) is the arriving row's key,
    and an indexed side's ``int64`` times come from the index entries the probe reads; codes that
-   are not exact are checked for real key equality;
+   are not exact are checked for real key equality. The output batch is assembled by one kernel
+   and handed to Arrow through its C data interface (:mod:`splice.joins._c_batches`), the
+   arriving batch's columns shared, not copied, when each of its rows matched once, in order;
+   columns of types only Arrow gathers make it of Arrow arrays instead;
 4. is retained (LEFT_BUFFER / RIGHT_BUFFER: a list of Arrow batches with their times, key codes
    and matched flags), except rows that already can never match a future row.
 
