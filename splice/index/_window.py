@@ -14,7 +14,8 @@ branch per tuple, not a separate compilation). A state is a tuple of arrays:
       ``meta[M_TSROW]`` (:func:`ts_keys`), and a merge writes the other one, then switches
       (no copy back). Rows have one slot more than the entries they hold: :func:`merge_into`'s
       scratch slot
- 14   ``ring``: the window's keys by ``pos % len(ring)`` (the sliding window itself)
+ 14   ``ring``: the window's keys by ``pos % len(ring)`` (the sliding window itself), kept by
+      the nested loops and the B+-Tree, which read keys back by position (one slot elsewhere)
  15   ``meta``: the scalars below
  16   ``path``: scratch for tree descents
  17   ``cfirst``: first position of the link in each chain slot
@@ -468,7 +469,10 @@ def idx_insert(st, k):
     r = ring.shape[0]
     if kind == BPTREE and p >= w:
         bpt_delete(pk, pp, pc, pn, nx, pv, pm, tm, 0, ring[(p - w) % r], p - w, path)
-    ring[p % r] = k
+    # only the nested loops and the B+-Tree read a key back by its position; the store stays
+    # ahead of the branches (at the end of one, numba's inlining dropped it)
+    if kind == NLWJ or kind == BPTREE:
+        ring[p % r] = k
     meta[M_NEXT] = p + 1
     if kind == NLWJ:
         return

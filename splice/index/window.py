@@ -99,9 +99,10 @@ def key_dtype_ok(dtype: np.dtype) -> bool:
 class WindowIndex:
     """Index of a count-based sliding window of ``window`` keys (see the module docstring).
 
-    ``ts_slack`` adds room to ``T_S``, ``ring_slack`` to the window's key ring and ``pool_slack``
-    entries to the node pool, for joins that keep entries beyond ``w`` (the parallel join keeps
-    what in-flight probes still need, and cannot grow the pool while threads insert).
+    ``ts_slack`` adds room to ``T_S``, ``ring_slack`` to the window's key ring (kept by NLWJ and
+    the B+-Tree only) and ``pool_slack`` entries to the node pool, for joins that keep entries
+    beyond ``w`` (the parallel join keeps what in-flight probes still need, and cannot grow the
+    pool while threads insert).
     """
 
     def __init__(
@@ -167,7 +168,7 @@ class WindowIndex:
             np.zeros((slots, MAX_LEVELS), np.int64),
             np.zeros((slots, MAX_LEVELS), np.int64),
             np.zeros((slots, 2), np.int64),
-            np.zeros(w + int(ring_slack), dt),
+            np.zeros(w + int(ring_slack) if code in (NLWJ, BPTREE) else 1, dt),
             meta,
             np.zeros(1024, np.int64),
             np.zeros(slots, np.int64),
