@@ -53,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from splice import _pooled as pooled
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, time_values
@@ -235,8 +236,8 @@ class BandCore:
         # room for this call's rows at the highest rate seen (a buffer kept at the largest
         # call's size cost every small call more than its join: megabytes allocated and freed)
         cap = 1024 + int(self._rate * n)
-        out_g = np.empty(cap, np.int64)
-        out_p = np.empty(cap, np.int64)
+        out_g = pooled.empty(cap)
+        out_p = pooled.empty(cap)
         g, m = 0, 0
         while True:
             if single:
@@ -256,9 +257,9 @@ class BandCore:
             if status == 0:
                 break
             if status == OUT_FULL:
-                cap = max(2 * cap, 2 * m)
-                out_g = np.concatenate([out_g[:m], np.empty(cap - m, np.int64)])
-                out_p = np.concatenate([out_p[:m], np.empty(cap - m, np.int64)])
+                cap = pooled.room_for_rest(cap, m, g, n)
+                out_g = pooled.grown(out_g, m, cap)
+                out_p = pooled.grown(out_p, m, cap)
             elif status in (1, LOW_RIGHT_POOL):
                 low.grow_pool()
         if n:

@@ -81,6 +81,7 @@ from typing import Any
 
 import numpy as np
 
+from splice import _pooled as pooled
 from splice.core.errors import InternalError
 from splice.index._jit import kernel_input
 from splice.index._window import (
@@ -236,16 +237,17 @@ class TaskQueueJoin:
         sides = np.ascontiguousarray(sides, np.int8)
         keys = kernel_input(keys, self.dtype)
         # each chunk's rows go straight into the run's result, grown by doubling
-        out_g = np.empty(2 * len(keys) + 1024, np.int64)
-        out_p = np.empty(len(out_g), np.int64)
+        out_g = pooled.empty(2 * len(keys) + 1024)
+        out_p = pooled.empty(len(out_g))
         m = 0
         for c0 in range(0, len(keys), CHUNK):
             all_g, all_p, src, cnt = self._run_chunk(sides[c0 : c0 + CHUNK], keys[c0 : c0 + CHUNK])
             total = int(cnt.sum())
             if m + total > len(out_g):
-                size = max(2 * len(out_g), m + total)
-                out_g = np.concatenate([out_g[:m], np.empty(size - m, np.int64)])
-                out_p = np.concatenate([out_p[:m], np.empty(size - m, np.int64)])
+                size = pooled.room_for_rest(len(out_g), m + total,
+                                            min(c0 + CHUNK, len(keys)), len(keys))
+                out_g = pooled.grown(out_g, m, size)
+                out_p = pooled.grown(out_p, m, size)
             m = gather_tasks(all_g, all_p, src, cnt, c0, out_g, out_p, m)
         return out_g[:m], out_p[:m]
 
@@ -323,7 +325,7 @@ class TaskQueueJoin:
         base = np.cumsum([0] + [o[2] for o in outs])
         total = int(base[-1])
         if len(self._all[0]) < total:
-            self._all = (np.empty(2 * total, np.int64), np.empty(2 * total, np.int64))
+            self._all = (pooled.empty(2 * total), pooled.empty(2 * total))
         all_g = np.concatenate([o[0][: o[2]] for o in outs], out=self._all[0][:total])
         all_p = np.concatenate([o[1][: o[2]] for o in outs], out=self._all[1][:total])
         return all_g, all_p, base[task_thr] + task_off, task_cnt
@@ -336,7 +338,7 @@ class TaskQueueJoin:
         path = np.zeros(1024, np.int64)
         out_g, out_p = self._bufs[tid]
         if len(out_g) < cap:
-            out_g, out_p = np.empty(cap, np.int64), np.empty(cap, np.int64)
+            out_g, out_p = pooled.empty(cap), pooled.empty(cap)
         cap = len(out_g)
         m = 0
         while True:
@@ -348,8 +350,8 @@ class TaskQueueJoin:
                 return out_g, out_p, m
             if status == OUT_FULL:
                 cap *= 2
-                out_g = np.concatenate([out_g[:m], np.empty(cap - m, np.int64)])
-                out_p = np.concatenate([out_p[:m], np.empty(cap - m, np.int64)])
+                out_g = pooled.grown(out_g, m, cap)
+                out_p = pooled.grown(out_p, m, cap)
             elif status == TS_FULL:
                 raise InternalError("parallel band join: T_S capacity exceeded at merge")
             else:
@@ -442,8 +444,8 @@ class RoundRobinJoin:
                 return out_g[:m].copy(), out_p[:m].copy()
             if status == OUT_FULL:
                 cap = 2 * cap
-                out_g = np.concatenate([out_g[:m], np.empty(cap - m, np.int64)])
-                out_p = np.concatenate([out_p[:m], np.empty(cap - m, np.int64)])
+                out_g = pooled.grown(out_g, m, cap)
+                out_p = pooled.grown(out_p, m, cap)
             else:
                 (left if status == LOW_LEFT_POOL else right).grow_pool()
 
@@ -460,7 +462,7 @@ def _merge_runs(runs: list[Run], out_g: np.ndarray, out_p: np.ndarray, d: int, b
     log2(len(runs)) passes."""
     while len(runs) > 2:
         rows = sum(e - a for _, _, a, e in runs)
-        tg, tp = np.empty(rows, np.int64), np.empty(rows, np.int64)
+        tg, tp = pooled.empty(rows), pooled.empty(rows)
         merged: list[Run] = []
         o = 0
         for i in range(0, len(runs) - 1, 2):
@@ -608,16 +610,18 @@ class KeyRangeJoin:
         sides = np.ascontiguousarray(sides, np.int8)
         keys = kernel_input(keys, self.dtype)
         n = len(keys)
-        out = (np.empty(2 * n + 1024, np.int64), np.empty(2 * n + 1024, np.int64))
+        out = (pooled.empty(2 * n + 1024), pooled.empty(2 * n + 1024))
         m = 0
         for c0 in range(0, n, CHUNK):
-            out, m = self._run_chunk(sides[c0 : c0 + CHUNK], keys[c0 : c0 + CHUNK], c0, out, m)
+            out, m = self._run_chunk(sides[c0 : c0 + CHUNK], keys[c0 : c0 + CHUNK], c0, out, m,
+                                     n)
         return out[0][:m], out[1][:m]
 
     def _run_chunk(self, sides: np.ndarray, keys: np.ndarray, c0: int,
-                   out: tuple[np.ndarray, np.ndarray], m: int
+                   out: tuple[np.ndarray, np.ndarray], m: int, total: int
                    ) -> tuple[tuple[np.ndarray, np.ndarray], int]:
-        # join one chunk (tuples c0 ...) and write its rows into out from m on (grown as needed)
+        # join one chunk (tuples c0 ... of the call's total) and write its rows into out from m
+        # on (grown as needed)
         n = len(keys)
         if self.self_join:
             sides = np.zeros(n, np.int8)
@@ -643,9 +647,8 @@ class KeyRangeJoin:
             starts = m + np.cumsum(np.concatenate([[0], (cut[:, 1:] - cut[:, :-1]).sum(axis=0)]))
         end = int(starts[-1])
         if end > len(out[0]):
-            size = max(2 * len(out[0]), end)
-            out = (np.concatenate([out[0][:m], np.empty(size - m, np.int64)]),
-                   np.concatenate([out[1][:m], np.empty(size - m, np.int64)]))
+            size = pooled.room_for_rest(len(out[0]), end, c0 + n, total)
+            out = (pooled.grown(out[0], m, size), pooled.grown(out[1], m, size))
         out_g, out_p = out
 
         def merge(j: int) -> None:
@@ -789,8 +792,8 @@ class KeyRangeJoin:
                 break
             if status == OUT_FULL:
                 cap = 2 * len(out_g)
-                out_g = np.concatenate([out_g[:m], np.empty(cap - m, np.int64)])
-                out_p = np.concatenate([out_p[:m], np.empty(cap - m, np.int64)])
+                out_g = pooled.grown(out_g, m, cap)
+                out_p = pooled.grown(out_p, m, cap)
             else:
                 (left if status == LOW_LEFT_POOL else right).grow_pool()
         self._bufs[k] = (out_g, out_p)
