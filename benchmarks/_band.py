@@ -13,9 +13,16 @@ import numpy as np
 from splice.joins.band_join import BandJoin
 
 __all__ = ["workload", "measure", "measure_core", "emit", "plot", "machine_parallelism",
-           "core_handoff_ns", "OUT"]
+           "core_handoff_ns", "OUT", "WARM_WINDOWS"]
 
 OUT = Path(__file__).parent / "out"
+
+#: Tuples joined untimed before a measurement, in windows' worth (``WARM_WINDOWS * w``). With two
+#: streams, ``2w`` tuples leave each window just full: the IM/PIM-Tree's ``T_S`` has not yet been
+#: merged at full size into both of its rows, and those first full-size merges write memory for
+#: the first time (huge-page faults: 0.1-0.2 s of system time at w = 2^19 in the next ``2w``
+#: tuples, none after). A third window's worth brings every structure to its steady state.
+WARM_WINDOWS = 3
 
 
 def workload(n: int, w: int, match_rate: float = 2.0, dist: str = "uniform", seed: int = 0,

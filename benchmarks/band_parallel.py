@@ -6,7 +6,8 @@
 On a machine shared with other work, the cores a run gets change from second to second, so one
 pair of runs says little. For each ``w = 2^k`` (uniform keys, match rate 2, the two-stream
 workload of :mod:`benchmarks.band_windows`) this warms the serial PIM-Tree join and the
-parallel join ``--mode`` on ``--threads`` threads with ``2w`` tuples each: ``key_range``
+parallel join ``--mode`` on ``--threads`` threads with ``--warm`` windows' worth of tuples
+each (by default 3w, see :data:`benchmarks._band.WARM_WINDOWS`): ``key_range``
 (default; merge ratio ``--merge-ratio``, by default 1/8, and insertion depth 1, as the serial
 join's defaults) or ``task_queue`` (merge ratio by default 1; merge ``--merge``; the deepest
 insertion depth; task size ``--task-size``). The serial join runs with the same merge ratio and
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._band import core_handoff_ns, emit, machine_parallelism, workload
+from benchmarks._band import WARM_WINDOWS, core_handoff_ns, emit, machine_parallelism, workload
 from splice.index import max_insertion_depth
 from splice.joins.band_join import BandCore
 from splice.joins.parallel_band import KeyRangeJoin, TaskQueueJoin
@@ -60,10 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=0,
                     help="tuples per call of the joins, as an operator fed batch by batch "
                          "calls them (0: the whole segment in one call)")
+    ap.add_argument("--warm", type=int, default=WARM_WINDOWS,
+                    help="untimed tuples before the rounds, in windows' worth")
     args = ap.parse_args(argv)
     for lw in [int(x) for x in args.logs.split(",")]:
         w = 1 << lw
-        n = 2 * w + args.rounds * args.tuples
+        warm = args.warm * w
+        n = warm + args.rounds * args.tuples
         sides, keys, eps = workload(n, w, 2.0, seed=lw)
         key_range = args.mode == "key_range"
         depth = min(1, max_insertion_depth(w)) if key_range else max_insertion_depth(w)
@@ -76,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             par = TaskQueueJoin("pimtree", (w, w), np.dtype(np.float64), -eps, eps, False, m,
                                 depth, args.threads, args.task_size, args.merge)
-        serial.run(sides[: 2 * w], keys[: 2 * w])
-        par.run(sides[: 2 * w], keys[: 2 * w])
+        serial.run(sides[:warm], keys[:warm])
+        par.run(sides[:warm], keys[:warm])
         ratios, free = [], []
         for r in range(args.rounds):
-            a = 2 * w + r * args.tuples
+            a = warm + r * args.tuples
             seg = (sides[a : a + args.tuples], keys[a : a + args.tuples])
             ceiling = machine_parallelism(args.threads, 0.2)
             if r % 2 == 0:

@@ -4,7 +4,8 @@
 [--parallel key_range|task_queue] [--repeat R]``
 
 For each ``w = 2^k``: a seeded two-stream workload with uniform keys and match rate 2, windows
-warmed with ``2w`` tuples (untimed), then ``--tuples`` tuples, and at least ``2w`` (whole
+warmed with ``--warm`` windows' worth of tuples (untimed; by default 3w, see
+:data:`benchmarks._band.WARM_WINDOWS`), then ``--tuples`` tuples, and at least ``2w`` (whole
 periods of the chains' link conversion and the IM/PIM-Tree merges, which the warm-up's end
 would otherwise put at the segment's start or leave out), timed through the single-threaded
 IBWJ on every structure, the B+-Tree as the same-run baseline (NLWJ up to ``2^--nlwj-max-log``),
@@ -30,7 +31,7 @@ import json
 
 import numpy as np
 
-from benchmarks._band import OUT, emit, machine_parallelism, measure, plot, workload
+from benchmarks._band import OUT, WARM_WINDOWS, emit, machine_parallelism, measure, plot, workload
 from splice.index import max_insertion_depth
 from splice.joins.band_join import BandJoin
 
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                          "task_queue the deepest level of T_S, the most partitions)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per single-thread point; the run of median rate is kept")
+    ap.add_argument("--warm", type=int, default=WARM_WINDOWS,
+                    help="untimed tuples before each measurement, in windows' worth")
     ap.add_argument("--plot", action="store_true")
     args = ap.parse_args(argv)
     ceiling = machine_parallelism(args.threads)
@@ -72,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         # m*w; a shorter segment would count such a step fully or not at all, by where the
         # warm-up happened to end
         timed = max(args.tuples, 2 * w) if args.whole_periods else args.tuples
-        n = 2 * w + timed
+        warm = args.warm * w
+        n = warm + timed
         sides, keys, eps = workload(n, w, 2.0, seed=lw)
         base = None
         for index in [i for i in SERIAL if i in args.indexes.split(",")]:
@@ -82,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                             merge_ratio=args.merge_ratio)
             runs = []
             for _ in range(max(1, args.repeat)):
-                runs.append(measure(spec, sides, keys, 2 * w, base))
+                runs.append(measure(spec, sides, keys, warm, base))
                 base = base or runs[-1]["_result"]
                 runs[-1].pop("_core")  # the next run builds its own
             m = sorted(runs, key=lambda r: r["cpu_rows_per_s"])[len(runs) // 2]
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                                 merge_ratio=1.0 if queue else args.merge_ratio, threads=threads,
                                 task_size=args.task_size, parallel=args.parallel,
                                 insertion_depth=depth)
-                m = measure(spec, sides, keys, 2 * w, base)
+                m = measure(spec, sides, keys, warm, base)
                 rates.setdefault(f"parallel_pimtree_{threads}", {})[lw] = m["rows_per_s"]
                 cpu_rates.setdefault(threads, {})[lw] = m["cpu_rows_per_s"]
                 emit({"bench": "band_windows", "index": "pimtree", "parallel": args.parallel,
