@@ -317,17 +317,13 @@ class BatchAssembler:
         self._export = np.zeros(_ARRAY // 8, dtype=np.int64)
         self._export_at = int(self._export.ctypes.data)
 
-    def build(self, batch: pa.RecordBatch | None, plan: np.ndarray, tabs: np.ndarray,
+    def build(self, batch: pa.RecordBatch, plan: np.ndarray, tabs: np.ndarray,
               rows: np.ndarray, inv: np.ndarray, cuts: np.ndarray, pi: np.ndarray,
               times: np.ndarray) -> pa.RecordBatch | None:
-        """The output batch (see :func:`assemble` for the arguments), or ``None`` when it has to
-        be made another way. ``batch`` is the arriving batch (``None``: the plan reads none of
-        it)."""
-        export = 0
-        if batch is not None:
-            batch._export_to_c(self._export_at)
-            export = self._export_at
-        address = assemble(export, plan, tabs, rows, inv, cuts, pi, times, RELEASE)
+        """The output batch of the arriving ``batch``'s pairs (see :func:`assemble` for the
+        other arguments), or ``None`` when it has to be made another way."""
+        batch._export_to_c(self._export_at)
+        address = assemble(self._export_at, plan, tabs, rows, inv, cuts, pi, times, RELEASE)
         if address == 0:
             return None
         return pa.RecordBatch._import_from_c(address, self.schema)

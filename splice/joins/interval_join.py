@@ -971,13 +971,16 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             pi = rows[pi]
         # where the opposite rows lie, by batch and row: the payload of each is read once per pair
         loc = o.locate(rid)
+        marked = False  # matched rows flagged (once, whichever way the output is made)
         if self._assembler is not None and self.exact:
             if o.outer:
                 o.mark(loc[0], loc[2], loc[3])
             if matched is not None:
                 matched[pi] = True
-            whole = in_order if in_order is not None else is_arange(pi, len(t))
-            plan = self._plans[(s is self.L, et is not None, whole)]
+            marked = True
+            if in_order is None:
+                in_order = is_arange(pi, len(t))
+            plan = self._plans[(s is self.L, et is not None, in_order)]
             if plan is not None:
                 rows, inv, groups, cuts = loc
                 if len(groups) == 1:
@@ -1007,10 +1010,11 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
                 sel = pa.array(keep)
                 theirs = [None if a is None else a.take(sel) for a in theirs]
                 loc = o.locate(rid)
-        if o.outer:
-            o.mark(loc[0], loc[2], loc[3])
-        if matched is not None:
-            matched[pi] = True
+        if not marked:
+            if o.outer:
+                o.mark(loc[0], loc[2], loc[3])
+            if matched is not None:
+                matched[pi] = True
         if in_order if in_order is not None else is_arange(pi, len(t)):
             mine = cols
         else:
