@@ -15,16 +15,50 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from llvmlite import ir
 from numba import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 from splice.index._jit import kernel
 
-__all__ = ["band_bounds"]
+__all__ = ["band_bounds", "band_low"]
+
+
+@intrinsic
+def _bits(typingctx, v):  # type: ignore[no-untyped-def]
+    # the float64's bit pattern as an int64
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _float(typingctx, v):  # type: ignore[no-untyped-def]
+    # the float64 of an int64 bit pattern
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+@kernel(inline="always")
+def _next_up(b):  # type: ignore[no-untyped-def]
+    # the next float64 above a finite b (np.nextafter(b, inf) without the library call): one
+    # more in the bit pattern above zero, one less below (b + 0.0 turns -0.0 into +0.0)
+    u = _bits(b + 0.0)
+    return _float(u + 1 - 2 * (u < 0))
 
 
 @kernel()
 def _max_key(b, lower, x):  # type: ignore[no-untyped-def]
+    # the largest k with fl(k + lower) <= x: b itself when the estimate is exact already (the
+    # common case, one rounding off at most), else _max_key_search. A NaN fails both tests
+    if b + lower <= x and not (_next_up(b) + lower <= x):
+        return b
+    return _max_key_search(b, lower, x)
+
+
+@kernel()
+def _max_key_search(b, lower, x):  # type: ignore[no-untyped-def]
     # the largest k with fl(k + lower) <= x, from an estimate b near it (monotone in k): gallop
     # away from b by doubling steps until the predicate flips, then bisect (exact, at most a few
     # thousand steps even across the subnormals; usually a handful)
@@ -58,14 +92,18 @@ def _max_key(b, lower, x):  # type: ignore[no-untyped-def]
 
 
 @kernel(inline="always")
+def _mirrored_low(x, lo_off):  # type: ignore[no-untyped-def]
+    # the lower end of _mirrored_exact alone (what a prefetch needs)
+    return -_max_key(-(x + lo_off), lo_off, -x)
+
+
+@kernel(inline="always")
 def _mirrored_exact(x, lo_off, hi_off):  # type: ignore[no-untyped-def]
     # the ends of {k : k + lower <= x <= k + upper} (upper = -lo_off, lower = -hi_off), from
     # their one-rounding estimates x + lo_off and x + hi_off; the lower end by symmetry
     # (negation is exact and rounding symmetric): min{k : k + upper >= x} is
     # -max{j : j - upper <= -x}
-    b = _max_key(x + hi_off, -hi_off, x)
-    a = -_max_key(-(x + lo_off), lo_off, -x)
-    return a, b
+    return _mirrored_low(x, lo_off), _max_key(x + hi_off, -hi_off, x)
 
 
 def band_bounds(x: Any, lo_off: Any, hi_off: Any, mirrored: bool) -> tuple[Any, Any]:
@@ -88,4 +126,24 @@ def _band_bounds(x, lo_off, hi_off, mirrored):  # type: ignore[no-untyped-def]
         if mirrored:
             return _mirrored_exact(x, lo_off, hi_off)
         return x + lo_off, x + hi_off
+    return nudged
+
+
+def band_low(x: Any, lo_off: Any, hi_off: Any, mirrored: bool) -> Any:
+    """The lower end of :func:`band_bounds` alone: where a search of the band starts (what a
+    prefetch ahead of the search needs), without computing the upper end."""
+    return band_bounds(x, lo_off, hi_off, mirrored)[0]
+
+
+@overload(band_low, inline="always")
+def _band_low(x, lo_off, hi_off, mirrored):  # type: ignore[no-untyped-def]
+    if isinstance(x, types.Integer):
+        def exact(x, lo_off, hi_off, mirrored):  # type: ignore[no-untyped-def]
+            return x + lo_off
+        return exact
+
+    def nudged(x, lo_off, hi_off, mirrored):  # type: ignore[no-untyped-def]
+        if mirrored:
+            return _mirrored_low(x, lo_off)
+        return x + lo_off
     return nudged

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import uint64
 
-from splice.index._band_bounds import band_bounds
+from splice.index._band_bounds import band_bounds, band_low
 from splice.index._bptree import (
     bpt_delete,
     bpt_first_leaf,
@@ -570,8 +570,7 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
             return i, n_out, 1
         j = i & (DESCENTS - 1)
         if prefetch and i + PREFETCH_AHEAD < n:
-            search_prefetch(other, band_bounds(keys[i + PREFETCH_AHEAD], lo_off, hi_off,
-                                               mirrored)[0],
+            search_prefetch(other, band_low(keys[i + PREFETCH_AHEAD], lo_off, hi_off, mirrored),
                             descents, (i + PREFETCH_AHEAD) & (DESCENTS - 1))
         x = keys[i]
         if self_join:

@@ -21,7 +21,7 @@ from splice._atomics import (
 from splice._atomics import atomic_load_acquire as atomic_load
 from splice._atomics import atomic_store_release as store_release
 from splice._atomics import atomic_xchg as atomic_store
-from splice.index._band_bounds import band_bounds
+from splice.index._band_bounds import band_bounds, band_low
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
 from splice.index._jit import kernel
@@ -144,10 +144,11 @@ def _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, desce
     # descent to its slot of descents
     s = sides[a]
     j = a & (DESCENTS - 1)
+    x = keys[a]
     if s == 0 or self_join:
-        search_prefetch(st_r, band_bounds(keys[a], offs_lo[s], offs_hi[s], False)[0], descents, j)
+        search_prefetch(st_r, band_low(x, offs_lo[s], offs_hi[s], False), descents, j)
     else:
-        search_prefetch(st_l, band_bounds(keys[a], offs_lo[s], offs_hi[s], True)[0], descents, j)
+        search_prefetch(st_l, band_low(x, offs_lo[s], offs_hi[s], True), descents, j)
 
 
 @kernel()

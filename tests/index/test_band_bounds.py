@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
 
-from splice.index._band_bounds import band_bounds
+from splice.index._band_bounds import _max_key_search, band_bounds, band_low
 
 finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
 
@@ -18,6 +18,17 @@ finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
 @njit
 def _compiled(x, lo_off, hi_off, mirrored):  # type: ignore[no-untyped-def]
     return band_bounds(x, lo_off, hi_off, mirrored)
+
+
+@njit
+def _searched(x, lo_off, hi_off):  # type: ignore[no-untyped-def]
+    # the mirrored ends by the gallop-and-bisect search alone, no quick answer
+    return -_max_key_search(-(x + lo_off), lo_off, -x), _max_key_search(x + hi_off, -hi_off, x)
+
+
+@njit
+def _low(x, lo_off, hi_off, mirrored):  # type: ignore[no-untyped-def]
+    return band_low(x, lo_off, hi_off, mirrored)
 
 
 def _matches(left: float, right: float, lower: float, upper: float) -> bool:
@@ -46,3 +57,23 @@ def test_the_pair_that_rounding_split():
 
 def test_integer_keys_are_left_as_they_are():
     assert _compiled(np.int64(7), np.int64(-3), np.int64(2), True) == (4, 9)
+
+
+any_float = st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True)
+special = st.sampled_from([0.0, -0.0, 5e-324, -5e-324, 2.0**-1022, 1.7976931348623157e308,
+                           -1.7976931348623157e308, math.inf, -math.inf, 0.1, 1.1, 1.0])
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+@given(x=any_float | special, lo_off=any_float | special, hi_off=any_float | special)
+def test_the_quick_answer_is_the_searched_one(x, lo_off, hi_off):
+    # the bounds skip the search when the one-rounding estimate is already exact: same ends as
+    # the search, and the lower end alone (band_low) is the same as the pair's
+    a, b = _compiled(x, lo_off, hi_off, True)
+    sa, sb = _searched(x, lo_off, hi_off)
+    assert _same(a, sa) and _same(b, sb)
+    assert _same(_low(x, lo_off, hi_off, True), a)
+    assert _same(_low(x, lo_off, hi_off, False), x + lo_off)
