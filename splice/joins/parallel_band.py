@@ -596,9 +596,8 @@ class KeyRangeJoin:
 
     def _prefetch_pays(self) -> bool:
         # a range's T_S holds about its share of the window: prefetching pays when that share
-        # is half a serial join's prefetching window (on 2 threads: 1.15x at 2^17, 1.01x at
-        # 2^16, benchmarks.band_prefetch --threads 2), a range's thread searching the two
-        # streams' shares
+        # is half a serial join's prefetching window (on 2 threads: 1.15x at w = 2^17, 1.01x
+        # at 2^16; benchmarks.band_prefetch --threads 2)
         return any(ix.window >= self.threads * (PREFETCH_MIN_WINDOW // 2) for ix in self.parts[0])
 
     def _derive_bounds(self, keys: np.ndarray) -> np.ndarray:
