@@ -19,6 +19,8 @@ branch per tuple, not a separate compilation). A state is a tuple of arrays:
  15   ``meta``: the scalars below
  16   ``path``: scratch for tree descents
  17   ``cfirst``: first position of the link in each chain slot
+18-19 IM/PIM: the ``T_I`` filter (see :mod:`splice.index._ti_filter`): ``fbits``, its words,
+      and ``fgeo``, each partition's first key and bucket scale
 ====  =====================================================================================
 
 Positions are the stream's arrival numbers 0, 1, 2, ...; the window after ``NEXT`` arrivals is
@@ -53,6 +55,7 @@ from splice.index._immutable import (
 )
 from splice.index._jit import kernel
 from splice.index._prefetch import prefetch
+from splice.index._ti_filter import filter_add, filter_install, filter_may_hold
 
 __all__ = [
     "NLWJ",
@@ -77,6 +80,7 @@ __all__ = [
     "M_PLEVEL",
     "M_POOLMIN",
     "M_TSROW",
+    "M_FSHIFT",
     "META_LEN",
     "idx_search",
     "idx_insert",
@@ -117,7 +121,8 @@ M_PLEVEL = 12  # PIM: T_S level whose nodes define the partitions
 M_POOLMIN = 13  # free nodes required before an insert
 M_CHANGES = 14  # chain: links opened or disposed of so far (the archived links change with it)
 M_TSROW = 15  # IM/PIM: the row of sk/sp holding T_S (the last merge's output)
-META_LEN = 16
+M_FSHIFT = 16  # IM/PIM: log2 of the T_I filter's bits per partition
+META_LEN = 17
 
 
 @kernel()
@@ -179,7 +184,8 @@ def chain_search(st, lo, hi, plo, phi, out, n_out, descents, j):
     """:func:`idx_search` of a B- or IB-chain. With ``j >= 0`` an IB-chain's archived link ``c``
     (from the oldest) is searched from leaf ``descents[3 + c, j]``, the descent
     :func:`search_prefetch` made, instead of descending again."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
+     fgeo) = st
     kind = meta[M_KIND]
     slots = cfirst.shape[0]
     cnt = meta[M_CCNT]
@@ -222,17 +228,20 @@ def ts_leaf(st, lo):
 def im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q):
     """:func:`idx_search` of an IM/PIM-Tree whose descent :func:`ts_leaf` gave ``(leaf, q)``:
     ``T_S`` from that leaf, then ``T_I`` (one tree, or the partitions covering ``[lo, hi]``)."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
+     fgeo) = st
     ns = sm[0, 0]
     s_k, s_p = ts_keys(st)
     n_out = ibt_scan(s_k, s_p, ns, ibt_leaf_bound(s_k, ns, leaf, lo), hi, plo, phi, out, n_out)
     if n_out < 0:
         return -1
     parts = meta[M_NPART]
+    shift = meta[M_FSHIFT]
     while True:
-        n_out = bpt_search(pk, pp, pc, pn, nx, tm, q, lo, hi, plo, phi, out, n_out)
-        if n_out < 0:
-            return -1
+        if filter_may_hold(fbits, fgeo, shift, q, lo, hi):
+            n_out = bpt_search(pk, pp, pc, pn, nx, tm, q, lo, hi, plo, phi, out, n_out)
+            if n_out < 0:
+                return -1
         q += 1
         if q >= parts or _pim_boundary(st, q) >= hi:
             return n_out
@@ -319,7 +328,8 @@ def search_from(st, lo, hi, plo, phi, out, n_out, descents, j):
     :func:`search_prefetch` for this search) while the immutable part it descended is
     unchanged; ``j < 0``: no stored descent. The one search body every join loop inlines (a
     second one per call site doubled the kernels' compile time)."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
+     fgeo) = st
     kind = meta[M_KIND]
     if kind == NLWJ:
         r = ring.shape[0]
@@ -363,7 +373,8 @@ def merge_into(st, out_k, out_p, lo):
     negative-index fix-ups. (Without the capacity branch and the fix-ups, merges take half the
     time.)
     """
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
+     fgeo) = st
     parts = max(meta[M_NPART], 1)
     ns = uint64(sm[0, 0])
     s_k, s_p = ts_keys(st)
@@ -410,7 +421,8 @@ def merge_into(st, out_k, out_p, lo):
 def merge_install(st, o):
     """``T_S`` of ``st`` (:func:`ts_keys`) now holds ``o`` sorted entries: build its inner
     levels, empty ``T_I`` and re-derive the PIM-Tree partitions from the new ``T_S``."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
+     fgeo) = st
     sm[0, 0] = o
     nlev = ibt_build(ts_keys(st)[0], o, si[0], sl[0], sc[0])
     sm[0, 1] = nlev
@@ -422,6 +434,9 @@ def merge_install(st, o):
         parts = (sc[0, lvl] + FANOUT - 1) // FANOUT
         meta[M_PLEVEL] = lvl
     meta[M_NPART] = parts
+    s_k = ts_keys(st)[0]
+    meta[M_FSHIFT] = filter_install(fbits, fgeo, parts, si[0], sl[0, meta[M_PLEVEL]],
+                                    s_k[0], s_k[max(o - 1, 0)])
     meta[M_TISIZE] = 0
     meta[M_MERGES] += 1
 
@@ -445,7 +460,8 @@ def im_merge(st, lo):
 @kernel()
 def _chain_archive(st, s):
     # IB-chain: convert the B+-Tree of slot s into the slot's immutable B+-Tree
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
+     fgeo) = st
     n = bpt_first_leaf(pc, tm, s)
     o = 0
     while n >= 0:
@@ -462,7 +478,8 @@ def _chain_archive(st, s):
 @kernel(inline="always")
 def idx_insert(st, k):
     """Append key ``k`` to the window (position ``NEXT``), expiring the oldest entry when full."""
-    pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst = st
+    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
+     fgeo) = st
     kind = meta[M_KIND]
     w = meta[M_W]
     p = meta[M_NEXT]
@@ -507,6 +524,7 @@ def idx_insert(st, k):
         return
     q = _pim_route(st, k)
     bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, q, k, p, path)
+    filter_add(fbits, fgeo, meta[M_FSHIFT], q, k)
     meta[M_TISIZE] += 1
     if meta[M_TISIZE] >= meta[M_THRESH]:
         if not im_merge(st, p + 1 - w):

@@ -31,6 +31,7 @@ import numpy as np
 from splice.core.errors import PlanError
 from splice.index._bptree import P_CAP, new_pool
 from splice.index._immutable import FANOUT, LEAF_SIZE, MAX_LEVELS, ibt_levels, inner_capacity
+from splice.index._ti_filter import filter_words
 from splice.index._window import (
     BCHAIN,
     BPTREE,
@@ -39,6 +40,7 @@ from splice.index._window import (
     M_CCNT,
     M_CLEN,
     M_DEPTH,
+    M_FSHIFT,
     M_KIND,
     M_LCAP,
     M_MERGES,
@@ -157,6 +159,11 @@ class WindowIndex:
         meta[M_CLEN] = int(chain_length)
         meta[M_LCAP] = link
         meta[M_POOLMIN] = 4 * 16 + 8
+        # the T_I filter: bits by the merge threshold, a word per partition at least; until the
+        # first merge one partition of one bucket (scale 0)
+        fparts = trees if code in (IMTREE, PIMTREE) else 1
+        words = filter_words(thresh, fparts) if code in (IMTREE, PIMTREE) else 1
+        meta[M_FSHIFT] = max(6, (words * 64).bit_length() - 1)
         self._pool = list(new_pool(pool, trees, dt))
         # T_S's keys and positions: two rows in an IM/PIM-Tree (a merge writes the row T_S does
         # not use); rows of T_S and links have one slot more than they hold, merge_into's scratch
@@ -172,6 +179,8 @@ class WindowIndex:
             meta,
             np.zeros(1024, np.int64),
             np.zeros(slots, np.int64),
+            np.zeros(words, np.int64),
+            np.zeros(2 * fparts, np.float64),
         ]
         self.state: tuple = tuple(self._pool + self._rest)
 

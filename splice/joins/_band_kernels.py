@@ -25,8 +25,10 @@ from splice.index._band_bounds import band_bounds, band_low
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
 from splice.index._jit import kernel
+from splice.index._ti_filter import filter_add
 from splice.index._window import (
     DESCENTS,
+    M_FSHIFT,
     M_KIND,
     M_NEXT,
     M_NPART,
@@ -236,9 +238,11 @@ def _par_search(st, locks, lo, hi, plo, phi, out, n_out, res):
 
 @kernel(inline="always")
 def _par_insert(st, locks, k, p, path, res):
+    # the T_I filter's words of partition q are its own (a word at least): written under its lock
     q = _pim_route(st, k)
     _lock(locks, q * LOCK_STRIDE, res, R_SPIN_PART)
     bpt_insert(st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], q, k, p, path, True)
+    filter_add(st[18], st[19], st[15][M_FSHIFT], q, k)
     spin_unlock(locks, q * LOCK_STRIDE)
 
 
