@@ -5,21 +5,20 @@
 
 On a machine shared with other work, the cores a run gets change from second to second, so one
 pair of runs says little. For each ``w = 2^k`` (uniform keys, match rate 2, the two-stream
-workload of :mod:`benchmarks.band_windows`) this warms the serial PIM-Tree join and the
-parallel join ``--mode`` on ``--threads`` threads with ``--warm`` windows' worth of tuples
-each (by default 3w, see :data:`benchmarks._band.WARM_WINDOWS`): ``key_range``
-(default; merge ratio ``--merge-ratio``, by default 1/8, and insertion depth 1, as the serial
-join's defaults) or ``task_queue`` (merge ratio by default 1; merge ``--merge``; the deepest
-insertion depth; task size ``--task-size``). The serial join runs with the same merge ratio and
-depth. Then it times ``--rounds`` consecutive segments of ``--tuples`` tuples through both,
-alternating which goes first, and measures just before each pair the speedup of ``--threads``
-threads of GIL-free busy work over one (``ceiling``). Every segment's results are asserted
-equal. One JSON line per pair (wall and CPU rates, ratio, ceiling), then per window the median
-ratio over all pairs and over the pairs whose ceiling was at least ``--free`` (the moments the
-machine had the cores to give), and the time one cache line takes to pass between two cores
-(``core_handoff_ns``): the task queue's shared index moves a few lines between the threads per
-tuple, which costs that much each; the key ranges share none.
-"""
+workload of :mod:`benchmarks.band_windows`) this warms the serial PIM-Tree join and the parallel
+join ``--mode`` on ``--threads`` threads with ``--warm`` windows' worth of tuples each (by
+default 3w, see :data:`benchmarks._band.WARM_WINDOWS`): ``key_range`` (default; merge ratio
+``--merge-ratio``, by default by window size, and insertion depth 2 or the deepest level of
+``T_S``, as the serial join's defaults) or ``task_queue`` (merge ratio by default 1; merge
+``--merge``; the deepest insertion depth; task size ``--task-size``). The serial join runs with
+the same merge ratio and depth. Then it times ``--rounds`` consecutive segments of ``--tuples``
+tuples through both, alternating which goes first, and measures just before each pair the
+speedup of ``--threads`` threads of GIL-free busy work over one (``ceiling``). Every segment's
+results are asserted equal. One JSON line per pair (wall and CPU rates, ratio, ceiling), then
+per window the median ratio over all pairs and over the pairs whose ceiling was at least
+``--free`` (the moments the machine had the cores to give), and the time one cache line takes to
+pass between two cores (``core_handoff_ns``): the task queue's shared index moves a few lines
+between the threads per tuple, which costs that much each; the key ranges share none. """
 
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._band import WARM_WINDOWS, core_handoff_ns, emit, machine_parallelism, workload
-from splice.index import max_insertion_depth
+from splice.index import default_merge_ratio, max_insertion_depth
 from splice.joins.band_join import BandCore
 from splice.joins.parallel_band import KeyRangeJoin, TaskQueueJoin
 
@@ -57,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--free", type=float, default=1.8, help="ceiling counted as 'cores free'")
     ap.add_argument("--merge", default="nonblocking", choices=["nonblocking", "blocking"])
     ap.add_argument("--merge-ratio", type=float, default=None,
-                    help="default: 1/8 for key_range, 1 for task_queue")
+                    help="default: by window size for key_range (default_merge_ratio, as the "
+                         "serial join), 1 for task_queue")
     ap.add_argument("--batch", type=int, default=0,
                     help="tuples per call of the joins, as an operator fed batch by batch "
                          "calls them (0: the whole segment in one call)")
@@ -70,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         n = warm + args.rounds * args.tuples
         sides, keys, eps = workload(n, w, 2.0, seed=lw)
         key_range = args.mode == "key_range"
-        depth = min(1, max_insertion_depth(w)) if key_range else max_insertion_depth(w)
-        m = args.merge_ratio if args.merge_ratio is not None else (0.125 if key_range else 1.0)
+        depth = min(2, max_insertion_depth(w)) if key_range else max_insertion_depth(w)
+        m = args.merge_ratio
+        if m is None:
+            m = default_merge_ratio(w) if key_range else 1.0
         serial = BandCore("pimtree", (w, w), np.dtype(np.float64), -eps, eps, False, m, depth)
         par: KeyRangeJoin | TaskQueueJoin
         if key_range:

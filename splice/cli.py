@@ -112,11 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
                       choices=["auto", "key_range", "task_queue", "round_robin"],
                       help="band: the parallel join with --threads > 1")
     join.add_argument("--merge-ratio", type=float, default=None,
-                      help="band: IM/PIM-Tree merge ratio (default by window: 1/8 up to 2^18 "
-                           "tuples, 1/16 up to 2^21, 1/32 above; the task queue: 1)")
+                      help="band: IM/PIM-Tree merge ratio (default by window: 1/8 up to 2^13 "
+                           "tuples, 1/16 up to 2^19, 1/32 above; the task queue: 1)")
     join.add_argument("--insertion-depth", type=int, default=None,
-                      help="band: PIM-Tree insertion depth (default: 1, or the deepest level of "
-                           "T_S for the task queue; never deeper than a full window's T_S)")
+                      help="band: PIM-Tree insertion depth (default: 2, or the deepest level of "
+                           "T_S when shallower or for the task queue; never deeper than a full "
+                           "window's T_S)")
     join.add_argument("--lower", type=int, default=None, help="interval: inclusive lower bound")
     join.add_argument("--upper", type=int, default=None, help="interval: inclusive upper bound")
     join.add_argument("--size", type=int, default=None, help="window: window size")

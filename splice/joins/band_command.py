@@ -18,8 +18,8 @@ each, or one parallel run with ``--threads T > 1``). Output: the left input's co
 right input's (``_right`` on taken names), by arrival of the later tuple, then of its partner.
 
 Without ``--merge-ratio``/``--insertion-depth`` the join takes :class:`BandJoin`'s defaults
-(merge ratio by window size, 1/8 up to 2^18 tuples, 1/16 up to 2^21 and 1/32 above, insertion
-depth 1 or less; the task-queue join merge ratio 1 and the deepest level of a full window's
+(merge ratio by window size, 1/8 up to 2^13 tuples, 1/16 up to 2^19 and 1/32 above, insertion
+depth 2 or less; the task-queue join merge ratio 1 and the deepest level of a full window's
 ``T_S``); a depth beyond that level is an error.
 """
 

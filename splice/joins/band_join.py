@@ -297,7 +297,7 @@ class BandJoin(OperatorSpec):
     ``index`` one of ``nlwj bptree bchain ibchain imtree pimtree``.
     IM/PIM-Tree: ``merge_ratio`` m in (0, 1] (``None``: by window size,
     :func:`~splice.index.default_merge_ratio`; 1/8 for time windows); PIM-Tree: ``insertion_depth`` D_I (``None``: the
-    smaller of 1 and the deepest level of a full window's ``T_S``; the task-queue join, whose
+    smaller of 2 and the deepest level of a full window's ``T_S``; the task-queue join, whose
     threads share one index, takes that deepest level). Chains: ``chain_length`` >= 2.
     ``threads`` >= 1, ``task_size`` tuples per task and ``merge`` mode of the task-queue join;
     ``parallel``: ``key_range`` (each thread indexes one key range of both windows, IM/PIM-Tree
@@ -418,7 +418,7 @@ class BandJoin(OperatorSpec):
             return 1
         deepest = max_insertion_depth(max(self.windows))
         # threads sharing one index: the most partitions, so that they rarely meet on one lock
-        return deepest if self.threads > 1 and mode == "task_queue" else min(1, deepest)
+        return deepest if self.threads > 1 and mode == "task_queue" else min(2, deepest)
 
     def _columns(self) -> tuple[str, str]:
         if isinstance(self.on, str):
