@@ -55,30 +55,55 @@ def _core(spec: BandJoin) -> Any:
 
 
 def measure(spec: BandJoin, sides: np.ndarray, keys: np.ndarray, warm: int,
-            check: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+            check: tuple[np.ndarray, np.ndarray] | None = None, batch: int = 0) -> dict[str, Any]:
     """Warm the windows with the first ``warm`` tuples (untimed), then time the rest.
 
     Returns throughput in input tuples per wall second and per CPU second of this process,
     the output rows, the result arrays (asserted equal to ``check`` when given) and the core.
+    ``batch``: :func:`measure_core`.
     """
-    return measure_core(_core(spec), sides, keys, warm, check, f"{spec.index}/{spec.threads}")
+    return measure_core(_core(spec), sides, keys, warm, check, f"{spec.index}/{spec.threads}",
+                        batch)
 
 
 def measure_core(core: Any, sides: np.ndarray, keys: np.ndarray, warm: int,
-                 check: tuple[np.ndarray, np.ndarray] | None = None, name: str = "") -> dict[str, Any]:
-    """:func:`measure` for a join core built by the caller."""
+                 check: tuple[np.ndarray, np.ndarray] | None = None, name: str = "",
+                 batch: int = 0) -> dict[str, Any]:
+    """:func:`measure` for a join core built by the caller.
+
+    ``batch`` > 0 feeds the timed tuples in calls of ``batch`` (as ``splice join`` feeds the
+    join its ``--batch-size`` chunks) and times the calls alone: each call's rows are checked or
+    copied aside between the timed calls and then dropped, so that the next call's result
+    arrays reuse their memory, as in a pipeline that hands each batch on. ``0``: one call.
+    """
     core.run(sides[:warm], keys[:warm])
-    t0, c0 = time.perf_counter(), time.process_time()
-    g, p = core.run(sides[warm:], keys[warm:])
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    if check is not None:
-        assert np.array_equal(g, check[0]) and np.array_equal(p, check[1]), \
-            f"{name}: result differs from the baseline"
     n = len(keys) - warm
+    step = batch if batch > 0 else n
+    wall = cpu = 0.0
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    done = 0  # rows of check matched so far
+    for a in range(warm, len(keys), max(step, 1)):
+        b = min(len(keys), a + step)
+        t0, c0 = time.perf_counter(), time.process_time()
+        g, p = core.run(sides[a:b], keys[a:b])
+        wall += time.perf_counter() - t0
+        cpu += time.process_time() - c0
+        if check is not None:
+            rows = len(g)
+            assert np.array_equal(g + (a - warm), check[0][done : done + rows]) and \
+                np.array_equal(p, check[1][done : done + rows]), \
+                f"{name}: result differs from the baseline"
+            done += rows
+        parts.append((g + (a - warm), np.array(p)))
+        del g, p
+    if check is not None:
+        assert done == len(check[0]), f"{name}: result differs from the baseline"
+    g = np.concatenate([x for x, _ in parts]) if parts else np.empty(0, np.int64)
+    p = np.concatenate([y for _, y in parts]) if parts else np.empty(0, np.int64)
     return {"tuples": n, "seconds": round(wall, 4), "cpu_seconds": round(cpu, 4),
-            "rows_per_s": round(n / wall), "cpu_rows_per_s": round(n / max(cpu, 1e-9)),
-            "output_rows": int(len(g)), "match_rate": round(len(g) / n, 3),
-            "state_bytes": int(core.nbytes()), "_result": (g, p), "_core": core}
+            "rows_per_s": round(n / max(wall, 1e-9)), "cpu_rows_per_s": round(n / max(cpu, 1e-9)),
+            "output_rows": int(len(g)), "match_rate": round(len(g) / max(n, 1), 3),
+            "state_bytes": int(core.nbytes()), "batch": step, "_result": (g, p), "_core": core}
 
 
 def emit(record: dict[str, Any]) -> None:

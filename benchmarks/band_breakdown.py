@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.band_breakdown [--logs 16,18,20] [--tuples N]``
 
-For each ``w = 2^k`` (merge ratio by window size, insertion depth 1, uniform keys in [0, 1)):
+For each ``w = 2^k`` (merge ratio by window size, the join's default insertion depth, uniform keys in [0, 1)):
 
 * ``insert_ns`` — one window's :class:`~splice.index.window.WindowIndex`, warmed with ``2w`` keys,
   then ``--tuples`` more appended (``T_I`` inserts and the merges they trigger), per key;
@@ -36,7 +36,8 @@ def index_costs(w: int, n: int, seed: int = 1) -> tuple[float, float, float, int
     """``(insert ns, search ns, hits per search, merges)`` of one PIM-Tree window."""
     rng = np.random.default_rng(seed)
     ratio = default_merge_ratio(w)
-    ix = WindowIndex("pimtree", w, np.float64, merge_ratio=ratio, insertion_depth=1)
+    depth = BandJoin(left=0, right=1, on="x", eps=1.0, window=w, index="pimtree").depth
+    ix = WindowIndex("pimtree", w, np.float64, merge_ratio=ratio, insertion_depth=depth)
     ix.insert(rng.random(2 * w))
     keys = rng.random(n)
     c0 = time.process_time()

@@ -1,7 +1,7 @@
 """Band-join throughput vs window size per index structure (the seed's Figures 8a, 10a, 13c).
 
 ``python -m benchmarks.band_windows [--min-log 10] [--max-log 20] [--tuples N] [--threads 2]
-[--parallel key_range|task_queue] [--repeat R]``
+[--parallel key_range|task_queue] [--repeat R] [--batch N]``
 
 For each ``w = 2^k``: a seeded two-stream workload with uniform keys and match rate 2, windows
 warmed with ``--warm`` windows' worth of tuples (untimed; by default 3w, see
@@ -14,6 +14,9 @@ threads: ``--parallel key_range`` (default; the serial join's merge ratio and in
 or ``task_queue`` (nonblocking merge, merge ratio 1 as the seed uses for the parallel join,
 insertion depth ``--par-depth``, by default the deepest level of ``T_S``), each against the
 serial join with the same settings.
+``--batch N`` feeds the timed tuples in calls of ``N`` (as ``splice join`` feeds its
+``--batch-size`` chunks; each call's rows checked and dropped between calls, so that result
+arrays reuse memory), by default all in one call.
 Every result is asserted equal to the B+-Tree's before its time counts. ``--repeat R`` measures
 every single-thread point R times (a fresh, warmed join each time) and keeps the run of median
 rate: a single run of a small window lasts a tenth of a second, short enough for one
@@ -62,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs per single-thread point; the run of median rate is kept")
     ap.add_argument("--warm", type=int, default=WARM_WINDOWS,
                     help="untimed tuples before each measurement, in windows' worth")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="tuples per call of the joins (the command's --batch-size chunks are "
+                         "65,536); 0: the timed tuples in one call")
     ap.add_argument("--plot", action="store_true")
     args = ap.parse_args(argv)
     ceiling = machine_parallelism(args.threads)
@@ -86,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                             merge_ratio=args.merge_ratio)
             runs = []
             for _ in range(max(1, args.repeat)):
-                runs.append(measure(spec, sides, keys, warm, base))
+                runs.append(measure(spec, sides, keys, warm, base, args.batch))
                 base = base or runs[-1]["_result"]
                 runs[-1].pop("_core")  # the next run builds its own
             m = sorted(runs, key=lambda r: r["cpu_rows_per_s"])[len(runs) // 2]
@@ -103,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                                 merge_ratio=1.0 if queue else args.merge_ratio, threads=threads,
                                 task_size=args.task_size, parallel=args.parallel,
                                 insertion_depth=depth)
-                m = measure(spec, sides, keys, warm, base)
+                m = measure(spec, sides, keys, warm, base, args.batch)
                 rates.setdefault(f"parallel_pimtree_{threads}", {})[lw] = m["rows_per_s"]
                 cpu_rates.setdefault(threads, {})[lw] = m["cpu_rows_per_s"]
                 emit({"bench": "band_windows", "index": "pimtree", "parallel": args.parallel,
