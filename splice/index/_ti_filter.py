@@ -58,7 +58,8 @@ def _bucket(geo, shift, q, k):
 def filter_install(bits, geo, parts, inner, off, first, last):
     """Clear the filter and derive its buckets for ``parts`` partitions of a ``T_S`` whose keys
     run from ``first`` to ``last``; partition ``q > 0`` starts at key ``inner[off + q * FANOUT]``
-    (the first entry of its node in the inner levels). Returns the shift."""
+    (the first entry of its node in the inner levels). ``bits`` holds a word per partition at
+    least (:func:`filter_words` of the most partitions the tree can have). Returns the shift."""
     shift = 6
     per = (bits.shape[0] * 64) // max(parts, 1)
     while (2 << shift) <= per:
