@@ -56,21 +56,23 @@ floats = st.one_of(
 ints = st.one_of(st.integers(-50, 50), st.sampled_from([-(2**63), 2**63 - 1, 0, 2**53 + 1]))
 
 
+def _cases(keys: st.SearchStrategy) -> dict[str, st.SearchStrategy]:
+    # T_S keys, partitions, keys entered into T_I, probe bands, filter words
+    return {"ts": st.lists(keys, min_size=1, max_size=80), "parts": st.integers(1, 6),
+            "inserted": st.lists(keys, max_size=60),
+            "probes": st.lists(st.tuples(keys, keys), min_size=1, max_size=20),
+            "words": st.integers(1, 40)}
+
+
 @settings(max_examples=150, deadline=None)
-@given(ts=st.lists(floats, min_size=1, max_size=80), parts=st.integers(1, 6),
-       inserted=st.lists(floats, max_size=60),
-       probes=st.lists(st.tuples(floats, floats), min_size=1, max_size=20),
-       words=st.integers(1, 40))
+@given(**_cases(floats))
 def test_float_keys_are_never_hidden(ts, parts, inserted, probes, words):
     probes = [(min(a, b), max(a, b)) for a, b in probes]
     _check(np.array(ts), parts, np.array(inserted, np.float64), probes, max(words, parts))
 
 
 @settings(max_examples=150, deadline=None)
-@given(ts=st.lists(ints, min_size=1, max_size=80), parts=st.integers(1, 6),
-       inserted=st.lists(ints, max_size=60),
-       probes=st.lists(st.tuples(ints, ints), min_size=1, max_size=20),
-       words=st.integers(1, 40))
+@given(**_cases(ints))
 def test_int64_keys_are_never_hidden(ts, parts, inserted, probes, words):
     probes = [(np.int64(min(a, b)), np.int64(max(a, b))) for a, b in probes]
     _check(np.array(ts, np.int64), parts, np.array(inserted, np.int64), probes,
