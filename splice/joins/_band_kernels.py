@@ -546,12 +546,14 @@ def _assigned(ctl, task_size, n, counts, before, s):
 
 @kernel(inline="always")
 def _propagate(ctl, status, t_prop, tasks):
-    # the caller holds the propagation mutex: move the head past the completed tasks
-    h = ctl[C_HEAD]
-    now = cycle_counter()
+    # the caller holds the propagation mutex: move the head past the completed tasks. The clock
+    # is read after their statuses, so no task is stamped before it was assigned.
+    h0 = ctl[C_HEAD]
+    h = h0
     while h < tasks and atomic_load(status, h) == COMPLETED:
-        t_prop[h] = now
         h += 1
+    now = cycle_counter()
+    t_prop[h0:h] = now
     atomic_store(ctl, C_HEAD, h)
 
 
