@@ -110,6 +110,26 @@ def emit(record: dict[str, Any]) -> None:
     print(json.dumps({k: v for k, v in record.items() if not k.startswith("_")}), flush=True)
 
 
+def _parallelism(work: Any, threads: int, seconds: float) -> float:
+    """Speedup of ``threads`` threads each running ``work()`` (GIL-free) over one thread."""
+    t = time.perf_counter()
+    work()
+    one = time.perf_counter() - t
+    reps = max(1, int(seconds / max(one, 1e-6)))
+    t = time.perf_counter()
+    for _ in range(reps):
+        work()
+    one = (time.perf_counter() - t) / reps
+    ths = [threading.Thread(target=lambda: [work() for _ in range(reps)]) for _ in range(threads)]
+    t = time.perf_counter()
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    many = (time.perf_counter() - t) / reps
+    return round(threads * one / many, 3)
+
+
 def machine_parallelism(threads: int = 2, seconds: float = 0.3) -> float:
     """Speedup of ``threads`` threads of GIL-free busy work over one thread, measured now: the
     ceiling for any parallel run on this machine at this moment (other processes share it)."""
@@ -123,23 +143,30 @@ def machine_parallelism(threads: int = 2, seconds: float = 0.3) -> float:
         return s
 
     spin(10)
-    n = 10_000_000
-    t = time.perf_counter()
-    spin(n)
-    one = time.perf_counter() - t
-    reps = max(1, int(seconds / max(one, 1e-6)))
-    t = time.perf_counter()
-    for _ in range(reps):
-        spin(n)
-    one = (time.perf_counter() - t) / reps
-    ths = [threading.Thread(target=lambda: [spin(n) for _ in range(reps)]) for _ in range(threads)]
-    t = time.perf_counter()
-    for th in ths:
-        th.start()
-    for th in ths:
-        th.join()
-    many = (time.perf_counter() - t) / reps
-    return round(threads * one / many, 3)
+    return _parallelism(lambda: spin(10_000_000), threads, seconds)
+
+
+def memory_parallelism(threads: int = 2, seconds: float = 0.3, mib: int = 64) -> float:
+    """:func:`machine_parallelism` for reads from memory: each thread reads random words of one
+    shared ``mib`` MiB array (twice the 32 MiB L3 of the host measured), several reads in
+    flight at once, as a join's prefetched probes are. The cores may be free while the memory
+    they share is not (other machines' work on the same host): this is the ceiling of a join
+    whose windows miss the caches."""
+    from numba import njit
+
+    @njit(nogil=True)
+    def reads(a: np.ndarray, n: int, seed: int) -> int:
+        s = 0
+        x = seed
+        m = a.shape[0] - 1
+        for _ in range(n):
+            x = (x * 6364136223846793005 + 1442695040888963407) & 0x7FFFFFFFFFFFFFFF
+            s += a[(x >> 17) & m]
+        return s
+
+    a = np.ones((mib << 20) // 8, np.int64)  # a power of two: the mask picks any word
+    reads(a, 10, 1)
+    return _parallelism(lambda: reads(a, 2_000_000, 1), threads, seconds)
 
 
 def core_handoff_ns(rounds: int = 100_000) -> float:

@@ -13,12 +13,15 @@ default 3w, see :data:`benchmarks._band.WARM_WINDOWS`): ``key_range`` (default; 
 ``--merge``; the deepest insertion depth; task size ``--task-size``). The serial join runs with
 the same merge ratio and depth. Then it times ``--rounds`` consecutive segments of ``--tuples``
 tuples through both, alternating which goes first, and measures just before each pair the
-speedup of ``--threads`` threads of GIL-free busy work over one (``ceiling``). Every segment's
-results are asserted equal. One JSON line per pair (wall and CPU rates, ratio, ceiling), then
-per window the median ratio over all pairs and over the pairs whose ceiling was at least
-``--free`` (the moments the machine had the cores to give), and the time one cache line takes to
-pass between two cores (``core_handoff_ns``): the task queue's shared index moves a few lines
-between the threads per tuple, which costs that much each; the key ranges share none. """
+speedup of ``--threads`` threads of GIL-free busy work over one (``ceiling``) and of as many
+threads reading random words of a 64 MiB array (``memory_ceiling``: the cores can be free while
+the memory they share is busy with other work on the host). Every segment's results are
+asserted equal. One JSON line per pair (wall and CPU rates, ratio, ceilings), then per window
+the median ratio over all pairs, over the pairs whose ceiling was at least ``--free`` (the
+moments the machine had the cores to give) and over those whose memory ceiling was too, the
+median memory ceiling, and the time one cache line takes to pass between two cores
+(``core_handoff_ns``): the task queue's shared index moves a few lines between the threads per
+tuple, which costs that much each; the key ranges share none. """
 
 from __future__ import annotations
 
@@ -28,7 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._band import WARM_WINDOWS, core_handoff_ns, emit, machine_parallelism, workload
+from benchmarks._band import (
+    WARM_WINDOWS,
+    core_handoff_ns,
+    emit,
+    machine_parallelism,
+    memory_parallelism,
+    workload,
+)
 from splice.index import default_merge_ratio, max_insertion_depth
 from splice.joins.band_join import BandCore
 from splice.joins.parallel_band import KeyRangeJoin, TaskQueueJoin
@@ -53,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tuples", type=int, default=100_000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--task-size", type=int, default=64)
-    ap.add_argument("--free", type=float, default=1.8, help="ceiling counted as 'cores free'")
+    ap.add_argument("--free", type=float, default=1.8,
+                    help="ceiling counted as 'cores free' (the memory ceiling: 'memory free')")
     ap.add_argument("--merge", default="nonblocking", choices=["nonblocking", "blocking"])
     ap.add_argument("--merge-ratio", type=float, default=None,
                     help="default: by window size for key_range (default_merge_ratio, as the "
@@ -84,11 +95,12 @@ def main(argv: list[str] | None = None) -> int:
                                 depth, args.threads, args.task_size, args.merge)
         serial.run(sides[:warm], keys[:warm])
         par.run(sides[:warm], keys[:warm])
-        ratios, free = [], []
+        ratios, free, free_memory, memories = [], [], [], []
         for r in range(args.rounds):
             a = warm + r * args.tuples
             seg = (sides[a : a + args.tuples], keys[a : a + args.tuples])
             ceiling = machine_parallelism(args.threads, 0.2)
+            memory = memory_parallelism(args.threads, 0.2)
             if r % 2 == 0:
                 ws, cs, (g0, p0) = _timed(serial, *seg, args.batch)
                 wp, cp, (g1, p1) = _timed(par, *seg, args.batch)
@@ -98,11 +110,15 @@ def main(argv: list[str] | None = None) -> int:
             assert np.array_equal(g0, g1) and np.array_equal(p0, p1), "parallel != serial"
             ratio = ws / wp
             ratios.append(ratio)
+            memories.append(memory)
             if ceiling >= args.free:
                 free.append(ratio)
+            if ceiling >= args.free and memory >= args.free:
+                free_memory.append(ratio)
             emit({"bench": "band_parallel", "mode": args.mode, "log_w": lw, "round": r,
                   "threads": args.threads,
                   "task_size": args.task_size, "batch": args.batch, "ceiling": ceiling,
+                  "memory_ceiling": memory,
                   "serial_rows_per_s": round(args.tuples / ws),
                   "parallel_rows_per_s": round(args.tuples / wp),
                   "serial_cpu_rows_per_s": round(args.tuples / cs),
@@ -113,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
               "median_speedup": round(float(np.median(ratios)), 3),
               "pairs_with_free_cores": len(free),
               "median_speedup_free_cores": round(float(np.median(free)), 3) if free else None,
+              "median_memory_ceiling": round(float(np.median(memories)), 3),
+              "pairs_with_free_memory": len(free_memory),
+              "median_speedup_free_memory": (round(float(np.median(free_memory)), 3)
+                                             if free_memory else None),
               "merges": par.merges if isinstance(par, TaskQueueJoin) else None,
               "rebalances": par.rebalances if isinstance(par, KeyRangeJoin) else None,
               "core_handoff_ns": core_handoff_ns()})
