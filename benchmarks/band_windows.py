@@ -23,7 +23,8 @@ rate: a single run of a small window lasts a tenth of a second, short enough for
 preemption to move it by 10 %. One JSON line per run, then a summary line with the goals of the seed:
 IM-Tree >= 1.5x and PIM-Tree >= 1.6x the B+-Tree, IB-chain >= 1.5x B-chain (averaged over
 window sizes), the PIM-Tree's rate at 2^20, and the parallel speedup for w >= 2^16 next to the
-machine's own 2-thread ceiling measured in the same run. ``--plot`` writes
+machine's own 2-thread ceilings measured in the same run (busy work, and reads from memory:
+:func:`benchmarks._band.memory_parallelism`). ``--plot`` writes
 ``benchmarks/out/band_windows.png``.
 """
 
@@ -34,7 +35,16 @@ import json
 
 import numpy as np
 
-from benchmarks._band import OUT, WARM_WINDOWS, emit, machine_parallelism, measure, plot, workload
+from benchmarks._band import (
+    OUT,
+    WARM_WINDOWS,
+    emit,
+    machine_parallelism,
+    measure,
+    memory_parallelism,
+    plot,
+    workload,
+)
 from splice.index import max_insertion_depth
 from splice.joins.band_join import BandJoin
 
@@ -71,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", action="store_true")
     args = ap.parse_args(argv)
     ceiling = machine_parallelism(args.threads)
-    emit({"bench": "band_windows", "machine_parallelism": ceiling, "threads": args.threads})
+    memory = memory_parallelism(args.threads)
+    emit({"bench": "band_windows", "machine_parallelism": ceiling,
+          "memory_parallelism": memory, "threads": args.threads})
     rates: dict[str, dict[int, float]] = {}
     cpu_rates: dict[int, dict[int, float]] = {}
     for lw in range(args.min_log, args.max_log + 1):
@@ -133,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             [cpu_rates[args.threads][k] / cpu_rates[1][k] for k in big
              if k in cpu_rates.get(1, {}) and k in cpu_rates.get(args.threads, {})] or [0.0])), 3),
         "machine_parallelism": ceiling,
+        "memory_parallelism": memory,
         "throughput": "cpu_rows_per_s for single-thread, rows_per_s (wall) for parallel",
     }
     print(json.dumps(summary), flush=True)
