@@ -19,8 +19,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check splice tests benchmarks
 	$(BIN)/mypy
 
+# test files in parallel worker processes, one file per worker at a time: a file's tests share
+# the kernels they compile, and the suite's time is mostly compiling them
 test: $(STAMP) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
