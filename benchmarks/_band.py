@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -130,9 +131,9 @@ def _parallelism(work: Any, threads: int, seconds: float) -> float:
     return round(threads * one / many, 3)
 
 
-def machine_parallelism(threads: int = 2, seconds: float = 0.3) -> float:
-    """Speedup of ``threads`` threads of GIL-free busy work over one thread, measured now: the
-    ceiling for any parallel run on this machine at this moment (other processes share it)."""
+@functools.cache
+def _spin() -> Any:
+    # busy work for machine_parallelism, compiled once per process
     from numba import njit
 
     @njit(nogil=True)
@@ -143,15 +144,12 @@ def machine_parallelism(threads: int = 2, seconds: float = 0.3) -> float:
         return s
 
     spin(10)
-    return _parallelism(lambda: spin(10_000_000), threads, seconds)
+    return spin
 
 
-def memory_parallelism(threads: int = 2, seconds: float = 0.3, mib: int = 64) -> float:
-    """:func:`machine_parallelism` for reads from memory: each thread reads random words of one
-    shared ``mib`` MiB array (twice the 32 MiB L3 of the host measured), several reads in
-    flight at once, as a join's prefetched probes are. The cores may be free while the memory
-    they share is not (other machines' work on the same host): this is the ceiling of a join
-    whose windows miss the caches."""
+@functools.cache
+def _reads(mib: int) -> tuple[Any, np.ndarray]:
+    # random reads for memory_parallelism and their array, made once per process
     from numba import njit
 
     @njit(nogil=True)
@@ -166,6 +164,23 @@ def memory_parallelism(threads: int = 2, seconds: float = 0.3, mib: int = 64) ->
 
     a = np.ones((mib << 20) // 8, np.int64)  # a power of two: the mask picks any word
     reads(a, 10, 1)
+    return reads, a
+
+
+def machine_parallelism(threads: int = 2, seconds: float = 0.3) -> float:
+    """Speedup of ``threads`` threads of GIL-free busy work over one thread, measured now: the
+    ceiling for any parallel run on this machine at this moment (other processes share it)."""
+    spin = _spin()
+    return _parallelism(lambda: spin(10_000_000), threads, seconds)
+
+
+def memory_parallelism(threads: int = 2, seconds: float = 0.3, mib: int = 64) -> float:
+    """:func:`machine_parallelism` for reads from memory: each thread reads random words of one
+    shared ``mib`` MiB array (twice the 32 MiB L3 of the host measured), several reads in
+    flight at once, as a join's prefetched probes are. The cores may be free while the memory
+    they share is not (other machines' work on the same host): this is the ceiling of a join
+    whose windows miss the caches."""
+    reads, a = _reads(mib)
     return _parallelism(lambda: reads(a, 2_000_000, 1), threads, seconds)
 
 
