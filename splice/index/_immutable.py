@@ -1,6 +1,8 @@
 """numba kernels of the immutable B+-Tree: sorted leaves plus implicit inner levels.
 
-The entries ``(ks[i], ps[i])``, ``i < n``, are sorted; leaf ``b`` is the block
+The entries ``(ks[i], base + ps[i])``, ``i < n``, are sorted (``ps`` holds positions as offsets
+from a ``base`` the caller keeps: 4-byte offsets in the windows' trees, see
+:mod:`splice.index._window`); leaf ``b`` is the block
 ``[b*LEAF_SIZE, (b+1)*LEAF_SIZE)``. Inner levels live in one flat array in breadth-first order:
 level 0 has one entry per leaf (its first key), level ``l+1`` one entry per node of level ``l``
 (a node is ``FANOUT`` consecutive entries). The children of entry ``c`` of node ``j`` are node
@@ -10,6 +12,7 @@ each level's offset and entry count; the top level has one node (the root, depth
 
 from __future__ import annotations
 
+import numpy as np
 from numba import uint64
 
 from splice.index._jit import kernel
@@ -154,21 +157,21 @@ def ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo):
 
 
 @kernel()
-def ibt_search(ks, ps, n, inner, loff, lcnt, nlev, lo, hi, plo, phi, out, n_out):
+def ibt_search(ks, ps, base, n, inner, loff, lcnt, nlev, lo, hi, plo, phi, out, n_out):
     """Append the positions in ``[plo, phi]`` of entries with key in ``[lo, hi]``; return the new
     count, or ``-1`` when ``out`` is full."""
-    return ibt_scan(ks, ps, n, ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo), hi, plo, phi,
-                    out, n_out)
+    return ibt_scan(ks, ps, base, n, ibt_lower_bound(ks, n, inner, loff, lcnt, nlev, lo), hi, plo,
+                    phi, out, n_out)
 
 
 @kernel(inline="always")
-def ibt_scan(ks, ps, n, i, hi, plo, phi, out, n_out):
+def ibt_scan(ks, ps, base, n, i, hi, plo, phi, out, n_out):
     """:func:`ibt_search` from entry ``i``, the first with key >= ``lo``."""
     cap = out.shape[0]
     while i < n:
         if ks[i] > hi:
             break
-        pp = ps[i]
+        pp = base + np.int64(ps[i])
         if pp >= plo and pp <= phi:
             if n_out >= cap:
                 return -1

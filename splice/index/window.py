@@ -136,6 +136,9 @@ class WindowIndex:
         self.window = w = int(window)
         self.dtype = dt
         code = _KIND_CODE[kind]
+        if code in (IMTREE, PIMTREE, IBCHAIN) and w + max(int(ts_slack), 0) >= 1 << 32:
+            raise PlanError(f"{kind}: window must be below 2^32 tuples (it stores positions as "
+                            f"4-byte offsets), got {w}")
         thresh = max(1, math.ceil(float(merge_ratio) * w))
         link = math.ceil(w / (int(chain_length) - 1))
         if code in (IMTREE, PIMTREE):
@@ -170,7 +173,7 @@ class WindowIndex:
         rows = 2 if code in (IMTREE, PIMTREE) else slots
         self._rest = [
             np.zeros((rows, cap + 1), dt),
-            np.zeros((rows, cap + 1), np.int64),
+            np.zeros((rows, cap + 1), np.uint32),
             np.zeros((slots, icap), dt),
             np.zeros((slots, MAX_LEVELS), np.int64),
             np.zeros((slots, MAX_LEVELS), np.int64),

@@ -47,6 +47,7 @@ from splice.index._window import (
     search_from,
     search_prefetch,
     sort_small,
+    ts_base,
     ts_keys,
 )
 
@@ -217,8 +218,8 @@ def _par_search(st, locks, lo, hi, plo, phi, out, n_out, res):
     si, sl, sc, sm = st[10], st[11], st[12], st[13]
     pk, pp, pc, pn, nx, tm, meta = st[0], st[1], st[2], st[3], st[4], st[7], st[15]
     s_k, s_p = ts_keys(st)
-    n_out = ibt_search(s_k, s_p, sm[0, 0], si[0], sl[0], sc[0], sm[0, 1], lo, hi, plo, phi, out,
-                       n_out)
+    n_out = ibt_search(s_k, s_p, ts_base(st), sm[0, 0], si[0], sl[0], sc[0], sm[0, 1], lo, hi,
+                       plo, phi, out, n_out)
     if n_out < 0:
         return -1
     parts = meta[M_NPART]
@@ -686,7 +687,7 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
                 if o < 0:
                     atomic_store(ctl, C_ERROR, 1)
                     return n_out, TS_FULL
-                merge_install(spare, o)
+                merge_install(spare, o, lo)
                 # phase 2: swap the new index in, then insert the pending tuples
                 _block(ctl, 1, res)
                 _wait_idle(ctl, res)

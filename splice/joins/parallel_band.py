@@ -586,8 +586,8 @@ class KeyRangeJoin:
             st = ix.state
             row = ix.meta[M_TSROW]
             st[8][row, : len(mine)] = mine[order]
-            st[9][row, : len(mine)] = pos[order]
-            merge_install(st, len(mine))
+            st[9][row, : len(mine)] = pos[order] - int(first)  # offsets from the row's base
+            merge_install(st, len(mine), int(first))
             self.parts[k][s] = ix
 
         self._in_threads(build)
@@ -726,7 +726,8 @@ class KeyRangeJoin:
         spare = [1 - int(ix.meta[M_TSROW]) for ix in ixs]  # the rows T_S does not use
 
         def collect(k: int) -> None:
-            # range k's live entries, in (key, position) order, into its spare row
+            # range k's live entries, in (key, position) order, into its spare row (positions
+            # as offsets from lo in every range: the rows' pieces move between ranges as they are)
             st = ixs[k].state
             sizes[k] = merge_into(st, st[8][spare[k]], st[9][spare[k]], lo)
             if sizes[k] < 0:
@@ -752,7 +753,7 @@ class KeyRangeJoin:
                 st[8][row, o : o + b - a] = src[8][spare[j], a:b]
                 st[9][row, o : o + b - a] = src[9][spare[j], a:b]
                 o += b - a
-            merge_install(st, o)
+            merge_install(st, o, lo)
 
         self._in_threads(install)
 

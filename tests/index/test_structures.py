@@ -18,7 +18,7 @@ from splice.index import (
     WindowIndex,
     max_insertion_depth,
 )
-from splice.index._window import merge_into
+from splice.index._window import M_NEXT, merge_into
 from tests.reference.sorted_index import SlidingWindowReference, SortedListIndex
 
 small_keys = st.integers(-20, 20)
@@ -137,6 +137,23 @@ def test_large_window_random(kind):
         assert ix.partitions > 1 and ix.merges > 0
 
 
+@pytest.mark.parametrize("kind", ["ibchain", "imtree", "pimtree"])
+def test_positions_past_four_billion(kind):
+    """Immutable trees store positions as 4-byte offsets from a base: a stream already past
+    2^32 arrivals (as a restored job's can be) searches as one that started at 0."""
+    rng = np.random.default_rng(3)
+    w = 700
+    keys = rng.random(5000)
+    start = 5 * (1 << 32) + 11
+    ix = WindowIndex(kind, w, merge_ratio=0.125, insertion_depth=1, chain_length=3)
+    ix.meta[M_NEXT] = start
+    ix.insert(keys)
+    for lo in rng.random(20):
+        want = np.flatnonzero((keys >= lo) & (keys <= lo + 0.02))
+        want = want[want >= len(keys) - w] + start
+        assert ix.search(lo, lo + 0.02).tolist() == want.tolist()
+
+
 @settings(max_examples=40)
 @given(
     kind=st.sampled_from(["imtree", "pimtree"]),
@@ -162,7 +179,9 @@ def test_merge_into_matches_sorted_entries(kind, window, keys, merge_ratio, dept
         n = merge_into(ix.state, out_k, out_p, lo)
         if size > len(want):
             assert n == len(want)
-            assert list(zip(out_k[:n].tolist(), out_p[:n].tolist(), strict=True)) == want
+            # positions come out as offsets from lo, the base of the row they are written to
+            got = list(zip(out_k[:n].tolist(), (out_p[:n] + lo).tolist(), strict=True))
+            assert got == want
         else:
             assert n == -1
 
@@ -229,3 +248,8 @@ def test_classes_and_bad_input():
         WindowIndex("btree", 10)  # type: ignore[arg-type]
     with pytest.raises(PlanError, match="NaN"):
         WindowIndex("bptree", 10).insert(np.array([np.nan]))
+    # immutable trees store positions as 4-byte offsets from a base: the window bounds them
+    # (checked before any memory is allocated)
+    for kind in ("imtree", "pimtree", "ibchain"):
+        with pytest.raises(PlanError, match=r"below 2\^32"):
+            WindowIndex(kind, 1 << 32)  # type: ignore[arg-type]
