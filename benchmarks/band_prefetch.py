@@ -6,13 +6,15 @@
 For each window ``w = 2^k`` and structure: the seed's two-stream workload (uniform keys, match
 rate 2, merge ratio ``--merge-ratio``, by default 1/8, chains of length 2), one join warmed
 with ``K·w`` tuples (``--warm``, by default 2), then ``--tuples`` tuples fed in chunks of
-``--chunk``, prefetching switched on for every other chunk (the core's ``prefetch``).
+``--chunk``, prefetching switched on for every other chunk (the core's ``prefetch``: on, the
+level the join picks for the window, the leaves' prefetching at least).
 ``--threads`` above 1 runs the parallel join instead (the key-range join for the IM/PIM-Tree).
 Both variants see the same windows, the same merges and the same machine state within a
 fraction of a second, so their ratio holds on a noisy machine where two separate runs differ by
 10 %. One JSON line per point: tuples per CPU second off and on and their ratio, the same per
-wall second (what more threads are for), and whether the join turns prefetching on by itself
-at this window (``default_on``).
+wall second (what more threads are for), and the prefetching the join turns on by itself at
+this window (``default_on``: for the serial join 0, 1 for the leaves, 2 for the leaves and
+the ``T_I`` nodes of the inserts).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             wall = {False: 0.0, True: 0.0}
             n = {False: 0, True: 0}
             for c, g in enumerate(range(warm, warm + args.tuples, args.chunk)):
-                core.prefetch = on = bool(c % 2)
+                on = bool(c % 2)
+                # on: the join's own level for the window, at least the leaves' prefetching
+                core.prefetch = (default_on or True) if on else False
                 t0, c0 = time.perf_counter(), time.process_time()
                 core.run(sides[g : g + args.chunk], keys[g : g + args.chunk])
                 cpu[on] += time.process_time() - c0

@@ -97,6 +97,9 @@ __all__ = [
     "merge_install",
     "join_run",
     "search_prefetch",
+    "INSERT_PREFETCH_MIN_WINDOW",
+    "insert_prefetch",
+    "route_from",
     "search_from",
     "DESCENTS",
     "new_descents",
@@ -197,7 +200,7 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
 @kernel(inline="always")
 def chain_search(st, lo, hi, plo, phi, out, n_out, descents, j):
     """:func:`idx_search` of a B- or IB-chain. With ``j >= 0`` an IB-chain's archived link ``c``
-    (from the oldest) is searched from leaf ``descents[3 + c, j]``, the descent
+    (from the oldest) is searched from leaf ``descents[D_CHAIN + c, j]``, the descent
     :func:`search_prefetch` made, instead of descending again."""
     (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
      fgeo) = st
@@ -216,7 +219,7 @@ def chain_search(st, lo, hi, plo, phi, out, n_out, descents, j):
         else:
             n = sm[s, 0]
             if j >= 0:
-                leaf = descents[3 + c, j]
+                leaf = descents[D_CHAIN + c, j]
             else:
                 leaf = ibt_leaf(si[s], sl[s], sc[s], sm[s, 1], lo)
             n_out = ibt_scan(sk[s], sp[s], first, n, ibt_leaf_bound(sk[s], n, leaf, lo), hi, plo,
@@ -268,6 +271,11 @@ def im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q):
 #: tuples ahead; smaller ones mostly hit the caches, where prefetching costs more than it saves
 #: (measured with ``benchmarks.band_prefetch``: docs/benchmarks.md).
 PREFETCH_MIN_WINDOW = 1 << 17
+#: IM/PIM-Tree windows of this many tuples and more also have the ``T_I`` node a tuple's
+#: insert changes loaded ahead (:func:`insert_prefetch`, prefetch level 2 of the join loops);
+#: below, with ``T_S`` half as large, the node is mostly still cached and the early route costs
+#: more than the load saves (same-process A/B of the serial join, docs/benchmarks.md).
+INSERT_PREFETCH_MIN_WINDOW = 1 << 19
 #: How many arrivals ahead the joins start loading a tuple's leaves.
 PREFETCH_AHEAD = 8
 #: Slots of the ring (``descents[:, slot]``, see :func:`search_prefetch`) that carries the
@@ -275,12 +283,15 @@ PREFETCH_AHEAD = 8
 #: descend again; a power of two above ``PREFETCH_AHEAD`` (the slot written at a tuple is never
 #: its own).
 DESCENTS = 16
+#: Rows of the descents ring: the route of a tuple's insert into its own window and the merges of
+#: that window it is valid for (see :func:`insert_prefetch`), then an IB-chain's archived links.
+D_ROUTE, D_RVER, D_CHAIN = 3, 4, 5
 
 
 def new_descents(chain_length=0):
     """The scratch ring of :data:`DESCENTS` descents a prefetching join loop takes; room for the
     archived links of chains of up to ``chain_length`` links."""
-    return np.empty((3 + max(0, chain_length - 1), DESCENTS), np.int64)
+    return np.empty((D_CHAIN + max(0, chain_length - 1), DESCENTS), np.int64)
 
 
 @kernel(inline="always")
@@ -288,6 +299,7 @@ def clear_descents(descents):
     """Mark every slot unused (a version of -1 never matches)."""
     for j in range(DESCENTS):
         descents[2, j] = -1
+        descents[D_RVER, j] = -1
 
 
 @kernel(inline="always")
@@ -329,15 +341,49 @@ def search_prefetch(st, lo, descents, a):
         slots = st[17].shape[0]
         sm = st[13]
         archived = meta[M_CCNT] - 1
-        keep = 3 + archived <= descents.shape[0]
+        keep = D_CHAIN + archived <= descents.shape[0]
         for c in range(archived):
             s = (meta[M_CHEAD] + c) % slots
             leaf = ibt_leaf(st[10][s], st[11][s], st[12][s], sm[s, 1], lo)
             _prefetch_block(st[8][s], st[9][s], sm[s, 0], leaf)
             if keep:
-                descents[3 + c, a] = leaf
+                descents[D_CHAIN + c, a] = leaf
         if keep:
             descents[2, a] = meta[M_CHANGES]
+
+
+@kernel(inline="always")
+def insert_prefetch(st, k, descents, a):
+    """Start loading the ``T_I`` node that the insert of key ``k`` into the IM/PIM-Tree ``st``
+    will change, the root of ``k``'s partition (at the default insertion depth a leaf: a
+    partition holds a node or two between merges), and keep the partition in slot ``a`` of
+    ``descents`` for that insert (:func:`route_from`). Nothing for the other kinds. The joins
+    call it from windows of :data:`INSERT_PREFETCH_MIN_WINDOW` tuples on."""
+    meta = st[15]
+    kind = meta[M_KIND]
+    if kind != IMTREE and kind != PIMTREE:
+        descents[D_RVER, a] = -1
+        return
+    q = _pim_route(st, k)
+    descents[D_ROUTE, a] = q
+    descents[D_RVER, a] = meta[M_MERGES]
+    root = st[7][q, 0]
+    if root >= 0:
+        keys = st[0][root]
+        poss = st[1][root]
+        for j in range(0, keys.shape[0], 8):
+            prefetch(keys, j)
+        for j in range(0, poss.shape[0], 8):
+            prefetch(poss, j)
+
+
+@kernel(inline="always")
+def route_from(st, descents, j):
+    """The partition :func:`insert_prefetch` kept in slot ``j`` of ``descents`` for the insert
+    into ``st``, while ``st`` has not merged since; ``-1``: none (the insert routes)."""
+    if j >= 0 and descents[D_RVER, j] == st[15][M_MERGES]:
+        return descents[D_ROUTE, j]
+    return -1
 
 
 @kernel(inline="always")
@@ -499,8 +545,9 @@ def _chain_archive(st, s):
 
 
 @kernel(inline="always")
-def idx_insert(st, k):
-    """Append key ``k`` to the window (position ``NEXT``), expiring the oldest entry when full."""
+def idx_insert(st, k, route=-1):
+    """Append key ``k`` to the window (position ``NEXT``), expiring the oldest entry when full.
+    ``route``: the IM/PIM-Tree partition of ``k`` when known (:func:`route_from`), else -1."""
     (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
      fgeo) = st
     kind = meta[M_KIND]
@@ -545,7 +592,7 @@ def idx_insert(st, k):
             meta[M_CCNT] -= 1
             meta[M_CHANGES] += 1
         return
-    q = _pim_route(st, k)
+    q = route if route >= 0 else _pim_route(st, k)
     bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, q, k, p, path)
     filter_add(fbits, fgeo, meta[M_FSHIFT], q, k)
     meta[M_TISIZE] += 1
@@ -595,9 +642,10 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
     own window before ``p``), then enters ``own``, expiring the oldest when full. Matches are
     ``(tuple index, partner position)``, partners ascending. Returns ``(next tuple, count,
     status)``; status 1: the pool needs room, 2: ``out`` is full — grow and call again.
-    ``prefetch``: start loading the leaves of tuple ``i + PREFETCH_AHEAD``'s search at tuple
-    ``i`` (see :func:`search_prefetch`), and keep the descent for that search in ``descents``
-    (:func:`new_descents`).
+    ``prefetch``: 1 — start loading the leaves of tuple ``i + PREFETCH_AHEAD``'s search at
+    tuple ``i`` (see :func:`search_prefetch`), and keep the descent for that search in
+    ``descents`` (:func:`new_descents`); 2 — also the ``T_I`` node its insert will change, and
+    keep the route (:func:`insert_prefetch`); 0 — neither.
     """
     n = keys.shape[0]
     ometa = other[15]
@@ -611,8 +659,11 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
             return i, n_out, 1
         j = i & (DESCENTS - 1)
         if prefetch and i + PREFETCH_AHEAD < n:
+            a = (i + PREFETCH_AHEAD) & (DESCENTS - 1)
             search_prefetch(other, band_low(keys[i + PREFETCH_AHEAD], lo_off, hi_off, mirrored),
-                            descents, (i + PREFETCH_AHEAD) & (DESCENTS - 1))
+                            descents, a)
+            if prefetch >= 2:
+                insert_prefetch(own, keys[i + PREFETCH_AHEAD], descents, a)
         x = keys[i]
         if self_join:
             phi = meta[M_NEXT] - 1
@@ -630,8 +681,8 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
             n_out = r
             if kind != NLWJ:
                 sort_small(out_p, m0, n_out)
-            for j in range(m0, n_out):
-                out_i[j] = i
-        idx_insert(own, x)
+            for t in range(m0, n_out):
+                out_i[t] = i
+        idx_insert(own, x, route_from(own, descents, j if prefetch else -1))
     return n, n_out, 0
 

@@ -37,6 +37,7 @@ from splice.index._window import (
     BPTREE,
     IBCHAIN,
     IMTREE,
+    INSERT_PREFETCH_MIN_WINDOW,
     M_CCNT,
     M_CLEN,
     M_DEPTH,
@@ -246,6 +247,13 @@ class WindowIndex:
         ``PREFETCH_MIN_WINDOW`` tuples and more): then the joins prefetch their leaves."""
         return (self.kind in ("imtree", "pimtree", "ibchain")
                 and self.window >= PREFETCH_MIN_WINDOW)
+
+    @property
+    def insert_prefetch_pays(self) -> bool:
+        """Whether the joins also load the ``T_I`` node of each insert ahead (IM/PIM-Tree
+        windows of ``INSERT_PREFETCH_MIN_WINDOW`` tuples and more, see
+        :func:`~splice.index._window.insert_prefetch`)."""
+        return self.kind in ("imtree", "pimtree") and self.window >= INSERT_PREFETCH_MIN_WINDOW
 
     @property
     def merges(self) -> int:

@@ -42,8 +42,10 @@ from splice.index._window import (
     idx_insert,
     idx_search,
     im_merge,
+    insert_prefetch,
     merge_install,
     merge_into,
+    route_from,
     search_from,
     search_prefetch,
     sort_small,
@@ -120,9 +122,9 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_o
         n_out = r
         if r - m0 > 1 and ometa[M_KIND] != NLWJ:
             sort_small(out_p, m0, n_out)
-        for j in range(m0, n_out):
-            out_g[j] = g
-    idx_insert(own, x)
+        for i in range(m0, n_out):
+            out_g[i] = g
+    idx_insert(own, x, route_from(own, descents, j))
     return n_out, 0
 
 
@@ -142,16 +144,20 @@ def _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, out_g, o
 
 
 @kernel(inline="always")
-def _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, descents):
+def _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, descents, inserts):
     # start loading the leaves that tuple a will search (as _seq_tuple picks its states), the
-    # descent to its slot of descents
+    # descent to its slot of descents; ``inserts``: also the T_I node its insert changes
     s = sides[a]
     j = a & (DESCENTS - 1)
     x = keys[a]
     if s == 0 or self_join:
         search_prefetch(st_r, band_low(x, offs_lo[s], offs_hi[s], False), descents, j)
+        if inserts:
+            insert_prefetch(st_l, x, descents, j)
     else:
         search_prefetch(st_l, band_low(x, offs_lo[s], offs_hi[s], True), descents, j)
+        if inserts:
+            insert_prefetch(st_r, x, descents, j)
 
 
 @kernel()
@@ -166,7 +172,8 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
     is full; 0 — done. ``prefetch``: at tuple ``g``, start loading the leaves that tuple
     ``g + PREFETCH_AHEAD`` will search (:func:`~splice.index._window.search_prefetch`) and keep
     the descent that found them in ``descents`` (:func:`~splice.index._window.new_descents`)
-    for that search.
+    for that search; at 2, also the ``T_I`` node its insert will change, and its route
+    (:func:`~splice.index._window.insert_prefetch`); 0: neither.
 
     The step is written out once per side with the states fixed: choosing between the two
     states per tuple made every array of both live across the loop (hundreds of values kept and
@@ -181,7 +188,8 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
         if prefetch:
             a = g + PREFETCH_AHEAD
             if a < n:
-                _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, descents)
+                _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, descents,
+                              prefetch >= 2)
         n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
                                    out_g, out_p, n_out, descents,
                                    g & (DESCENTS - 1) if prefetch else -1)

@@ -161,14 +161,23 @@ def probe_offsets(
     return lo, hi
 
 
+def _prefetch_level(indexes: list[WindowIndex]) -> int:
+    """The join loops' ``prefetch`` for these windows (see :class:`BandCore`)."""
+    if any(ix.insert_prefetch_pays for ix in indexes):
+        return 2
+    return int(any(ix.prefetch_pays for ix in indexes))
+
+
 class BandCore:
     """The single-threaded IBWJ over both windows: ``run(sides, keys)`` joins a sequence.
 
     ``sides[g]`` is 0 (left) or 1 (right); results are ``(g, partner position)`` arrays, ordered
     by ``g`` then partner. Positions count each stream's arrivals from 0 across calls.
-    ``prefetch``: the join loop starts loading each tuple's immutable leaves a few tuples ahead;
-    on when a window's immutable trees are large enough to miss the caches
-    (:attr:`~splice.index.window.WindowIndex.prefetch_pays`).
+    ``prefetch``: 1 — the join loop starts loading each tuple's immutable leaves a few tuples
+    ahead, when a window's immutable trees are large enough to miss the caches
+    (:attr:`~splice.index.window.WindowIndex.prefetch_pays`); 2 — also the ``T_I`` node of
+    each insert, in larger IM/PIM-Tree windows
+    (:attr:`~splice.index.window.WindowIndex.insert_prefetch_pays`); 0 — neither.
     """
 
     def __init__(
@@ -193,7 +202,7 @@ class BandCore:
         self.indexes = [WindowIndex(index, windows[0], self.dtype, **self.opts)]
         if not self_join:
             self.indexes.append(WindowIndex(index, windows[1], self.dtype, **self.opts))
-        self.prefetch = any(ix.prefetch_pays for ix in self.indexes)
+        self.prefetch = _prefetch_level(self.indexes)
         self._rate = 2.0  # the most output rows per input tuple of a call so far
         self._descents = new_descents(chain_length if index == "ibchain" else 0)
 
@@ -223,7 +232,7 @@ class BandCore:
         ix.meta[M_NEXT] = first
         ix.insert(keys)
         self.indexes[s] = ix
-        self.prefetch = any(x.prefetch_pays for x in self.indexes)
+        self.prefetch = _prefetch_level(self.indexes)
 
     def run(self, sides: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Join the tuples ``(sides[g], keys[g])`` in order; return ``(g, partner position)``."""
@@ -247,12 +256,12 @@ class BandCore:
                 g, m, status = join_run(keys, g, self.offs_lo[side], self.offs_hi[side],
                                         other.state, own.state, self.self_join,
                                         side == 1 and not self.self_join, out_g, out_p, m,
-                                        self.prefetch, self._descents)
+                                        int(self.prefetch), self._descents)
                 low = own
             else:
                 g, m, status = join_seq_run(sides, keys, g, self.offs_lo, self.offs_hi,
                                             left.state, right.state, self.self_join, out_g,
-                                            out_p, m, self.prefetch, self._descents)
+                                            out_p, m, int(self.prefetch), self._descents)
                 low = left if status == LOW_LEFT_POOL else right
             if status == 0:
                 break

@@ -50,7 +50,7 @@ def _core_pairs(core, sides, keys, chunk):
     merge_ratio=st.sampled_from([0.05, 0.25, 1.0]),
     depth=st.integers(0, 1),
     chain=st.integers(2, 4),
-    prefetch=st.booleans(),
+    prefetch=st.sampled_from([0, 1, 2]),
 )
 def test_core_matches_nested_loops(index, data, wl, wr, band, self_join, as_float, chunk,
                                    merge_ratio, depth, chain, prefetch):
@@ -62,7 +62,8 @@ def test_core_matches_nested_loops(index, data, wl, wr, band, self_join, as_floa
         lower, upper = float(band[1][0]), float(band[1][0] + band[1][1])
     dtype = np.dtype(np.float64 if as_float else np.int64)
     core = BandCore(index, (wl, wr), dtype, lower, upper, self_join, merge_ratio, depth, chain)
-    core.prefetch = prefetch  # on by window size only from 2**17 tuples: forced here
+    # on by window size only from 2**17 tuples (the inserts' nodes from 2**19): forced here
+    core.prefetch = prefetch
     want = nested_loop_band_join(sides, keys, (wl, wr), lower, upper, self_join)
     assert _core_pairs(core, sides, keys, chunk) == want
 
@@ -86,10 +87,12 @@ def test_window_reference_is_the_nested_loop(data, windows, lower, width, self_j
 @pytest.mark.parametrize("self_join", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_prefetched_descents_follow_merges(index, self_join, threads):
-    """A search starts from the descent its prefetch made only while no merge has rebuilt the
-    opposite ``T_S`` since: windows of many leaves (and PIM-Tree partitions), a merge every few
-    hundred arrivals, calls of mixed streams and of one stream, prefetching forced on; the
-    serial join and the key-range join (each range on its own thread)."""
+    """A search starts from the descent its prefetch made, and an insert from the partition its
+    prefetch routed to, only while no merge has rebuilt the ``T_S`` they came from since:
+    windows of many leaves (and PIM-Tree partitions), a merge every few hundred arrivals, calls
+    of mixed streams and of one stream, prefetching forced on (the serial join's at level 2, its
+    inserts' nodes too); the serial join and the key-range join (each range on its own
+    thread)."""
     rng = np.random.default_rng(11)
     n, windows = 16000, (4200, 5000)
     run_len = rng.integers(1, 400, n)
@@ -106,7 +109,7 @@ def test_prefetched_descents_follow_merges(index, self_join, threads):
                             threads)
         join.small_call = 0
         indexes = [part[0] for part in join.parts]
-    join.prefetch = True
+    join.prefetch = 2 if threads == 1 else True
     # the first half in runs of one stream, a call each (the serial join's loop of one stream),
     # the rest interleaved at random, in calls of 700
     cuts = [c for c in np.cumsum(run_len).tolist() if c < n // 2] + list(range(n // 2, n, 700))
