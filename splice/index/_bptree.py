@@ -30,6 +30,7 @@ from splice.index._jit import kernel
 __all__ = [
     "NODE_WIDTH",
     "new_pool",
+    "pool_bytes",
     "nodes_free",
     "bpt_insert",
     "bpt_delete",
@@ -47,6 +48,11 @@ _ROW = NODE_WIDTH + 1
 
 P_FREE, P_BUMP, P_CAP, P_NFREE = 0, 1, 2, 3
 T_ROOT, T_HEIGHT, T_SIZE = 0, 1, 2
+
+
+def pool_bytes(capacity: int, dtype: np.dtype) -> int:
+    """Bytes of the arrays :func:`new_pool` allocates for ``capacity`` nodes of ``dtype`` keys."""
+    return max(int(capacity), 8) * (_ROW * (np.dtype(dtype).itemsize + 8 + 4) + 12)
 
 
 def new_pool(capacity: int, trees: int, dtype: np.dtype) -> tuple:

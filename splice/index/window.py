@@ -24,12 +24,13 @@ array([3, 5])
 from __future__ import annotations
 
 import math
+import os
 from typing import Literal, get_args
 
 import numpy as np
 
 from splice.core.errors import PlanError
-from splice.index._bptree import P_CAP, new_pool
+from splice.index._bptree import P_CAP, new_pool, pool_bytes
 from splice.index._immutable import FANOUT, LEAF_SIZE, MAX_LEVELS, ibt_levels, inner_capacity
 from splice.index._ti_filter import filter_words
 from splice.index._window import (
@@ -92,6 +93,14 @@ def default_merge_ratio(window: int) -> float:
 def max_insertion_depth(window: int) -> int:
     """Deepest inner level (root = 0) of ``T_S`` holding a full window of ``window`` entries."""
     return max(ibt_levels(window) - 1, 0)
+
+
+def _machine_bytes() -> int | None:
+    """The machine's physical memory in bytes (``None`` where the system does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def key_dtype_ok(dtype: np.dtype) -> bool:
@@ -168,24 +177,35 @@ class WindowIndex:
         fparts = trees if code in (IMTREE, PIMTREE) else 1
         words = filter_words(thresh, fparts) if code in (IMTREE, PIMTREE) else 1
         meta[M_FSHIFT] = max(6, (words * 64).bit_length() - 1)
-        self._pool = list(new_pool(pool, trees, dt))
         # T_S's keys and positions: two rows in an IM/PIM-Tree (a merge writes the row T_S does
         # not use); rows of T_S and links have one slot more than they hold, merge_into's scratch
         rows = 2 if code in (IMTREE, PIMTREE) else slots
-        self._rest = [
-            np.zeros((rows, cap + 1), dt),
-            np.zeros((rows, cap + 1), np.uint32),
-            np.zeros((slots, icap), dt),
-            np.zeros((slots, MAX_LEVELS), np.int64),
-            np.zeros((slots, MAX_LEVELS), np.int64),
-            np.zeros((slots, 2), np.int64),
-            np.zeros(w + int(ring_slack) if code in (NLWJ, BPTREE) else 1, dt),
-            meta,
-            np.zeros(1024, np.int64),
-            np.zeros(slots, np.int64),
-            np.zeros(words, np.int64),
-            np.zeros(2 * fparts, np.float64),
-        ]
+        ring = w + int(ring_slack) if code in (NLWJ, BPTREE) else 1
+        need = (pool_bytes(pool, dt) + rows * (cap + 1) * (dt.itemsize + 4)
+                + slots * icap * dt.itemsize + ring * dt.itemsize + words * 8)
+        have = _machine_bytes()
+        too_large = (f"{kind}: a window of {w} tuples needs about {need / 2**30:.1f} GiB of "
+                     f"index memory")
+        if have is not None and need > have:
+            raise PlanError(f"{too_large}, more than this machine's {have / 2**30:.1f} GiB")
+        try:
+            self._pool = list(new_pool(pool, trees, dt))
+            self._rest = [
+                np.zeros((rows, cap + 1), dt),
+                np.zeros((rows, cap + 1), np.uint32),
+                np.zeros((slots, icap), dt),
+                np.zeros((slots, MAX_LEVELS), np.int64),
+                np.zeros((slots, MAX_LEVELS), np.int64),
+                np.zeros((slots, 2), np.int64),
+                np.zeros(ring, dt),
+                meta,
+                np.zeros(1024, np.int64),
+                np.zeros(slots, np.int64),
+                np.zeros(words, np.int64),
+                np.zeros(2 * fparts, np.float64),
+            ]
+        except MemoryError as exc:
+            raise PlanError(f"{too_large}: it could not be allocated") from exc
         self.state: tuple = tuple(self._pool + self._rest)
 
     # -- internals -----------------------------------------------------------------------------

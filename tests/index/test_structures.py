@@ -253,3 +253,7 @@ def test_classes_and_bad_input():
     for kind in ("imtree", "pimtree", "ibchain"):
         with pytest.raises(PlanError, match=r"below 2\^32"):
             WindowIndex(kind, 1 << 32)  # type: ignore[arg-type]
+    # a window no machine holds: a clear error before any allocation, not numpy's MemoryError
+    for kind in ("nlwj", "bptree", "bchain"):
+        with pytest.raises(PlanError, match=r"needs about .* GiB of index memory"):
+            WindowIndex(kind, 1 << 40)  # type: ignore[arg-type]
