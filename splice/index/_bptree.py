@@ -50,20 +50,28 @@ P_FREE, P_BUMP, P_CAP, P_NFREE = 0, 1, 2, 3
 T_ROOT, T_HEIGHT, T_SIZE = 0, 1, 2
 
 
+def _node_arrays(capacity: int, dtype: np.dtype) -> list[tuple[tuple[int, ...], np.dtype]]:
+    # shape and type of keys, poss, child, cnt, nxt, prv for ``capacity`` nodes
+    row = (capacity, _ROW)
+    i32 = np.dtype(np.int32)
+    return [(row, np.dtype(dtype)), (row, np.dtype(np.int64)), (row, i32), ((capacity,), i32),
+            ((capacity,), i32), ((capacity,), i32)]
+
+
 def pool_bytes(capacity: int, dtype: np.dtype) -> int:
-    """Bytes of the arrays :func:`new_pool` allocates for ``capacity`` nodes of ``dtype`` keys."""
-    return max(int(capacity), 8) * (_ROW * (np.dtype(dtype).itemsize + 8 + 4) + 12)
+    """Bytes of the node arrays :func:`new_pool` allocates for ``capacity`` nodes of ``dtype``
+    keys (before it allocates them)."""
+    return sum(int(np.prod(shape)) * t.itemsize
+               for shape, t in _node_arrays(max(int(capacity), 8), dtype))
 
 
 def new_pool(capacity: int, trees: int, dtype: np.dtype) -> tuple:
     """Arrays of an empty pool of ``capacity`` nodes hosting ``trees`` trees of ``dtype`` keys."""
     capacity = max(int(capacity), 8)
-    keys = np.zeros((capacity, _ROW), dtype)
-    poss = np.zeros((capacity, _ROW), np.int64)
-    child = np.zeros((capacity, _ROW), np.int32)
-    cnt = np.zeros(capacity, np.int32)
-    nxt = np.full(capacity, -1, np.int32)
-    prv = np.full(capacity, -1, np.int32)
+    keys, poss, child, cnt, nxt, prv = (np.zeros(shape, t)
+                                        for shape, t in _node_arrays(capacity, dtype))
+    nxt[:] = -1
+    prv[:] = -1
     pmeta = np.array([-1, 0, capacity, 0], np.int64)
     tmeta = np.zeros((max(int(trees), 1), 3), np.int64)
     tmeta[:, T_ROOT] = -1

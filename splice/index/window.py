@@ -181,8 +181,22 @@ class WindowIndex:
         # not use); rows of T_S and links have one slot more than they hold, merge_into's scratch
         rows = 2 if code in (IMTREE, PIMTREE) else slots
         ring = w + int(ring_slack) if code in (NLWJ, BPTREE) else 1
-        need = (pool_bytes(pool, dt) + rows * (cap + 1) * (dt.itemsize + 4)
-                + slots * icap * dt.itemsize + ring * dt.itemsize + words * 8)
+        i64 = np.dtype(np.int64)
+        # the arrays after the pool, in state order (meta, allocated above, is the eighth)
+        rest: list[tuple[tuple[int, ...], np.dtype]] = [
+            ((rows, cap + 1), dt),
+            ((rows, cap + 1), np.dtype(np.uint32)),
+            ((slots, icap), dt),
+            ((slots, MAX_LEVELS), i64),
+            ((slots, MAX_LEVELS), i64),
+            ((slots, 2), i64),
+            ((ring,), dt),
+            ((1024,), i64),
+            ((slots,), i64),
+            ((words,), i64),
+            ((2 * fparts,), np.dtype(np.float64)),
+        ]
+        need = pool_bytes(pool, dt) + sum(int(np.prod(shape)) * t.itemsize for shape, t in rest)
         have = _machine_bytes()
         too_large = (f"{kind}: a window of {w} tuples needs about {need / 2**30:.1f} GiB of "
                      f"index memory")
@@ -190,20 +204,8 @@ class WindowIndex:
             raise PlanError(f"{too_large}, more than this machine's {have / 2**30:.1f} GiB")
         try:
             self._pool = list(new_pool(pool, trees, dt))
-            self._rest = [
-                np.zeros((rows, cap + 1), dt),
-                np.zeros((rows, cap + 1), np.uint32),
-                np.zeros((slots, icap), dt),
-                np.zeros((slots, MAX_LEVELS), np.int64),
-                np.zeros((slots, MAX_LEVELS), np.int64),
-                np.zeros((slots, 2), np.int64),
-                np.zeros(ring, dt),
-                meta,
-                np.zeros(1024, np.int64),
-                np.zeros(slots, np.int64),
-                np.zeros(words, np.int64),
-                np.zeros(2 * fparts, np.float64),
-            ]
+            arrays = [np.zeros(shape, t) for shape, t in rest]
+            self._rest = arrays[:7] + [meta] + arrays[7:]
         except MemoryError as exc:
             raise PlanError(f"{too_large}: it could not be allocated") from exc
         self.state: tuple = tuple(self._pool + self._rest)

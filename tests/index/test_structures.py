@@ -18,6 +18,7 @@ from splice.index import (
     WindowIndex,
     max_insertion_depth,
 )
+from splice.index._bptree import new_pool, pool_bytes
 from splice.index._window import M_NEXT, merge_into
 from tests.reference.sorted_index import SlidingWindowReference, SortedListIndex
 
@@ -253,6 +254,9 @@ def test_classes_and_bad_input():
     for kind in ("imtree", "pimtree", "ibchain"):
         with pytest.raises(PlanError, match=r"below 2\^32"):
             WindowIndex(kind, 1 << 32)  # type: ignore[arg-type]
+    # the estimate the check uses is the pool's own layout
+    for cap, dt in ((1, np.int64), (1000, np.float64)):
+        assert pool_bytes(cap, np.dtype(dt)) == sum(a.nbytes for a in new_pool(cap, 3, dt)[:6])
     # a window no machine holds: a clear error before any allocation, not numpy's MemoryError
     for kind in ("nlwj", "bptree", "bchain"):
         with pytest.raises(PlanError, match=r"needs about .* GiB of index memory"):
