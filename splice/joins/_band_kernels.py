@@ -21,7 +21,7 @@ from splice._atomics import (
 from splice._atomics import atomic_load_acquire as atomic_load
 from splice._atomics import atomic_store_release as store_release
 from splice._atomics import atomic_xchg as atomic_store
-from splice.index._band_bounds import band_bounds, band_low
+from splice.index._band_bounds import band_bounds, band_low, band_reaches
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
 from splice.index._jit import kernel
@@ -775,6 +775,12 @@ def rr_run(start, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, part,
 
 
 @kernel(inline="always")
+def _in_range(x, kmin, kmax, first, last):
+    # whether key x lies in the key range [kmin, kmax)
+    return (first | (x >= kmin)) & (last | (x < kmax))
+
+
+@kernel(inline="always")
 def _range_probe(x, lo_off, hi_off, mirrored, kmin, kmax, first, last):
     # the probe bounds of key x, and whether they reach into the key range [kmin, kmax)
     klo, khi = band_bounds(x, lo_off, hi_off, mirrored)
@@ -789,7 +795,7 @@ def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin
     # [te, tl]) when the band reaches into the range, then enter this range's part of the own
     # window when the key lies in it (at its stream position p); returns (count, status).
     # (descents, j): the prefetch's descent, as for _seq_step
-    mine = (first | (x >= kmin)) & (last | (x < kmax))
+    mine = _in_range(x, kmin, kmax, first, last)
     if mine and nodes_free(own[6]) < own[15][M_POOLMIN]:
         return n_out, 1
     klo, khi, hit = _range_probe(x, offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first, last)
@@ -811,11 +817,10 @@ def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin
 
 @kernel(inline="always")
 def _range_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, kmin, kmax, first,
-                    last, descents):
+                    last, descents, j):
     # start loading the leaves that tuple a will search in this range (as range_run), the
-    # descent to its slot of descents
+    # descent to slot j of descents
     s = sides[a]
-    j = a & (DESCENTS - 1)
     mirrored = not (s == 0 or self_join)
     klo, khi, hit = _range_probe(keys[a], offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first,
                                  last)
@@ -829,7 +834,7 @@ def _range_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, kmi
 
 @kernel()
 def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin, kmax, first,
-              last, st_l, st_r, out_g, out_p, n_out, prefetch, descents):
+              last, st_l, st_r, out_g, out_p, n_out, prefetch, descents, todo):
     """One thread of the key-range join: the IBWJ of :func:`join_seq_run` restricted to the keys
     in ``[kmin, kmax)`` (``first``: no lower end, ``last``: no upper end).
 
@@ -842,33 +847,55 @@ def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin
     Matches are ``(g, partner position)``, partners ascending per ``g``; the ranges' matches of
     one ``g`` are disjoint. Returns ``(next g, count, status)`` as :func:`join_seq_run`.
     A self-join passes its one state as both ``st_l`` and ``st_r``, as :func:`join_seq_run`.
+
+    A first pass lists the tuples the range has to look at (a key in it, or a band that may
+    reach into it: :func:`~splice.index._band_bounds.band_reaches`) with the left arrivals
+    before each, into ``todo`` (2 rows of at least ``len(keys) - start``); the join then walks
+    that list. On ``t`` threads a range looks at about ``1/t`` of the tuples, and skipping the
+    others in a loop without branches costs a few nanoseconds each, not the tens a probe's
+    exact band and the loop's bookkeeping took. The prefetch runs ``PREFETCH_AHEAD`` listed
+    tuples ahead: slot ``i % DESCENTS`` of ``descents`` holds listed tuple ``i``'s descent.
     """
     n = keys.shape[0]
-    c0 = ctr[0]
-    c1 = ctr[1]
+    t_g = todo[0]
+    t_left = todo[1]
+    left = ctr[0]
+    before = ctr[0] + ctr[1] - start  # arrivals before tuple g: before + g
+    cnt = 0
+    for g in range(start, n):
+        s = sides[g]
+        x = keys[g]
+        t_g[cnt] = g
+        t_left[cnt] = left
+        cnt += _in_range(x, kmin, kmax, first, last) | band_reaches(
+            x, offs_lo[s], offs_hi[s], kmin, kmax, first, last)
+        left += s == 0
+    left_end = left
     c2 = ctr[2]
     w_partner = w0 if self_join else w1
     if prefetch:
         clear_descents(descents)
-    for g in range(start, n):
-        j = g & (DESCENTS - 1) if prefetch else -1
-        if prefetch and g + PREFETCH_AHEAD < n:
-            _range_prefetch(g + PREFETCH_AHEAD, sides, keys, offs_lo, offs_hi, st_l, st_r,
-                            self_join, kmin, kmax, first, last, descents)
+    for i in range(cnt):
+        j = i & (DESCENTS - 1) if prefetch else -1
+        if prefetch and i + PREFETCH_AHEAD < cnt:
+            _range_prefetch(t_g[i + PREFETCH_AHEAD], sides, keys, offs_lo, offs_hi, st_l, st_r,
+                            self_join, kmin, kmax, first, last, descents,
+                            (i + PREFETCH_AHEAD) & (DESCENTS - 1))
+        g = t_g[i]
         s = sides[g]
         x = keys[g]
+        c0 = t_left[i]
+        c1 = before + g - c0
         if s == 0 or self_join:
             # the partners of a self-join are the stream's own earlier tuples
             oc = c0 if self_join else c1
             n_out, status = _range_step(g, 0, x, c0, max(0, oc - w_partner), oc - 1, st_l, st_r,
                                         offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
                                         out_p, n_out, descents, j)
-            c0 += status == 0
         else:
             n_out, status = _range_step(g, 1, x, c1, max(0, c0 - w0), c0 - 1, st_r, st_l,
                                         offs_lo, offs_hi, True, kmin, kmax, first, last, out_g,
                                         out_p, n_out, descents, j)
-            c1 += status == 0
             if status == 1:
                 status = LOW_RIGHT_POOL
         if status != 0:
@@ -876,9 +903,9 @@ def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin
             ctr[1] = c1
             ctr[2] = c2
             return g, n_out, status
-        c2 += (first | (x >= kmin)) & (last | (x < kmax))
-    ctr[0] = c0
-    ctr[1] = c1
+        c2 += _in_range(x, kmin, kmax, first, last)
+    ctr[0] = left_end
+    ctr[1] = before + n - left_end
     ctr[2] = c2
     return n, n_out, 0
 

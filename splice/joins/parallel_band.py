@@ -524,6 +524,8 @@ class KeyRangeJoin:
         self.counts = [0, 0]
         self._bufs = [(np.empty(1024, np.int64), np.empty(1024, np.int64)) for _ in range(t)]
         self._descents = [new_descents() for _ in range(t)]
+        # each range's list of the tuples it looks at (see range_run)
+        self._todo = [np.empty((2, 0), np.int64) for _ in range(t)]
         self._workers = Workers(t - 1) if t > 1 else None
 
     def _new_index(self, capacity: int) -> WindowIndex:
@@ -784,12 +786,14 @@ class KeyRangeJoin:
         lo = self.bounds[k - 1] if not first else self.dtype.type(0)
         hi = self.bounds[k] if not last else self.dtype.type(0)
         out_g, out_p = self._bufs[k]
+        if self._todo[k].shape[1] < len(keys):
+            self._todo[k] = np.empty((2, len(keys)), np.int64)
         g, m = 0, 0
         while True:
             g, m, status = range_run(g, ctr, sides, keys, self.windows[0], self.windows[-1],
                                      self.offs_lo, self.offs_hi, self.self_join, lo, hi, first,
                                      last, left.state, right.state, out_g, out_p, m,
-                                     self.prefetch, self._descents[k])
+                                     self.prefetch, self._descents[k], self._todo[k])
             if status == 0:
                 break
             if status == OUT_FULL:

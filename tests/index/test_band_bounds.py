@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
 
-from splice.index._band_bounds import _max_key_search, band_bounds, band_low
+from splice.index._band_bounds import _max_key_search, band_bounds, band_low, band_reaches
 
 finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
 
@@ -77,3 +77,35 @@ def test_the_quick_answer_is_the_searched_one(x, lo_off, hi_off):
     assert _same(a, sa) and _same(b, sb)
     assert _same(_low(x, lo_off, hi_off, True), a)
     assert _same(_low(x, lo_off, hi_off, False), x + lo_off)
+
+
+@njit
+def _reaches(x, lo_off, hi_off, kmin, kmax, first, last):  # type: ignore[no-untyped-def]
+    return band_reaches(x, lo_off, hi_off, kmin, kmax, first, last)
+
+
+@given(x=any_float | special | finite, lo_off=any_float | special | finite,
+       width=st.floats(0, 1e3) | special, kmin=finite | special, kmax=finite | special,
+       first=st.booleans(), last=st.booleans(), mirrored=st.booleans())
+def test_a_band_that_reaches_into_a_key_range_is_never_passed_over(x, lo_off, width, kmin, kmax,
+                                                                   first, last, mirrored):
+    # the key-range join skips a tuple when band_reaches says no: that must never drop a band
+    # whose exact ends (band_bounds) reach into the range
+    hi_off = lo_off + width
+    a, b = _compiled(x, lo_off, hi_off, mirrored)
+    exact = a <= b and (first or b >= kmin) and (last or a < kmax)
+    if exact:
+        assert _reaches(x, lo_off, hi_off, kmin, kmax, first, last)
+        assert band_reaches(x, lo_off, hi_off, kmin, kmax, first, last)
+
+
+def test_a_band_far_from_the_range_does_not_reach_it():
+    assert not _reaches(0.5, -0.01, 0.01, 0.6, 0.7, False, False)
+    assert not _reaches(0.8, -0.01, 0.01, 0.6, 0.7, False, False)
+    assert _reaches(0.59, -0.01, 0.01, 0.6, 0.7, False, False)
+    assert _reaches(0.8, -0.01, 0.01, 0.6, 0.7, False, True)
+    i = np.int64
+    assert not _reaches(i(10), i(-2), i(2), i(13), i(20), False, False)
+    assert _reaches(i(10), i(-2), i(3), i(13), i(20), False, False)
+    assert not _reaches(i(22), i(-2), i(2), i(13), i(20), False, False)
+    assert _reaches(i(21), i(-2), i(2), i(13), i(20), False, False)
