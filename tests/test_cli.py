@@ -69,3 +69,22 @@ def test_every_cli_option_is_documented():
             for opt in action.option_strings:
                 if opt not in ("-h", "--help"):
                     assert opt in doc, f"docs/cli.md does not mention {name} {opt}"
+
+
+def test_hash_join_count_windows_longer_than_memory(capsys, tmp_path):
+    # the fast join's rings grow with what the streams hold: a 5e9-tuple window over three rows
+    # joins them; HB-SJ sizes its tables by the window and is refused with the estimate
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    left, right, out = tmp_path / "l.parquet", tmp_path / "r.parquet", tmp_path / "o.parquet"
+    pq.write_table(pa.table({"x": [1, 2, 3]}), left)
+    pq.write_table(pa.table({"x": [2, 3, 4]}), right)
+    argv = ["join", "--kind", "hash", "--left", str(left), "--right", str(right), "--on", "x",
+            "--window", "5000000000", "--out", str(out)]
+    code, _, _ = _run(capsys, argv)
+    assert code == 0
+    assert pq.read_table(out).to_pydict() == {"x": [2, 3], "x_right": [2, 3]}
+    code, _, err = _run(capsys, [*argv, "--impl", "hbsj"])
+    assert code == 2
+    assert "hbsj: a count window of 5000000000 tuples needs about" in err

@@ -24,11 +24,11 @@ array([3, 5])
 from __future__ import annotations
 
 import math
-import os
 from typing import Literal, get_args
 
 import numpy as np
 
+from splice._machine import machine_bytes
 from splice.core.errors import PlanError
 from splice.index._bptree import P_CAP, new_pool, pool_bytes
 from splice.index._immutable import FANOUT, LEAF_SIZE, MAX_LEVELS, ibt_levels, inner_capacity
@@ -93,14 +93,6 @@ def default_merge_ratio(window: int) -> float:
 def max_insertion_depth(window: int) -> int:
     """Deepest inner level (root = 0) of ``T_S`` holding a full window of ``window`` entries."""
     return max(ibt_levels(window) - 1, 0)
-
-
-def _machine_bytes() -> int | None:
-    """The machine's physical memory in bytes (``None`` where the system does not say)."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, OSError, ValueError):
-        return None
 
 
 def key_dtype_ok(dtype: np.dtype) -> bool:
@@ -197,7 +189,7 @@ class WindowIndex:
             ((2 * fparts,), np.dtype(np.float64)),
         ]
         need = pool_bytes(pool, dt) + sum(int(np.prod(shape)) * t.itemsize for shape, t in rest)
-        have = _machine_bytes()
+        have = machine_bytes()
         too_large = (f"{kind}: a window of {w} tuples needs about {need / 2**30:.1f} GiB of "
                      f"index memory")
         if have is not None and need > have:

@@ -109,8 +109,10 @@ class FastIndex:
             raise PlanError(f"count window size must be >= 1, got {window}")
         self.n_attrs, self.window, self.pu, self.parts = n_attrs, window, pu, parts
         self._buckets = buckets
-        cap = -(-window // parts) if window is not None else 1024
-        self._alloc(cap)
+        #: a count window's ring when full; it starts at 1,024 positions and doubles as the
+        #: window fills, so a window longer than its stream costs what the stream holds
+        self.full_cap = -(-window // parts) if window is not None else None
+        self._alloc(min(self.full_cap, 1024) if self.full_cap is not None else 1024)
 
     def _alloc(self, cap: int) -> None:
         k = self.n_attrs
@@ -136,6 +138,8 @@ class FastIndex:
         valid = np.ascontiguousarray(valid, np.bool_)
         p = self.parts
         own = seqs % p == self.pu
+        if len(seqs):
+            self.reserve(int(seqs.max()))
         if self.window is None:
             n_own = int(own.sum())
             if self.used + n_own > self.cap:
@@ -159,9 +163,18 @@ class FastIndex:
         pos = pos[order]
         return self.ring[pos], self.keys[:, pos], self.valid[:, pos]
 
+    def reserve(self, last_seq: int) -> None:
+        """Count windows: make the ring hold the positions of sequence numbers up to
+        ``last_seq`` (it doubles, up to the full window; arrivals come in sequence order)."""
+        if self.full_cap is None or self.cap >= self.full_cap:
+            return
+        if last_seq // self.parts >= self.cap:
+            self._grow(last_seq // self.parts + 1)
+
     def _grow(self, need: int) -> None:
         seqs, keys, valid = self._live()
-        self._alloc(max(2 * self.cap, _next_pow2(need)))
+        cap = max(2 * self.cap, _next_pow2(need))
+        self._alloc(cap if self.full_cap is None else min(cap, self.full_cap))
         self.insert(seqs, keys, valid, expire=False)
 
     def retain(self, keep: np.ndarray) -> None:
@@ -548,6 +561,9 @@ def join_sequence(
     def run(pu: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         li, ri = pus[pu]
         sl = slice(lo, hi)
+        if isinstance(li, FastIndex) and isinstance(ri, FastIndex):
+            for ix in (li, ri):  # the same capacity for both: the kernel takes one
+                ix.reserve(int(seqs[sl].max()))
         exp, ins = ring_positions(seqs[sl], window, li.cap, pu, parallel)
         n = hi - lo
         kbuf, vbuf = np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from splice._machine import machine_bytes
 from splice.core.errors import PlanError
 from splice.joins._hash_kernels import (
     N_STATS,
@@ -70,15 +71,32 @@ class HBSJIndex:
         self.n_attrs, self.window, self.pu, self.parts = n_attrs, window, pu, parts
         self._fixed_ht = table_size
         self.st = np.zeros((n_attrs, N_STATS), np.int64)
-        self._alloc(-(-window // parts) if window is not None else 1024)
+        cap = -(-window // parts) if window is not None else 1024
+        need = self._bytes(cap)
+        have = machine_bytes()
+        too_large = (f"hbsj: a count window of {window} tuples needs about {need / 2**30:.1f} GiB "
+                     f"for its ring and hash tables")
+        if have is not None and need > have:
+            raise PlanError(f"{too_large}, more than this machine's {have / 2**30:.1f} GiB")
+        try:
+            self._alloc(cap)
+        except MemoryError as exc:
+            raise PlanError(f"{too_large}: they could not be allocated") from exc
+
+    def _table_size(self, cap: int) -> int:
+        if self._fixed_ht is not None:
+            return self._fixed_ht
+        if self.window is not None:
+            return max(16, 1 << (2 * self.window - 1).bit_length())
+        return max(16, 1 << (2 * cap - 1).bit_length())
+
+    def _bytes(self, cap: int) -> int:
+        # what _alloc allocates, and the two probe buffers of cap + 4 positions
+        k = self.n_attrs
+        return cap * (8 + k * (1 + 8 + 8 + 8)) + k * 4 * self._table_size(cap) * 16 + 16 * (cap + 4)
 
     def _alloc(self, cap: int) -> None:
-        if self._fixed_ht is not None:
-            ht = self._fixed_ht
-        elif self.window is not None:
-            ht = max(16, 1 << (2 * self.window - 1).bit_length())
-        else:
-            ht = max(16, 1 << (2 * cap - 1).bit_length())
+        ht = self._table_size(cap)
         self.table_size = ht
         self.cap = cap
         k = self.n_attrs

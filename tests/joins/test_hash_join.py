@@ -122,6 +122,30 @@ def test_mixed_sequence_equals_nested_loop(arrivals, w, impl, parallel, chunk, t
     assert stats["null_keys"] == int((~valid).sum())
 
 
+@pytest.mark.parametrize("w", [1500, 4000, 10**12])
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_count_windows_larger_than_the_start_grow_as_they_fill(w, parallel) -> None:
+    # a count window's ring starts at 1,024 positions and doubles up to the window (a window
+    # longer than the stream holds only the stream): the joins across each doubling, in one
+    # sequence (chunked) and through the operator, equal the reference
+    rng = np.random.default_rng(w + parallel)
+    arrivals = [(int(s), None if k == 9 else int(k))
+                for s, k in zip(rng.integers(0, 2, 6000), rng.integers(0, 400, 6000), strict=True)]
+    want = count_window_join(arrivals, w)
+    sides = np.array([a[0] for a in arrivals], np.int8)
+    keys = np.array([a[1] or 0 for a in arrivals], np.int64)
+    valid = np.array([a[1] is not None for a in arrivals], np.bool_)
+    for chunk in (777, 1 << 20):
+        _, ls, rs, _ = join_sequence(sides, keys, valid, w, "fast", parallel, None, chunk)
+        assert list(zip(ls.tolist(), rs.tolist(), strict=True)) == want
+    spec = HashWindowJoin(L, R, "k", CountWindow(w), impl="fast", parallel=parallel)
+    got, h = run_join(spec, to_records(arrivals, 500))
+    assert rows_of(got) == expected_rows(arrivals, want)
+    ix = FastIndex(1, w)
+    ix.insert(np.arange(3000), keys[None, :3000], valid[None, :3000])
+    assert ix.cap == min(w, 4096)
+
+
 def test_within_batch_sees_only_earlier_rows() -> None:
     arr = [(0, 1), (0, 1), (1, 1), (0, 1), (1, 1)]
     spec = HashWindowJoin(L, R, "k", CountWindow(2))
@@ -290,6 +314,9 @@ def test_bad_window_sizes() -> None:
             FastIndex(1, w)
         with pytest.raises(PlanError, match="window size must be >= 1"):
             HBSJIndex(1, w)
+    with pytest.raises(PlanError, match=r"hbsj: a count window of 5000000000 tuples needs about "
+                                        r"\d+\.\d GiB for its ring and hash tables"):
+        HBSJIndex(1, 5_000_000_000)
     for bad in (1.5, True, "4"):
         with pytest.raises(PlanError, match="must be an integer"):
             CountWindow(bad)  # type: ignore[arg-type]
