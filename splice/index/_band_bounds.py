@@ -21,7 +21,7 @@ from numba.extending import intrinsic, overload
 
 from splice.index._jit import kernel
 
-__all__ = ["band_bounds", "band_low", "band_reaches"]
+__all__ = ["band_bounds", "band_low", "band_cover"]
 
 
 @intrinsic
@@ -149,39 +149,33 @@ def _band_low(x, lo_off, hi_off, mirrored):  # type: ignore[no-untyped-def]
     return nudged
 
 
-#: Relative slack of :func:`band_reaches` for float keys: the exact ends of a mirrored band are
-#: an ulp or two (at most 2**-51 of ``|x| + |offset|``) from ``x + offset``; four times that.
-_REACH_SLACK = 2.0**-49
+
+#: Relative slack of :func:`band_cover` for float keys: the exact ends of a mirrored band are an
+#: ulp or two (at most 2**-51 of ``|x| + |offset|``) from ``x + offset``; four times that.
+_COVER_SLACK = 2.0**-49
 #: ... and its absolute part, for sums among the subnormals (about 2,000 of their ulps).
-_REACH_TINY = 1e-320
+_COVER_TINY = 1e-320
 
 
-def band_reaches(x: Any, lo_off: Any, hi_off: Any, kmin: Any, kmax: Any, first: bool,
-                 last: bool) -> bool:
-    """Whether the band of :func:`band_bounds` (either side) may reach into the key range
-    ``[kmin, kmax)`` (``first``: no lower end, ``last``: no upper end), without computing its
-    exact ends: true wherever the exact band does reach in (and a little beyond: callers test
-    those exactly). Exact for integer keys; true for non-finite float ones."""
+def band_cover(x: Any, lo_off: Any, hi_off: Any) -> tuple[Any, Any]:
+    """Ends ``[a, b]`` of an interval holding the band of :func:`band_bounds` for either side
+    (mirrored or not), without computing its exact ends: ``x + lo_off`` and ``x + hi_off``
+    widened by a few ulps. Exact for integer keys. For an infinite key an end may be NaN
+    (callers treat a NaN end as reaching everywhere it could)."""
     if isinstance(x, (float, np.floating)):
-        slack = (abs(x) + abs(lo_off) + abs(hi_off)) * _REACH_SLACK + _REACH_TINY
-        return bool((first or not (x + hi_off + slack < kmin))
-                    and (last or not (x + lo_off - slack >= kmax)))
-    return bool(x + lo_off <= x + hi_off and (first or x + hi_off >= kmin)
-                and (last or x + lo_off < kmax))
+        slack = (abs(x) + abs(lo_off) + abs(hi_off)) * _COVER_SLACK + _COVER_TINY
+        return x + lo_off - slack, x + hi_off + slack
+    return x + lo_off, x + hi_off
 
 
-@overload(band_reaches, inline="always")
-def _band_reaches(x, lo_off, hi_off, kmin, kmax, first, last):  # type: ignore[no-untyped-def]
+@overload(band_cover, inline="always")
+def _band_cover(x, lo_off, hi_off):  # type: ignore[no-untyped-def]
     if isinstance(x, types.Integer):
-        def exact(x, lo_off, hi_off, kmin, kmax, first, last):  # type: ignore[no-untyped-def]
-            klo = x + lo_off
-            khi = x + hi_off
-            return (klo <= khi) & (first | (khi >= kmin)) & (last | (klo < kmax))
+        def exact(x, lo_off, hi_off):  # type: ignore[no-untyped-def]
+            return x + lo_off, x + hi_off
         return exact
 
-    def widened(x, lo_off, hi_off, kmin, kmax, first, last):  # type: ignore[no-untyped-def]
-        # written as "not (a < b)": a NaN from an infinite key counts as reaching in
-        slack = (abs(x) + abs(lo_off) + abs(hi_off)) * _REACH_SLACK + _REACH_TINY
-        return ((first | (not (x + hi_off + slack < kmin)))
-                & (last | (not (x + lo_off - slack >= kmax))))
+    def widened(x, lo_off, hi_off):  # type: ignore[no-untyped-def]
+        slack = (abs(x) + abs(lo_off) + abs(hi_off)) * _COVER_SLACK + _COVER_TINY
+        return x + lo_off - slack, x + hi_off + slack
     return widened

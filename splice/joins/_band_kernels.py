@@ -21,7 +21,7 @@ from splice._atomics import (
 from splice._atomics import atomic_load_acquire as atomic_load
 from splice._atomics import atomic_store_release as store_release
 from splice._atomics import atomic_xchg as atomic_store
-from splice.index._band_bounds import band_bounds, band_low, band_reaches
+from splice.index._band_bounds import band_bounds, band_cover, band_low
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
 from splice.index._jit import kernel
@@ -66,6 +66,8 @@ __all__ = [
     "try_advance_edge",
     "rr_run",
     "range_run",
+    "range_split",
+    "range_gather",
     "merge_two",
     "LOCK_STRIDE",
     "LOW_LEFT_POOL",
@@ -833,58 +835,97 @@ def _range_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, kmi
 
 
 @kernel()
-def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin, kmax, first,
-              last, st_l, st_r, out_g, out_p, n_out, prefetch, descents, todo):
+def range_split(g0, g1, sides, keys, offs_lo, offs_hi, bounds, counts, out_g):
+    """List tuples ``g0 .. g1-1`` under every key range they concern (their key lies in it, or
+    their band may reach into it: :func:`~splice.index._band_bounds.band_cover`), for
+    :func:`range_run`; one slice of a chunk, each thread one slice.
+
+    ``bounds``: the lower ends of the ranges after the first (ascending). Range ``r``'s tuples
+    go to ``out_g[r, :counts[r]]`` in arrival order (each row needs room for ``g1 - g0``). One
+    pass per tuple for all ranges, instead of each range's thread passing over every tuple of
+    the chunk; 4 bytes a listed tuple, as the lists move from the thread that wrote them to the
+    one that joins them."""
+    t = bounds.shape[0] + 1
+    for r in range(t):
+        counts[r] = 0
+    for g in range(g0, g1):
+        s = sides[g]
+        x = keys[g]
+        a, b = band_cover(x, offs_lo[s], offs_hi[s])
+        # the ranges holding a, x and b: how many lower ends are <= each (a NaN: none)
+        ra = 0
+        rk = 0
+        rb = 0
+        for i in range(bounds.shape[0]):
+            e = bounds[i]
+            ra += e <= a
+            rk += e <= x
+            rb += e <= b
+        lo = min(rk, ra)
+        hi = max(rk, rb)
+        if b != b:  # a NaN upper end (an infinite key): every range above may be reached
+            hi = t - 1
+        d = counts[lo]  # nearly every tuple concerns one range: written outside the loop
+        out_g[lo, d] = g
+        counts[lo] = d + 1
+        for r in range(lo + 1, hi + 1):
+            d = counts[r]
+            out_g[r, d] = g
+            counts[r] = d + 1
+
+
+@kernel()
+def range_gather(k, split_g, counts, todo_g):
+    """Range ``k``'s tuples from every slice's :func:`range_split` (``split_g[j, k,
+    :counts[j, k]]`` for slice ``j``), in arrival order, into ``todo_g``; returns how many."""
+    c = 0
+    for j in range(counts.shape[0]):
+        for i in range(counts[j, k]):
+            todo_g[c] = split_g[j, k, i]
+            c += 1
+    return c
+
+
+@kernel()
+def range_run(i0, cnt, todo_g, arrivals, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin,
+              kmax, first, last, st_l, st_r, out_g, out_p, n_out, prefetch, descents, took):
     """One thread of the key-range join: the IBWJ of :func:`join_seq_run` restricted to the keys
-    in ``[kmin, kmax)`` (``first``: no lower end, ``last``: no upper end).
+    in ``[kmin, kmax)`` (``first``: no lower end, ``last``: no upper end), over the tuples
+    :func:`range_split` listed for this range (``todo_g[i0:cnt]``, arrival indexes into
+    ``sides``/``keys``; ``arrivals``: each stream's arrivals before tuple 0).
 
     ``st_l``/``st_r`` index the tuples of each stream whose keys lie in the range, under their
     stream positions (the window's arrival count is set to a tuple's position before it enters,
     so merges drop by position as in the serial join). Every tuple whose band reaches into the
-    range probes them over its window of the opposite stream (``w0``/``w1`` tuples). ``ctr``
-    holds the arrivals of each stream before tuple ``start`` and the tuples the range took so
-    far, and is left at the returned tuple.
-    Matches are ``(g, partner position)``, partners ascending per ``g``; the ranges' matches of
-    one ``g`` are disjoint. Returns ``(next g, count, status)`` as :func:`join_seq_run`.
-    A self-join passes its one state as both ``st_l`` and ``st_r``, as :func:`join_seq_run`.
-
-    A first pass lists the tuples the range has to look at (a key in it, or a band that may
-    reach into it: :func:`~splice.index._band_bounds.band_reaches`) with the left arrivals
-    before each, into ``todo`` (2 rows of at least ``len(keys) - start``); the join then walks
-    that list. On ``t`` threads a range looks at about ``1/t`` of the tuples, and skipping the
-    others in a loop without branches costs a few nanoseconds each, not the tens a probe's
-    exact band and the loop's bookkeeping took. The prefetch runs ``PREFETCH_AHEAD`` listed
-    tuples ahead: slot ``i % DESCENTS`` of ``descents`` holds listed tuple ``i``'s descent.
+    range probes them over its window of the opposite stream (``w0``/``w1`` tuples); a listed
+    tuple whose band turns out not to reach in is passed over. ``took[0]`` counts the tuples the
+    range took. Matches are ``(g, partner position)``, partners ascending per ``g``; the
+    ranges' matches of one ``g`` are disjoint. Returns ``(next listed tuple, count, status)``,
+    statuses as :func:`join_seq_run`. A self-join passes its one state as both ``st_l`` and
+    ``st_r``, as :func:`join_seq_run`. The prefetch runs ``PREFETCH_AHEAD`` listed tuples ahead
+    (slot ``i % DESCENTS`` of ``descents`` holds listed tuple ``i``'s descent).
     """
-    n = keys.shape[0]
-    t_g = todo[0]
-    t_left = todo[1]
-    left = ctr[0]
-    before = ctr[0] + ctr[1] - start  # arrivals before tuple g: before + g
-    cnt = 0
-    for g in range(start, n):
-        s = sides[g]
-        x = keys[g]
-        t_g[cnt] = g
-        t_left[cnt] = left
-        cnt += _in_range(x, kmin, kmax, first, last) | band_reaches(
-            x, offs_lo[s], offs_hi[s], kmin, kmax, first, last)
-        left += s == 0
-    left_end = left
-    c2 = ctr[2]
+    c2 = took[0]
     w_partner = w0 if self_join else w1
+    before = arrivals[0] + arrivals[1]
+    # the left arrivals before each listed tuple, counted from the sides between them
+    at = 0
+    left = arrivals[0]
     if prefetch:
         clear_descents(descents)
-    for i in range(cnt):
+    for i in range(i0, cnt):
         j = i & (DESCENTS - 1) if prefetch else -1
         if prefetch and i + PREFETCH_AHEAD < cnt:
-            _range_prefetch(t_g[i + PREFETCH_AHEAD], sides, keys, offs_lo, offs_hi, st_l, st_r,
-                            self_join, kmin, kmax, first, last, descents,
+            _range_prefetch(todo_g[i + PREFETCH_AHEAD], sides, keys, offs_lo, offs_hi, st_l,
+                            st_r, self_join, kmin, kmax, first, last, descents,
                             (i + PREFETCH_AHEAD) & (DESCENTS - 1))
-        g = t_g[i]
+        g = todo_g[i]
+        for h in range(at, g):
+            left += sides[h] == 0
+        at = g
         s = sides[g]
         x = keys[g]
-        c0 = t_left[i]
+        c0 = left
         c1 = before + g - c0
         if s == 0 or self_join:
             # the partners of a self-join are the stream's own earlier tuples
@@ -899,15 +940,11 @@ def range_run(start, ctr, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin
             if status == 1:
                 status = LOW_RIGHT_POOL
         if status != 0:
-            ctr[0] = c0
-            ctr[1] = c1
-            ctr[2] = c2
-            return g, n_out, status
+            took[0] = c2
+            return i, n_out, status
         c2 += _in_range(x, kmin, kmax, first, last)
-    ctr[0] = left_end
-    ctr[1] = before + n - left_end
-    ctr[2] = c2
-    return n, n_out, 0
+    took[0] = c2
+    return cnt, n_out, 0
 
 
 @kernel()

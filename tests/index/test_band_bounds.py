@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from splice.index._band_bounds import _max_key_search, band_bounds, band_low, band_reaches
+from splice.index._band_bounds import _max_key_search, band_bounds, band_low
 
 finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
 
@@ -79,33 +79,57 @@ def test_the_quick_answer_is_the_searched_one(x, lo_off, hi_off):
     assert _same(_low(x, lo_off, hi_off, False), x + lo_off)
 
 
-@njit
-def _reaches(x, lo_off, hi_off, kmin, kmax, first, last):  # type: ignore[no-untyped-def]
-    return band_reaches(x, lo_off, hi_off, kmin, kmax, first, last)
+
+def _listed(sides, keys, offs_lo, offs_hi, bounds):
+    # range_split of one slice: per range, the listed tuples
+    from splice.joins._band_kernels import range_split
+
+    n, t = len(keys), len(bounds) + 1
+    counts = np.empty(t, np.int64)
+    out_g = np.empty((t, max(n, 1)), np.int32)
+    range_split(0, n, sides, keys, offs_lo, offs_hi, bounds, counts, out_g)
+    return [out_g[r, :counts[r]].tolist() for r in range(t)]
 
 
-@given(x=any_float | special | finite, lo_off=any_float | special | finite,
-       width=st.floats(0, 1e3) | special, kmin=finite | special, kmax=finite | special,
-       first=st.booleans(), last=st.booleans(), mirrored=st.booleans())
-def test_a_band_that_reaches_into_a_key_range_is_never_passed_over(x, lo_off, width, kmin, kmax,
-                                                                   first, last, mirrored):
-    # the key-range join skips a tuple when band_reaches says no: that must never drop a band
-    # whose exact ends (band_bounds) reach into the range
+@settings(max_examples=300)
+@given(xs=st.lists(st.tuples(st.integers(0, 1), any_float | special | finite), max_size=12),
+       lo_off=finite | special, width=st.floats(0, 1e3) | special,
+       bounds=st.lists(finite | special, max_size=4))
+def test_key_ranges_list_every_tuple_whose_band_or_key_lies_in_them(xs, lo_off, width, bounds):
+    # the key-range join joins in a range only the tuples range_split listed there: every tuple
+    # whose key lies in the range or whose exact band (band_bounds, either side) reaches into it
+    # must be listed, once, in arrival order
     hi_off = lo_off + width
-    a, b = _compiled(x, lo_off, hi_off, mirrored)
-    exact = a <= b and (first or b >= kmin) and (last or a < kmax)
-    if exact:
-        assert _reaches(x, lo_off, hi_off, kmin, kmax, first, last)
-        assert band_reaches(x, lo_off, hi_off, kmin, kmax, first, last)
+    if not math.isfinite(hi_off):
+        return
+    xs = [(s, x) for s, x in xs if not math.isnan(x)]  # NaN keys are refused at the input
+    bounds = sorted(b for b in bounds if not math.isnan(b))
+    sides = np.array([s for s, _ in xs], np.int8)
+    keys = np.array([x for _, x in xs], np.float64)
+    offs_lo = np.array([lo_off, -hi_off])
+    offs_hi = np.array([hi_off, -lo_off])
+    listed = _listed(sides, keys, offs_lo, offs_hi, np.array(bounds, np.float64))
+    ends = [-math.inf, *bounds, math.inf]
+    for r in range(len(bounds) + 1):
+        first, last = r == 0, r == len(bounds)
+        kmin, kmax = ends[r], ends[r + 1]
+        want = []
+        for g, (s, x) in enumerate(xs):
+            a, b = _compiled(x, offs_lo[s], offs_hi[s], s == 1)
+            hit = a <= b and (last or a < kmax) and (first or b >= kmin)
+            mine = (first or x >= kmin) and (last or x < kmax)
+            if hit or mine:
+                want.append(g)
+        got = listed[r]
+        assert got == sorted(set(got))
+        assert set(want) <= set(got)
 
 
-def test_a_band_far_from_the_range_does_not_reach_it():
-    assert not _reaches(0.5, -0.01, 0.01, 0.6, 0.7, False, False)
-    assert not _reaches(0.8, -0.01, 0.01, 0.6, 0.7, False, False)
-    assert _reaches(0.59, -0.01, 0.01, 0.6, 0.7, False, False)
-    assert _reaches(0.8, -0.01, 0.01, 0.6, 0.7, False, True)
-    i = np.int64
-    assert not _reaches(i(10), i(-2), i(2), i(13), i(20), False, False)
-    assert _reaches(i(10), i(-2), i(3), i(13), i(20), False, False)
-    assert not _reaches(i(22), i(-2), i(2), i(13), i(20), False, False)
-    assert _reaches(i(21), i(-2), i(2), i(13), i(20), False, False)
+def test_integer_key_ranges_list_exactly():
+    sides = np.zeros(6, np.int8)
+    keys = np.array([0, 9, 10, 12, 19, 30], np.int64)
+    listed = _listed(sides, keys, np.array([-2, -2], np.int64), np.array([2, 2], np.int64),
+                     np.array([10, 20], np.int64))
+    assert listed == [[0, 1, 2],  # keys 0 and 9; the band of 10 reaches 9
+                      [1, 2, 3, 4],
+                      [4, 5]]

@@ -379,10 +379,11 @@ def test_task_queue_join_matches_nested_loops(data, wl, wr, eps, self_join, thre
     prefetch=st.booleans(),
     rebalance_every=st.sampled_from([0, 1, 3]),
     here=st.booleans(),
+    slice_min=st.sampled_from([1, 40, 16_384]),
 )
 def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self_join, as_float,
                                              threads, index, merge_ratio, chunk, prefetch,
-                                             rebalance_every, here):
+                                             rebalance_every, here, slice_min):
     # streams of hundreds of tuples (hypothesis' own lists stay short): many keys equal to the
     # ranges' bounds, bands reaching across them, keys drifting so that the ranges move
     rng = np.random.default_rng(seed)
@@ -395,6 +396,7 @@ def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self
     join = KeyRangeJoin(index, (wl, wr), dtype, lower, upper, self_join, merge_ratio, 1, threads)
     join.prefetch = prefetch  # on by window size only from 2**17 tuples: forced here
     join.small_call = 10**9 if here else 0  # every call on the calling thread, or none
+    join.slice_min = slice_min  # chunks listed and interleaved in one slice or one per thread
     want = nested_loop_band_join(sides, keys, (wl, wr), lower, upper, self_join)
     got = []
     for i, c0 in enumerate(range(0, len(keys), chunk)):
