@@ -809,8 +809,8 @@ def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin
         n_out = r
         if r - m0 > 1:
             sort_small(out_p, m0, n_out)
-        for j in range(m0, n_out):
-            out_g[j] = g
+        for i in range(m0, n_out):
+            out_g[i] = g
     if mine:
         own[15][M_NEXT] = p
         idx_insert(own, x)
