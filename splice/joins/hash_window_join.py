@@ -25,7 +25,8 @@ then expires and inserts its tuples in order. Implementations:
 
 * ``impl="fast"`` (:class:`FastIndex`): a ring of window positions threaded by per-bucket FIFO
   chains (``2 w`` buckets): the window's oldest tuple always heads its chain, so expiry and
-  insert are O(1) and a probe walks one chain, yielding matches oldest first.
+  insert are O(1) and a probe walks one chain, yielding matches oldest first. The ring starts
+  at 1,024 positions and doubles as the window fills (:meth:`FastIndex.reserve`).
 * ``impl="hbsj"`` (:class:`~splice.joins.hbsj.HBSJIndex`): Diba's four Murmur3 tables and
   overflow buffer; same results, plus per-table and overflow statistics. Over time windows its
   ordered window grows with the retained tuples, and watermark eviction rebuilds the tables.
@@ -97,7 +98,8 @@ class FastIndex:
     """One stream's window indexed on ``n_attrs`` attributes by FIFO bucket chains.
 
     ``window=None`` makes it unbounded (positions are handed out densely and the ring grows);
-    ``pu``/``parts`` make it one PU's share of a SplitJoin (tuples ``seq % parts == pu``).
+    a count window's ring grows too, up to the window; ``pu``/``parts`` make it one PU's share
+    of a SplitJoin (tuples ``seq % parts == pu``).
     """
 
     kind = "fast"
