@@ -28,7 +28,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from splice._machine import machine_bytes
+from splice._machine import allocate_within_memory
 from splice.core.errors import PlanError
 from splice.index._bptree import P_CAP, new_pool, pool_bytes
 from splice.index._immutable import FANOUT, LEAF_SIZE, MAX_LEVELS, ibt_levels, inner_capacity
@@ -189,17 +189,10 @@ class WindowIndex:
             ((2 * fparts,), np.dtype(np.float64)),
         ]
         need = pool_bytes(pool, dt) + sum(int(np.prod(shape)) * t.itemsize for shape, t in rest)
-        have = machine_bytes()
-        too_large = (f"{kind}: a window of {w} tuples needs about {need / 2**30:.1f} GiB of "
-                     f"index memory")
-        if have is not None and need > have:
-            raise PlanError(f"{too_large}, more than this machine's {have / 2**30:.1f} GiB")
-        try:
-            self._pool = list(new_pool(pool, trees, dt))
-            arrays = [np.zeros(shape, t) for shape, t in rest]
-            self._rest = arrays[:7] + [meta] + arrays[7:]
-        except MemoryError as exc:
-            raise PlanError(f"{too_large}: it could not be allocated") from exc
+        self._pool, arrays = allocate_within_memory(
+            f"{kind}: a window of {w} tuples", need, "of index memory",
+            lambda: (list(new_pool(pool, trees, dt)), [np.zeros(shape, t) for shape, t in rest]))
+        self._rest = arrays[:7] + [meta] + arrays[7:]
         self.state: tuple = tuple(self._pool + self._rest)
 
     # -- internals -----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from splice._machine import machine_bytes
+from splice._machine import allocate_within_memory
 from splice.core.errors import PlanError
 from splice.joins._hash_kernels import (
     N_STATS,
@@ -72,16 +72,8 @@ class HBSJIndex:
         self._fixed_ht = table_size
         self.st = np.zeros((n_attrs, N_STATS), np.int64)
         cap = -(-window // parts) if window is not None else 1024
-        need = self._bytes(cap)
-        have = machine_bytes()
-        too_large = (f"hbsj: a count window of {window} tuples needs about {need / 2**30:.1f} GiB "
-                     f"for its ring and hash tables")
-        if have is not None and need > have:
-            raise PlanError(f"{too_large}, more than this machine's {have / 2**30:.1f} GiB")
-        try:
-            self._alloc(cap)
-        except MemoryError as exc:
-            raise PlanError(f"{too_large}: they could not be allocated") from exc
+        allocate_within_memory(f"hbsj: a count window of {window} tuples", self._bytes(cap),
+                               "for its ring and hash tables", lambda: self._alloc(cap))
 
     def _table_size(self, cap: int) -> int:
         if self._fixed_ht is not None:
