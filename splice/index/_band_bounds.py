@@ -149,7 +149,6 @@ def _band_low(x, lo_off, hi_off, mirrored):  # type: ignore[no-untyped-def]
     return nudged
 
 
-
 #: Relative slack of :func:`band_cover` for float keys: the exact ends of a mirrored band are an
 #: ulp or two (at most 2**-51 of ``|x| + |offset|``) from ``x + offset``; four times that.
 _COVER_SLACK = 2.0**-49
