@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             for c, g in enumerate(range(warm, warm + args.tuples, args.chunk)):
                 on = bool(c % 2)
                 # on: the join's own level for the window, at least the leaves' prefetching
-                core.prefetch = (default_on or True) if on else False
+                core.prefetch = max(int(default_on), 1) if on else 0
                 t0, c0 = time.perf_counter(), time.process_time()
                 core.run(sides[g : g + args.chunk], keys[g : g + args.chunk])
                 cpu[on] += time.process_time() - c0

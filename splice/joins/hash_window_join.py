@@ -140,8 +140,7 @@ class FastIndex:
         valid = np.ascontiguousarray(valid, np.bool_)
         p = self.parts
         own = seqs % p == self.pu
-        if len(seqs):
-            self.reserve(int(seqs.max()))
+        self.reserve(seqs)
         if self.window is None:
             n_own = int(own.sum())
             if self.used + n_own > self.cap:
@@ -165,13 +164,14 @@ class FastIndex:
         pos = pos[order]
         return self.ring[pos], self.keys[:, pos], self.valid[:, pos]
 
-    def reserve(self, last_seq: int) -> None:
-        """Count windows: make the ring hold the positions of sequence numbers up to
-        ``last_seq`` (it doubles, up to the full window; arrivals come in sequence order)."""
-        if self.full_cap is None or self.cap >= self.full_cap:
+    def reserve(self, seqs: np.ndarray) -> None:
+        """Count windows: make the ring hold the positions of sequence numbers ``seqs`` (it
+        doubles, up to the full window; once full, nothing to look at)."""
+        if self.full_cap is None or self.cap >= self.full_cap or not len(seqs):
             return
-        if last_seq // self.parts >= self.cap:
-            self._grow(last_seq // self.parts + 1)
+        last = int(seqs.max())
+        if last // self.parts >= self.cap:
+            self._grow(last // self.parts + 1)
 
     def _grow(self, need: int) -> None:
         seqs, keys, valid = self._live()
@@ -565,7 +565,7 @@ def join_sequence(
         sl = slice(lo, hi)
         if isinstance(li, FastIndex) and isinstance(ri, FastIndex):
             for ix in (li, ri):  # the same capacity for both: the kernel takes one
-                ix.reserve(int(seqs[sl].max()))
+                ix.reserve(seqs[sl])
         exp, ins = ring_positions(seqs[sl], window, li.cap, pu, parallel)
         n = hi - lo
         kbuf, vbuf = np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_)
