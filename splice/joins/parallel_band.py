@@ -808,7 +808,9 @@ class KeyRangeJoin:
         room = -(-n // splits)
         if self._split_g.shape[0] < splits or self._split_g.shape[2] < room:
             self._split_g = np.empty((splits, t, room), np.int32)
-        self._counts = np.zeros((splits, t), np.int64)
+        # each slice's counts apart from the others' by a cache line: range_split counts per
+        # tuple, and one line written in turns by two cores cost more than the whole pass
+        self._counts = np.zeros((splits, t + 8), np.int64)
         bounds = (self.bounds if self.bounds is not None else np.empty(0, self.dtype))
 
         def split(j: int) -> None:
