@@ -169,7 +169,7 @@ def _pim_route(st, k):
         return 0
     sm = st[13]
     nlev = sm[0, 1]
-    return ibt_route(st[10][0], st[11][0], st[12][0], nlev, nlev - 1 - meta[M_PLEVEL], k)
+    return ibt_route(st[10][0], st[11][0], nlev, nlev - 1 - meta[M_PLEVEL], k)
 
 
 @kernel(inline="always")
@@ -221,7 +221,7 @@ def chain_search(st, lo, hi, plo, phi, out, n_out, descents, j):
             if j >= 0:
                 leaf = descents[D_CHAIN + c, j]
             else:
-                leaf = ibt_leaf(si[s], sl[s], sc[s], sm[s, 1], lo)
+                leaf = ibt_leaf(si[s], sl[s], sm[s, 1], lo)
             n_out = ibt_scan(sk[s], sp[s], first, n, ibt_leaf_bound(sk[s], n, leaf, lo), hi, plo,
                              phi, out, n_out)
         if n_out < 0:
@@ -237,9 +237,9 @@ def ts_leaf(st, lo):
     sm = st[13]
     meta = st[15]
     if meta[M_NPART] <= 1:
-        return ibt_leaf(st[10][0], st[11][0], st[12][0], sm[0, 1], lo), 0
+        return ibt_leaf(st[10][0], st[11][0], sm[0, 1], lo), 0
     # the descent of T_S to lo's leaf passes the node that is lo's partition: no second route
-    return ibt_leaf_route(st[10][0], st[11][0], st[12][0], sm[0, 1], lo, meta[M_PLEVEL])
+    return ibt_leaf_route(st[10][0], st[11][0], sm[0, 1], lo, meta[M_PLEVEL])
 
 
 @kernel(inline="always")
@@ -344,7 +344,7 @@ def search_prefetch(st, lo, descents, a):
         keep = D_CHAIN + archived <= descents.shape[0]
         for c in range(archived):
             s = (meta[M_CHEAD] + c) % slots
-            leaf = ibt_leaf(st[10][s], st[11][s], st[12][s], sm[s, 1], lo)
+            leaf = ibt_leaf(st[10][s], st[11][s], sm[s, 1], lo)
             _prefetch_block(st[8][s], st[9][s], sm[s, 0], leaf)
             if keep:
                 descents[D_CHAIN + c, a] = leaf

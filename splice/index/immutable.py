@@ -56,7 +56,7 @@ class ImmutableBPlusTree:
         while True:
             out = np.empty(cap, np.int64)
             n = ibt_search(self.keys, self.positions, 0, len(self.keys), self.inner, self.loff,
-                           self.lcnt, self.levels, t(lo), t(hi), plo, phi, out, 0)
+                           self.levels, t(lo), t(hi), plo, phi, out, 0)
             if n >= 0:
                 return out[:n].copy()
             cap *= 4

@@ -225,11 +225,11 @@ def _par_search(st, locks, lo, hi, plo, phi, out, n_out, res):
     # T_S is immutable while tasks run: no lock. T_I partitions: one lock each, held per tree.
     # Inlined into par_task: called once per tuple with two dozen array arguments, the call
     # alone cost the 1-thread parallel join about 17 % of the serial join's rate.
-    si, sl, sc, sm = st[10], st[11], st[12], st[13]
+    si, sl, sm = st[10], st[11], st[13]
     pk, pp, pc, pn, nx, tm, meta = st[0], st[1], st[2], st[3], st[4], st[7], st[15]
     s_k, s_p = ts_keys(st)
-    n_out = ibt_search(s_k, s_p, ts_base(st), sm[0, 0], si[0], sl[0], sc[0], sm[0, 1], lo, hi,
-                       plo, phi, out, n_out)
+    n_out = ibt_search(s_k, s_p, ts_base(st), sm[0, 0], si[0], sl[0], sm[0, 1], lo, hi, plo, phi,
+                       out, n_out)
     if n_out < 0:
         return -1
     parts = meta[M_NPART]
