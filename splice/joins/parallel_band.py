@@ -611,9 +611,10 @@ class KeyRangeJoin:
 
     def _prefetch_pays(self) -> bool:
         # a range's T_S holds about its share of the window: prefetching pays when that share
-        # is half a serial join's prefetching window (on 2 threads: 1.15x at w = 2^17, 1.01x
-        # at 2^16; benchmarks.band_prefetch --threads 2)
-        return any(ix.window >= self.threads * (PREFETCH_MIN_WINDOW // 2) for ix in self.parts[0])
+        # is a quarter of a serial join's prefetching window (2 threads, CPU per tuple with
+        # prefetching over without: 0.90x at w = 2^17, 0.96-0.97x at 2^16, 0.985x at 2^15,
+        # 1.03x at 2^14)
+        return any(ix.window >= self.threads * (PREFETCH_MIN_WINDOW // 4) for ix in self.parts[0])
 
     def _derive_bounds(self, keys: np.ndarray) -> np.ndarray:
         # equal shares of the keys seen: the quantiles at 1/t, 2/t, ...
@@ -648,27 +649,21 @@ class KeyRangeJoin:
         # each thread lists one slice's tuples under the ranges they concern, then joins its
         # range's tuples from every slice
         splits = 1 if here or n < self.slice_min else t
-        self._split(sides, keys, splits, here)
-        arrivals = np.array(self.counts, np.int64)
-        lens = [0] * t
-        took = [np.zeros(1, np.int64) for _ in range(t)]
-        self._in_threads(lambda k: lens.__setitem__(k, self._run_range(k, sides, keys, arrivals,
-                                                                       took[k])),
-                         here=here)
-        lefts = int(np.count_nonzero(sides == 0))
-        self.counts = [self.counts[0] + lefts, self.counts[1] + n - lefts]
-        self._note_arrivals(keys, [int(c[0]) for c in took])
-        # the ranges' matches interleaved by tuple: each thread one slice of the tuples
+        lefts = self._split(sides, keys, splits, here)
+        # the ranges' matches are interleaved by tuple in slices, each thread one; cut[k, j]:
+        # where slice j's rows start in range k's
         slices = t if n >= self.slice_min else 1
-        if slices == 1:  # one slice: every range's rows
-            cut = np.array([[0, lens[k]] for k in range(t)], np.int64)
-            starts = np.array([m, m + sum(lens)], np.int64)
-        else:
-            edges = (np.arange(slices + 1) * n) // slices
-            cut = np.array([np.searchsorted(self._bufs[k][0][: lens[k]], edges)
-                            for k in range(t)], np.int64).reshape(t, slices + 1)
-            # where each slice's rows start in out
-            starts = m + np.cumsum(np.concatenate([[0], (cut[:, 1:] - cut[:, :-1]).sum(axis=0)]))
+        edges = (np.arange(slices + 1, dtype=np.int64) * n) // slices
+        cut = np.zeros((t, slices + 1), np.int64)
+        arrivals = np.array(self.counts, np.int64)
+        took = [np.zeros(1, np.int64) for _ in range(t)]
+        self._in_threads(lambda k: self._run_range(k, sides, keys, arrivals, took[k], edges,
+                                                   cut[k]),
+                         here=here)
+        self.counts = [self.counts[0] + lefts, self.counts[1] + n - lefts]
+        self._note_arrivals([int(c[0]) for c in took])
+        # where each slice's rows start in out
+        starts = m + np.concatenate([[0], np.cumsum((cut[:, 1:] - cut[:, :-1]).sum(axis=0))])
         end = int(starts[-1])
         if end > len(out[0]):
             size = pooled.room_for_rest(len(out[0]), end, c0 + n, total)
@@ -687,11 +682,10 @@ class KeyRangeJoin:
             merge(0)
         return out, end
 
-    def _note_arrivals(self, keys: np.ndarray, took: list[int]) -> None:
-        # keep the latest keys; re-derive the ranges when one took far more than its share
-        # the windows' entries: one window for a self-join
+    def _note_arrivals(self, took: list[int]) -> None:
+        # re-derive the ranges when one took far more than its share of the windows' entries
+        # (one window for a self-join)
         span = self.windows[0] if self.self_join else sum(self.windows)
-        self._remember(keys)
         self._took = [a + b for a, b in zip(self._took, took, strict=True)]
         since = sum(self._took)
         enough = max(span // 2, 1024)
@@ -700,16 +694,6 @@ class KeyRangeJoin:
             self.rebalance()
         elif since >= 4 * enough:  # judge the recent arrivals, not all since the start
             self._took = [0] * self.threads
-
-    def _remember(self, keys: np.ndarray) -> None:
-        # the call's latest keys into the ring, over the oldest
-        cap = len(self._recent)
-        tail = keys[-cap:]
-        at = self._recent_end % cap
-        first = min(len(tail), cap - at)
-        self._recent[at : at + first] = tail[:first]
-        self._recent[: len(tail) - first] = tail[first:]
-        self._recent_end += len(tail)
 
     def _recent_keys(self) -> np.ndarray:
         """The latest keys joined: half the windows' worth, 1,024 to ``RECENT_KEYS``."""
@@ -799,11 +783,15 @@ class KeyRangeJoin:
         if errors:
             raise errors[0]
 
-    def _split(self, sides: np.ndarray, keys: np.ndarray, splits: int, here: bool) -> None:
-        # range_split of ``splits`` slices of the chunk (slice j on thread j). Every range has
-        # room for the whole slice (a band may span all ranges); pages never written cost no
-        # memory
+    def _split(self, sides: np.ndarray, keys: np.ndarray, splits: int, here: bool) -> int:
+        # range_split of ``splits`` slices of the chunk (slice j on thread j); returns the
+        # chunk's left arrivals. Every range has room for the whole slice (a band may span all
+        # ranges); pages never written cost no memory. The chunk's latest keys go to the ring of
+        # recent keys, over the oldest
         n, t = len(keys), self.threads
+        cap = len(self._recent)
+        keep = max(0, n - cap)  # the first key kept
+        end = self._recent_end
         edges = (np.arange(splits + 1) * n) // splits
         room = -(-n // splits)
         if self._split_g.shape[0] < splits or self._split_g.shape[2] < room:
@@ -813,15 +801,27 @@ class KeyRangeJoin:
         self._counts = np.zeros((splits, t + 8), np.int64)
         bounds = (self.bounds if self.bounds is not None else np.empty(0, self.dtype))
 
+        lefts = [0] * splits
+
         def split(j: int) -> None:
             if j < splits:
-                range_split(int(edges[j]), int(edges[j + 1]), sides, keys, self.offs_lo,
-                            self.offs_hi, bounds, self._counts[j], self._split_g[j])
+                g0, g1 = int(edges[j]), int(edges[j + 1])
+                lefts[j] = range_split(g0, g1, sides, keys, self.offs_lo, self.offs_hi, bounds,
+                                       self._counts[j], self._split_g[j])
+                # the slice's kept keys into the ring, wrapping around its end
+                a = max(g0, keep)
+                while a < g1:
+                    at = (end + a - keep) % cap
+                    b = min(g1, a + cap - at)
+                    self._recent[at : at + b - a] = keys[a:b]
+                    a = b
 
         self._in_threads(split, here=here or splits == 1)
+        self._recent_end += n - keep
+        return sum(lefts)
 
     def _run_range(self, k: int, sides: np.ndarray, keys: np.ndarray, arrivals: np.ndarray,
-                   took: np.ndarray) -> int:
+                   took: np.ndarray, edges: np.ndarray, cut: np.ndarray) -> None:
         assert self.bounds is not None
         left = self.parts[k][0]
         right = self.parts[k][-1]
@@ -849,7 +849,7 @@ class KeyRangeJoin:
             else:
                 (left if status == LOW_LEFT_POOL else right).grow_pool()
         self._bufs[k] = (out_g, out_p)
-        return m
+        cut[:] = np.searchsorted(out_g[:m], edges)
 
     def nbytes(self) -> int:
         return sum(ix.used_bytes() for part in self.parts for ix in part)

@@ -410,7 +410,7 @@ def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self
 
 def test_key_range_join_remembers_the_latest_keys():
     # the keys the ranges are re-derived from: the latest half-windows' worth, kept in a ring
-    # that calls of any length wrap around
+    # (by the listing pass, each thread its slice) that calls of any length wrap around
     from splice.joins.parallel_band import RECENT_KEYS
 
     join = KeyRangeJoin("pimtree", (1 << 17, 1 << 17), np.dtype(np.int64), -1, 1, False, 0.25,
@@ -418,7 +418,7 @@ def test_key_range_join_remembers_the_latest_keys():
     seen = np.zeros(0, np.int64)
     for size in (5, 40_000, 30_000, 1, 70_000, 65_535, 3):
         keys = np.arange(len(seen), len(seen) + size, dtype=np.int64)
-        join._remember(keys)
+        join.run(np.zeros(size, np.int8), keys)
         seen = np.concatenate([seen, keys])
         assert np.array_equal(join._recent_keys(), seen[-RECENT_KEYS:])
     join.windows = (1024, 1024)  # smaller windows: half their worth, at least 1,024
