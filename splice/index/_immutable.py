@@ -118,22 +118,28 @@ _LINE = 8
 
 
 @kernel(inline="always")
-def _child(inner, base, lo):
-    # the child of the node at inner[base] whose subtree holds lo: the entries j >= 1 below lo.
-    # First the line: how many of the lines' first entries (8, 16, 24) are below lo; then the
-    # entries below lo in that line. Two short steps, each a few independent loads and
-    # compares, instead of a count over all 32 entries: a descent waits on every level's
-    # answer before it loads the next level, and this answer comes in half the time. The
-    # padded last node (ibt_build) makes every node a full one.
+def _count_below(a, base, size, lo):
+    # how many of the sorted a[base : base + size] (size a multiple of _LINE) are below lo.
+    # First the line: how many of the lines' first entries (8, 16, 24, ...) are below lo; then
+    # the entries below lo in that line. Two short steps, each a few independent loads and
+    # compares, instead of a count over all the entries: a descent waits on every level's
+    # answer before it loads the next level, and this answer comes in half the time
     b = uint64(base)
     line = 0
-    for s in range(_LINE, FANOUT, _LINE):
-        line += inner[b + uint64(s)] < lo
+    for s in range(_LINE, size, _LINE):
+        line += a[b + uint64(s)] < lo
     o = b + uint64(line * _LINE)
     c = line * _LINE
     for j in range(_LINE):
-        c += inner[o + uint64(j)] < lo
-    return max(c - 1, 0)
+        c += a[o + uint64(j)] < lo
+    return c
+
+
+@kernel(inline="always")
+def _child(inner, base, lo):
+    # the child of the node at inner[base] whose subtree holds lo: its entries j >= 1 below lo
+    # (the padded last node, ibt_build, makes every node a full one)
+    return max(_count_below(inner, base, FANOUT, lo) - 1, 0)
 
 
 @kernel(inline="always")
@@ -141,19 +147,12 @@ def ibt_leaf_bound(ks, n, b, lo):
     """Index of the first entry with key >= ``lo`` given that it lies in leaf ``b`` or at the start
     of leaf ``b + 1`` (the line, then the entries in it, as :func:`_child`)."""
     i = b * LEAF_SIZE
+    if i + LEAF_SIZE <= n:
+        return i + _count_below(ks, i, LEAF_SIZE, lo)
     u = uint64(i)
     c = 0
-    if i + LEAF_SIZE <= n:
-        line = 0
-        for s in range(_LINE, LEAF_SIZE, _LINE):
-            line += ks[u + uint64(s)] < lo
-        o = u + uint64(line * _LINE)
-        c = line * _LINE
-        for j in range(_LINE):
-            c += ks[o + uint64(j)] < lo
-    else:
-        for j in range(n - i):
-            c += ks[u + uint64(j)] < lo
+    for j in range(n - i):
+        c += ks[u + uint64(j)] < lo
     return i + c
 
 

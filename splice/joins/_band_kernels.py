@@ -905,9 +905,7 @@ def range_run(i0, cnt, todo_g, arrivals, sides, keys, w0, w1, offs_lo, offs_hi, 
     range probes them over its window of the opposite stream (``w0``/``w1`` tuples); a listed
     tuple whose band turns out not to reach in is passed over. ``took[0]`` counts the tuples the
     range took. Matches are ``(g, partner position)``, partners ascending per ``g``; the
-    ranges' matches of one ``g`` are disjoint; ``cut[e]``: the matches of tuples before
-    ``edges[e]`` (the slices of the chunk whose matches are interleaved apart). Returns
-    ``(next listed tuple, count, status)``,
+    ranges' matches of one ``g`` are disjoint. Returns ``(next listed tuple, count, status)``,
     statuses as :func:`join_seq_run`. A self-join passes its one state as both ``st_l`` and
     ``st_r``, as :func:`join_seq_run`. The prefetch runs ``PREFETCH_AHEAD`` listed tuples ahead
     (slot ``i % DESCENTS`` of ``descents`` holds listed tuple ``i``'s descent).
