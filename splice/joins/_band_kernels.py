@@ -953,16 +953,23 @@ def range_run(i0, cnt, todo_g, arrivals, sides, keys, w0, w1, offs_lo, offs_hi, 
 
 
 @kernel(inline="always")
+def _pick(ga, pa, a, gb, pb, b):
+    # the lesser of rows a and b by (g, partner): its g and partner, and whether it is row a
+    x = ga[a]
+    y = gb[b]
+    u = pa[a]
+    v = pb[b]
+    take_a = (x < y) | ((x == y) & (u < v))
+    return (x if take_a else y), (u if take_a else v), take_a
+
+
+@kernel(inline="always")
 def _merge_rows(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
     # merge_two's rows, one after another
     while a < ea and b < eb:
-        x = ga[a]
-        y = gb[b]
-        u = pa[a]
-        v = pb[b]
-        take_a = (x < y) | ((x == y) & (u < v))
-        out_g[d] = (x if take_a else y) + base
-        out_p[d] = u if take_a else v
+        g, p, take_a = _pick(ga, pa, a, gb, pb, b)
+        out_g[d] = g + base
+        out_p[d] = p
         a += take_a
         b += 1 - take_a
         d += 1
@@ -1001,20 +1008,12 @@ def merge_two(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
     b2 = bm
     d2 = d + (am - a) + (bm - b)
     while a < am and b < bm and a2 < ea and b2 < eb:
-        x = ga[a]
-        y = gb[b]
-        u = pa[a]
-        v = pb[b]
-        x2 = ga[a2]
-        y2 = gb[b2]
-        u2 = pa[a2]
-        v2 = pb[b2]
-        take_a = (x < y) | ((x == y) & (u < v))
-        take_a2 = (x2 < y2) | ((x2 == y2) & (u2 < v2))
-        out_g[d] = (x if take_a else y) + base
-        out_p[d] = u if take_a else v
-        out_g[d2] = (x2 if take_a2 else y2) + base
-        out_p[d2] = u2 if take_a2 else v2
+        g, p, take_a = _pick(ga, pa, a, gb, pb, b)
+        g2, p2, take_a2 = _pick(ga, pa, a2, gb, pb, b2)
+        out_g[d] = g + base
+        out_p[d] = p
+        out_g[d2] = g2 + base
+        out_p[d2] = p2
         a += take_a
         b += 1 - take_a
         d += 1

@@ -537,7 +537,7 @@ class KeyRangeJoin:
         # the chunk's tuples listed per range by slice (range_split), and each range's list
         # gathered from the slices (range_gather, range_run)
         self._split_g = np.empty((0, t, 0), np.int32)
-        self._counts = np.zeros((0, t), np.int64)
+        self._counts = np.zeros((0, t + 8), np.int64)
         self._todo = [np.empty(0, np.int32) for _ in range(t)]
         self._workers = Workers(t - 1) if t > 1 else None
 
