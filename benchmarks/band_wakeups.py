@@ -1,5 +1,5 @@
-"""The key-range join's wall time with worker threads that spin between rounds and with threads
-that block at once, after what a machine does between two calls.
+"""The key-range join's wall time with worker threads that spin between the rounds of a call and
+with threads that block at once, after what a machine does between two calls.
 
 ``python -m benchmarks.band_wakeups [--logs 17] [--rounds 8] [--tuples 100000] [--threads 2]``
 
@@ -9,8 +9,9 @@ takes to schedule it: on a virtual machine from tens of microseconds to millisec
 that costs depends on what ran before: a join right after another join finds the cores awake,
 one after a pause or after other work on every core may not. For each ``w = 2^k`` this warms
 two key-range joins on the same PIM-Tree workload (:mod:`benchmarks.band_windows`), one whose
-threads spin for :data:`splice.joins._workers.SPIN_US` before they block (the default) and one
-whose threads block at once, then times segments of ``--tuples`` tuples through both, each
+threads spin for up to :data:`splice.joins._workers.SPIN_US` between the rounds of a call
+before they block (the default; after a call's last round they block at once) and one whose
+threads always block at once, then times segments of ``--tuples`` tuples through both, each
 segment after one of four preludes: ``back_to_back`` (nothing), ``idle`` (0.3 s asleep),
 ``busy`` (0.2 s of busy work on every thread) and ``memory`` (0.2 s of random reads from 64
 MiB on every thread); which join goes first alternates by round, and both results are asserted

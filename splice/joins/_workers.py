@@ -6,13 +6,16 @@ and hands each of them one function per round.
 
 A parallel join runs several rounds per batch (list, join, interleave), the threads meeting in
 between. A thread that blocks between two rounds puts its core to sleep, and on a virtual
-machine waking a sleeping core again takes from tens of microseconds to several milliseconds
-(the host must schedule it): a join of 20 ms measured 1.5x as long with such wake-ups as without.
-So a thread that has finished its call first spins for :data:`SPIN_US` on a counter the next
-round will change (a GIL-free kernel, so the thread that runs Python meanwhile is not slowed),
-and blocks only after that; the caller waits for the workers' calls the same way. A spinning
-thread yields its core now and then (to threads of other joins), and the spinning is off when a
-pool's threads outnumber the cores the process may use.
+machine the host must schedule a sleeping core again to wake it: 20-40 us a wake-up in calls
+that follow one another, up to several milliseconds after other work ran on the host. So when
+the caller says another round of the batch follows (``linger``), a thread that has finished its
+call spins for up to :data:`SPIN_US` on a counter the next round will change (a GIL-free kernel:
+the thread that runs Python meanwhile is not slowed), and blocks only after that; after a
+batch's last round it blocks at once, so that no core spins between batches. The caller waits
+for the workers' calls the same way. A spinning thread yields its core now and then (to threads
+of other joins), and nothing spins when a pool's threads outnumber the cores the process may
+use. (A thread that stops spinning may still wait for the GIL, held by the caller's Python
+between two kernels: that wait sleeps too.)
 
 The threads hold no reference to the join: a round's function is dropped as soon as it has run,
 and when the :class:`Workers` object is collected (with its join) a finalizer tells the threads
@@ -121,18 +124,19 @@ def _cores() -> int:
 
 def _loop(jobs: queue.SimpleQueue, done: queue.SimpleQueue, cells: np.ndarray,
           ticks: int) -> None:
-    seen = 0
+    seen, linger = 0, False
     while True:
-        if ticks:
+        if linger:
             _wait_while(cells, _POSTED, seen, ticks)
         item = jobs.get()
         if item is _STOP:
             return
-        seen, job = item
+        seen, job, linger = item
         try:
             job()
         finally:
             del job, item  # the job's closure refers to the join: do not keep it
+            linger = linger and ticks > 0
             if ticks:
                 _add(cells, _FINISHED, 1)
             done.put(True)
@@ -146,8 +150,9 @@ def _stop(queues: list[queue.SimpleQueue]) -> None:
 class Workers:
     """``count`` daemon threads that each run one function per :meth:`run`.
 
-    ``spin_us``: how long a thread waits awake for the next round (default :data:`SPIN_US`;
-    0 when the threads outnumber the usable cores), and the caller for the workers' calls.
+    ``spin_us``: how long a thread waits awake for the next round of the same batch, and the
+    caller for the workers' calls (default :data:`SPIN_US`; 0 when the threads outnumber the
+    usable cores).
     """
 
     def __init__(self, count: int, name: str = "splice-worker", spin_us: int | None = None):
@@ -170,16 +175,17 @@ class Workers:
                              name=f"{self._name}-{i + 1}", daemon=True).start()
         weakref.finalize(self, _stop, self._jobs)
 
-    def run(self, fn: Callable[[int], None], here: int = 0) -> None:
+    def run(self, fn: Callable[[int], None], here: int = 0, linger: bool = False) -> None:
         """Call ``fn(here)`` on this thread and ``fn(here + 1 + i)`` on worker ``i``; return when
-        every call has returned. ``fn`` must not raise (it reports its errors itself)."""
+        every call has returned. ``fn`` must not raise (it reports its errors itself).
+        ``linger``: another round follows soon, the workers wait for it awake."""
         if os.getpid() != self._pid:  # a forked child: the threads stayed with the parent
             self._start()
         self._rounds += 1
         r = self._rounds
         for i, jobs in enumerate(self._jobs):
             tid = here + 1 + i
-            jobs.put((r, lambda tid=tid: fn(tid)))
+            jobs.put((r, lambda tid=tid: fn(tid), linger))
         if self._ticks:
             _store(self._cells, _POSTED, r)  # after the puts: a woken thread finds its job
         try:

@@ -28,7 +28,7 @@ def test_each_round_calls_every_thread_once_and_waits_for_all(spin_us: int):
             time.sleep(0.001 * (tid % 2) * (r % 3))  # the caller must wait for the slower ones
             seen[tid] = threading.current_thread().name
 
-        pool.run(fn)
+        pool.run(fn, linger=r % 2 == 0)  # rounds the threads wait for awake, and blocked
         assert sorted(seen) == [0, 1, 2, 3], r
         assert len(set(seen.values())) == 4  # four distinct threads, the caller's among them
 
