@@ -649,7 +649,6 @@ class KeyRangeJoin:
         # each thread lists one slice's tuples under the ranges they concern, then joins its
         # range's tuples from every slice
         splits = 1 if here or n < self.slice_min else t
-        last = c0 + n >= total  # the call's last chunk: its last round lets the threads block
         lefts = self._split(sides, keys, splits, here)
         # the ranges' matches are interleaved by tuple in slices, each thread one; cut[k, j]:
         # where slice j's rows start in range k's
@@ -660,7 +659,7 @@ class KeyRangeJoin:
         took = [np.zeros(1, np.int64) for _ in range(t)]
         self._in_threads(lambda k: self._run_range(k, sides, keys, arrivals, took[k], edges,
                                                    cut[k]),
-                         here=here, linger=slices > 1 or not last)
+                         here=here)
         self.counts = [self.counts[0] + lefts, self.counts[1] + n - lefts]
         self._note_arrivals([int(c[0]) for c in took])
         # where each slice's rows start in out
@@ -678,7 +677,7 @@ class KeyRangeJoin:
                 _merge_runs(runs, out_g, out_p, int(starts[j]), c0)
 
         if slices > 1:
-            self._in_threads(merge, linger=not last)
+            self._in_threads(merge)
         else:
             merge(0)
         return out, end
@@ -741,7 +740,7 @@ class KeyRangeJoin:
             if sizes[k] < 0:
                 raise InternalError("key-range join: a merge buffer is too small")
 
-        self._in_threads(collect, linger=True)
+        self._in_threads(collect)
         # the ranges are disjoint and in key order: laid end to end, the entries are sorted;
         # cut[j, k]: where the entries of new range k start in old range j's spare row
         cut = np.array([[0, *np.searchsorted(ixs[j].state[8][spare[j], : sizes[j]], bounds,
@@ -765,10 +764,9 @@ class KeyRangeJoin:
 
         self._in_threads(install)
 
-    def _in_threads(self, fn: Any, here: bool = False, linger: bool = False) -> None:
+    def _in_threads(self, fn: Any, here: bool = False) -> None:
         # fn(k) on thread k for every k (``here``: every k on this thread, one after another);
-        # the first error is raised here. ``linger``: another round follows at once (the threads
-        # wait for it awake, :mod:`splice.joins._workers`)
+        # the first error is raised here
         errors: list[BaseException] = []
 
         def call(k: int) -> None:
@@ -781,7 +779,7 @@ class KeyRangeJoin:
             for k in range(self.threads):
                 call(k)
         else:
-            self._workers.run(call, linger=linger)
+            self._workers.run(call)
         if errors:
             raise errors[0]
 
@@ -818,7 +816,7 @@ class KeyRangeJoin:
                     self._recent[at : at + b - a] = keys[a:b]
                     a = b
 
-        self._in_threads(split, here=here or splits == 1, linger=True)
+        self._in_threads(split, here=here or splits == 1)
         self._recent_end += n - keep
         return sum(lefts)
 

@@ -10,32 +10,29 @@ import time
 
 import pytest
 
-from splice.joins._workers import SPIN_US, Workers
+from splice.joins._workers import Workers
 
 
 def _alive(name: str) -> int:
     return sum(t.name.startswith(name) for t in threading.enumerate())
 
 
-@pytest.mark.parametrize("spin_us", [0, 200, 2000])
-def test_each_round_calls_every_thread_once_and_waits_for_all(spin_us: int):
-    # calls shorter and longer than the spin: the waits that end awake and those that block
-    pool = Workers(3, name="t-rounds", spin_us=spin_us)
+def test_each_round_calls_every_thread_once_and_waits_for_all():
+    pool = Workers(3, name="t-rounds")
     for r in range(50):
         seen: dict[int, str] = {}
 
-        def fn(tid: int, seen: dict[int, str] = seen, r: int = r) -> None:
-            time.sleep(0.001 * (tid % 2) * (r % 3))  # the caller must wait for the slower ones
+        def fn(tid: int, seen: dict[int, str] = seen) -> None:
+            time.sleep(0.001 * (tid % 2))  # the caller must wait for the slower threads
             seen[tid] = threading.current_thread().name
 
-        pool.run(fn, linger=r % 2 == 0)  # rounds the threads wait for awake, and blocked
+        pool.run(fn)
         assert sorted(seen) == [0, 1, 2, 3], r
         assert len(set(seen.values())) == 4  # four distinct threads, the caller's among them
 
 
-@pytest.mark.parametrize("spin_us", [0, 2000])
-def test_a_failing_caller_still_waits_for_the_workers(spin_us: int):
-    pool = Workers(2, name="t-fail", spin_us=spin_us)
+def test_a_failing_caller_still_waits_for_the_workers():
+    pool = Workers(2, name="t-fail")
     finished: list[int] = []
 
     def fn(tid: int) -> None:
@@ -48,14 +45,6 @@ def test_a_failing_caller_still_waits_for_the_workers(spin_us: int):
         pool.run(fn)
     assert sorted(finished) == [1, 2]
     pool.run(lambda tid: None)  # still usable
-
-
-def test_threads_spin_only_when_each_has_a_core():
-    # a pool's threads and its caller: spinning on cores of their own, blocking on shared ones
-    cores = len(os.sched_getaffinity(0))
-    assert Workers(cores, name="t-over").spin_us == 0
-    if cores > 1:
-        assert Workers(cores - 1, name="t-fit").spin_us == SPIN_US
 
 
 def test_threads_end_when_the_pool_is_collected():
