@@ -110,6 +110,7 @@ __all__ = [
     "im_search_at",
     "PREFETCH_AHEAD",
     "PREFETCH_MIN_WINDOW",
+    "CHAIN_PREFETCH_MIN_WINDOW",
     "sort_small",
 ]
 
@@ -271,6 +272,10 @@ def im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q):
 #: tuples ahead; smaller ones mostly hit the caches, where prefetching costs more than it saves
 #: (measured with ``benchmarks.band_prefetch``: docs/benchmarks.md).
 PREFETCH_MIN_WINDOW = 1 << 17
+#: An IB-chain searches every link, each archived one an immutable tree: its leaves are
+#: prefetched from windows of this many tuples on (at 2^16, chain lengths 2-8, 0.89-0.97x the
+#: CPU per tuple; at 2^15 1.00-1.04x; at 2^14 1.04-1.07x, ``benchmarks.band_chains``).
+CHAIN_PREFETCH_MIN_WINDOW = 1 << 16
 #: IM/PIM-Tree windows of this many tuples and more also have the ``T_I`` node a tuple's
 #: insert changes loaded ahead (:func:`insert_prefetch`, prefetch level 2 of the join loops);
 #: below, with ``T_S`` half as large, the node is mostly still cached and the early route costs

@@ -36,6 +36,7 @@ from splice.index._ti_filter import filter_words
 from splice.index._window import (
     BCHAIN,
     BPTREE,
+    CHAIN_PREFETCH_MIN_WINDOW,
     IBCHAIN,
     IMTREE,
     INSERT_PREFETCH_MIN_WINDOW,
@@ -250,10 +251,12 @@ class WindowIndex:
     @property
     def prefetch_pays(self) -> bool:
         """Whether searches of this window read immutable trees large enough to miss the
-        caches (``T_S`` of an IM/PIM-Tree, the archived links of an IB-chain, in windows of
-        ``PREFETCH_MIN_WINDOW`` tuples and more): then the joins prefetch their leaves."""
-        return (self.kind in ("imtree", "pimtree", "ibchain")
-                and self.window >= PREFETCH_MIN_WINDOW)
+        caches (``T_S`` of an IM/PIM-Tree in windows of ``PREFETCH_MIN_WINDOW`` tuples and
+        more, the archived links of an IB-chain from ``CHAIN_PREFETCH_MIN_WINDOW``): then the
+        joins prefetch their leaves."""
+        if self.kind == "ibchain":
+            return self.window >= CHAIN_PREFETCH_MIN_WINDOW
+        return self.kind in ("imtree", "pimtree") and self.window >= PREFETCH_MIN_WINDOW
 
     @property
     def insert_prefetch_pays(self) -> bool:
