@@ -1,7 +1,7 @@
 """Parallel IBWJ speedup next to the machine's own ceiling, in interleaved rounds.
 
 ``python -m benchmarks.band_parallel [--mode key_range|task_queue] [--logs 16,18,20] [--rounds 8]
-[--tuples 100000] [--threads 2] [--batch N]``
+[--tuples 400000] [--threads 2] [--batch N]``
 
 On a machine shared with other work, the cores a run gets change from second to second, so one
 pair of runs says little. For each ``w = 2^k`` (uniform keys, match rate 2, the two-stream
@@ -17,7 +17,11 @@ speedup of ``--threads`` threads of GIL-free busy work over one (``ceiling``) an
 threads reading random words of a 64 MiB array (``memory_ceiling``: the cores can be free while
 the memory they share is busy with other work on the host), and the first again just after the
 pair (``ceiling_after``: other work may take a core for a moment during the pair, as a 2-thread
-run's wall time equal to its CPU time shows). Every segment's results are asserted equal. One
+run's wall time equal to its CPU time shows). Right after the probes, which keep every core busy
+for 0.4 s, the 2-thread join spends a few milliseconds with its threads off their cores (its
+wall rate 1.4-1.6x its CPU rate over a 20 ms segment then, 1.85-1.95x when it follows the serial
+join), so the segments are long enough (``--tuples``) for those milliseconds to weigh little.
+Every segment's results are asserted equal. One
 JSON line per pair (wall and CPU rates, ratio, ceilings), then per window the median ratio over
 all pairs, over the pairs whose ceilings before and after were both at least ``--free`` (the
 moments the machine had the cores to give) and over those whose memory ceiling was too, the
@@ -62,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", default="key_range", choices=["key_range", "task_queue"])
     ap.add_argument("--logs", default="16,18,20")
     ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--tuples", type=int, default=100_000)
+    ap.add_argument("--tuples", type=int, default=400_000,
+                    help="tuples per timed segment; shorter segments (20 ms on 2 threads at "
+                         "100,000) mostly time the few milliseconds after the ceilings' probes")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--task-size", type=int, default=64)
     ap.add_argument("--free", type=float, default=1.8,
