@@ -21,13 +21,13 @@ run's wall time equal to its CPU time shows). Right after the probes, which keep
 for 0.4 s, the 2-thread join spends a few milliseconds with its threads off their cores (its
 wall rate 1.4-1.6x its CPU rate over a 20 ms segment then, 1.85-1.95x when it follows the serial
 join), so the segments are long enough (``--tuples``) for those milliseconds to weigh little.
-Every segment's results are asserted equal. One
-JSON line per pair (wall and CPU rates, ratio, ceilings), then per window the median ratio over
-all pairs, over the pairs whose ceilings before and after were both at least ``--free`` (the
-moments the machine had the cores to give) and over those whose memory ceiling was too, the
-median memory ceiling, and the time one cache line takes to pass between two cores
-(``core_handoff_ns``): the task queue's shared index moves a few lines between the threads per
-tuple, which costs that much each; the key ranges share none. """
+Every segment's results are asserted equal. One JSON line per pair (wall and CPU rates, ratio,
+ceilings), then per window the median ratio over all pairs, over the pairs whose ceilings
+before and after were both at least ``--free`` (the moments the machine had the cores to give)
+and over those whose memory ceiling was too, the median memory ceiling, and the time one cache
+line takes to pass between two cores (``core_handoff_ns``): the task queue's shared index moves
+a few lines between the threads per tuple, which costs that much each; the key ranges share
+none. """
 
 from __future__ import annotations
 
