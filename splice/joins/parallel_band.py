@@ -646,14 +646,13 @@ class KeyRangeJoin:
             self.bounds = self._derive_bounds(keys)
         t = self.threads
         here = n < self.small_call
-        # each thread lists one slice's tuples under the ranges they concern, then joins its
-        # range's tuples from every slice
-        splits = 1 if here or n < self.slice_min else t
-        lefts = self._split(sides, keys, splits, here)
-        # the ranges' matches are interleaved by tuple in slices, each thread one; cut[k, j]:
-        # where slice j's rows start in range k's
+        # the chunk in slices (one per thread, or one for a short chunk): each thread lists one
+        # slice's tuples under the ranges they concern, joins its range's tuples from every
+        # slice, then interleaves one slice's rows of all ranges; cut[k, j]: where slice j's
+        # rows start in range k's
         slices = t if n >= self.slice_min else 1
         edges = (np.arange(slices + 1, dtype=np.int64) * n) // slices
+        lefts = self._split(sides, keys, edges, here)
         cut = np.zeros((t, slices + 1), np.int64)
         arrivals = np.array(self.counts, np.int64)
         took = [np.zeros(1, np.int64) for _ in range(t)]
@@ -783,16 +782,16 @@ class KeyRangeJoin:
         if errors:
             raise errors[0]
 
-    def _split(self, sides: np.ndarray, keys: np.ndarray, splits: int, here: bool) -> int:
-        # range_split of ``splits`` slices of the chunk (slice j on thread j); returns the
-        # chunk's left arrivals. Every range has room for the whole slice (a band may span all
-        # ranges); pages never written cost no memory. The chunk's latest keys go to the ring of
-        # recent keys, over the oldest
+    def _split(self, sides: np.ndarray, keys: np.ndarray, edges: np.ndarray, here: bool) -> int:
+        # range_split of the chunk's slices ``edges[j] .. edges[j + 1] - 1`` (slice j on thread
+        # j; ``here``: all on this thread); returns the chunk's left arrivals. Every range has
+        # room for the whole slice (a band may span all ranges); pages never written cost no
+        # memory. The chunk's latest keys go to the ring of recent keys, over the oldest
         n, t = len(keys), self.threads
         cap = len(self._recent)
         keep = max(0, n - cap)  # the first key kept
         end = self._recent_end
-        edges = (np.arange(splits + 1) * n) // splits
+        splits = len(edges) - 1
         room = -(-n // splits)
         if self._split_g.shape[0] < splits or self._split_g.shape[2] < room:
             self._split_g = np.empty((splits, t, room), np.int32)
