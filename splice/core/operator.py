@@ -19,10 +19,12 @@ query's output stream id. Rows an operator refuses as late go to ``drain_late()`
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+
+from splice.core.row_checks import RowCheck
 
 __all__ = ["OperatorSpec", "OperatorLogic", "InputSchemas"]
 
@@ -53,8 +55,9 @@ class OperatorLogic(ABC):
         """An immutable, picklable copy of the operator's state (``None`` when stateless)."""
         return None
 
-    def drain_late(self) -> list[pa.RecordBatch]:
-        """Rows refused as late since the last call (the late side output)."""
+    def drain_late(self) -> list[tuple[int, pa.RecordBatch]]:
+        """Rows refused as late since the last call (the late side output), each batch with
+        the id of the input stream it came on."""
         return []
 
     def output_watermark(self) -> int | None:
@@ -64,6 +67,10 @@ class OperatorLogic(ABC):
     def state_bytes(self) -> int:
         """Bytes of state this operator holds (cached totals, O(1))."""
         return 0
+
+    def metrics(self) -> dict[str, int]:
+        """Counters worth reporting (e.g. ``null_keys``: rows whose key matched nothing)."""
+        return {}
 
 
 class OperatorSpec(ABC):
@@ -83,6 +90,11 @@ class OperatorSpec(ABC):
     def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]] | None:
         """Columns of each input this operator reads; ``None`` means all of them."""
         return None
+
+    def input_checks(self, inputs: InputSchemas) -> Mapping[int, Sequence[RowCheck]]:
+        """Per input, the conditions its rows must meet (:mod:`splice.core.row_checks`): the
+        engine checks them where rows enter, under the source's bad-input policy."""
+        return {}
 
     @property
     def stateless(self) -> bool:

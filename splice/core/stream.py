@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError
+from splice.core.time import WatermarkStrategy
 
 __all__ = ["Stream", "StreamCatalog", "normalize_schema", "normalize_batch"]
 
@@ -43,13 +44,16 @@ class Stream:
     """A named, typed stream on the data path.
 
     ``id`` tags every batch of the stream on the path; ``time_column``, when given, names the
-    event-time column (a timestamp, date or integer column) used by watermarks and windows.
+    event-time column (a timestamp, date or integer column) used by watermarks and windows;
+    ``watermark`` is the source's :class:`~splice.core.time.WatermarkStrategy` (a derived stream
+    carries its input's, for the idle timeout where it meets other inputs).
     """
 
     id: int
     name: str
     schema: pa.Schema
     time_column: str | None = None
+    watermark: WatermarkStrategy | None = None
 
     def __post_init__(self) -> None:
         if self.time_column is not None:
@@ -100,10 +104,11 @@ class StreamCatalog:
         self._by_id: dict[int, Stream] = {}
         self._next_id = FIRST_STREAM_ID
 
-    def define(self, name: str, schema: pa.Schema, time_column: str | None = None) -> Stream:
+    def define(self, name: str, schema: pa.Schema, time_column: str | None = None,
+               watermark: WatermarkStrategy | None = None) -> Stream:
         if name in self._by_name:
             raise PlanError(f"stream {name!r} is already defined")
-        stream = Stream(self._next_id, name, normalize_schema(schema), time_column)
+        stream = Stream(self._next_id, name, normalize_schema(schema), time_column, watermark)
         self._next_id += 1
         self._by_name[name] = stream
         self._by_id[stream.id] = stream

@@ -4,8 +4,8 @@ Placement is greedy in path order: each node goes to the earliest brick after ev
 produces one of its inputs (source streams are produced before brick 0) that has a free unit.
 The routing program for a stream consumed in brick ``b`` sets the unit's bit in brick ``b``'s
 local switch and ``ONWARD`` in every global switch from where the stream is produced up to
-``b``; a query's result stream (and each unit's late stream) is tapped at the global switch
-right after the brick that produces it. Routes shared by several queries are reference-counted,
+``b``; a query's result stream (and the late stream of each unit's each input) is tapped at the
+global switch right after the brick that produces it. Routes shared by several queries are reference-counted,
 so undeploying one query never cuts another's stream.
 
 Deploying emits ``Install`` records, then switch instructions; undeploying emits the switch
@@ -25,7 +25,9 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError
 from splice.core.operator import OperatorSpec
 from splice.core.records import Install, Instruction, Record, Uninstall
+from splice.core.row_checks import RowCheck
 from splice.core.stream import Stream, StreamCatalog
+from splice.core.time import WatermarkStrategy
 from splice.runtime.decomposer import ROW_ID
 from splice.runtime.plan import BindInputs, Node, Query
 from splice.runtime.switch import ONWARD, TAP
@@ -45,12 +47,15 @@ class Deployment:
     units: list[tuple[int, int]] = field(default_factory=list)  # (brick, unit index)
     streams: list[Stream] = field(default_factory=list)
     output: Stream | None = None
-    late: list[int] = field(default_factory=list)
+    #: (late stream id, the input it carries late rows of: a source stream or a node's name)
+    late: list[tuple[int, str]] = field(default_factory=list)
     source_columns: dict[int, set[str] | None] = field(default_factory=dict)
     lswitch_bits: list[tuple[int, int, int]] = field(default_factory=list)  # (brick, stream, bit)
     onward: list[tuple[int, int]] = field(default_factory=list)  # (gswitch, stream)
     taps: list[tuple[int, int]] = field(default_factory=list)
     stateless: bool = True
+    #: per source stream id: what the query's operators need of its rows (checked at the edge)
+    checks: dict[int, list[RowCheck]] = field(default_factory=dict)
 
 
 def _bound(node: Node, input_ids: list[int]) -> OperatorSpec:
@@ -177,9 +182,16 @@ class QueryAssigner:
                 routes = [(s, first_brick.get(n, p)) for n, (s, p) in zip(node.inputs, inputs, strict=True)]
                 spec = _bound(node, [st.id for st, _ in inputs])
                 views, narrowed, out_schema = self._typecheck(query, node, spec, inputs, dep, view)
+                sources = {st.id for st, p in inputs if p == -1}
+                for sid, checks in spec.input_checks(narrowed).items():
+                    if sid in sources:
+                        dep.checks.setdefault(sid, []).extend(checks)
                 if not spec.stateless:
                     dep.stateless = False
-                out_stream = self._define(dep, query.stream_name(node.name), out_schema)
+                # a derived stream keeps its one input's strategy (its idle timeout where it
+                # meets other inputs downstream)
+                strategy = inputs[0][0].watermark if len(inputs) == 1 else None
+                out_stream = self._define(dep, query.stream_name(node.name), out_schema, strategy)
                 after = max(p for _, p in inputs)
                 if node.replicas > 1:
                     if len(inputs) != 1:
@@ -192,13 +204,15 @@ class QueryAssigner:
                     splitter = RoundRobin(tuple(s.id for s in subs)).build(
                         {src.id: narrowed[src.id]}, state.get(key))
                     rb = self._place(dep, query, key, splitter, [(src, src_brick)], out_stream,
-                                     {src.id: views[src.id]}, after, installs, state)
+                                     {src.id: views[src.id]}, after, installs, state,
+                                     (node.inputs[0],))
                     bricks = []
                     for i, sub in enumerate(subs):
                         key = f"{node.name}#{i}"
                         logic = spec.build({sub.id: narrowed[src.id]}, state.get(key))
                         bricks.append(self._place(dep, query, key, logic, [(sub, rb)], out_stream,
-                                                  {sub.id: None}, rb, installs, state))
+                                                  {sub.id: None}, rb, installs, state,
+                                                  (node.inputs[0],)))
                     produced[node.name] = (out_stream, max(bricks))
                     first_brick[node.name] = min(bricks)
                     continue
@@ -207,7 +221,7 @@ class QueryAssigner:
                 except SchemaError as exc:
                     raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
                 b = self._place(dep, query, node.name, logic, routes, out_stream, views, after,
-                                installs, state)
+                                installs, state, node.inputs)
                 produced[node.name] = (out_stream, b)
             out_stream, out_brick = produced[query.output_node.name]
             dep.output = out_stream
@@ -291,26 +305,36 @@ class QueryAssigner:
         except SchemaError as exc:
             raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
 
-    def _define(self, dep: Deployment, name: str, schema: pa.Schema) -> Stream:
-        stream = self.catalog.define(name, schema)
+    def _define(self, dep: Deployment, name: str, schema: pa.Schema,
+                watermark: WatermarkStrategy | None = None) -> Stream:
+        stream = self.catalog.define(name, schema, watermark=watermark)
         dep.streams.append(stream)
         return stream
 
     def _place(self, dep, query, key, logic, inputs, out_stream, views, after, installs,
-               state=None) -> int:
-        """Put ``logic`` on a free unit after brick ``after``; route its inputs; return the brick."""
+               state=None, labels=()) -> int:
+        """Put ``logic`` on a free unit after brick ``after``; route its inputs; return the brick.
+
+        Each input gets a late stream of its own schema, tapped after the brick, labelled by the
+        name the plan gives the input (``labels``), or by the node's key where another unit of
+        the query already uses that label."""
         b, u = self._free_unit(after, query.name)
         dep.units.append((b, u))
-        late = self._define(dep, f"{out_stream.name}.late@{b}.{u}", next(iter(inputs))[0].schema)
-        dep.late.append(late.id)
-        self._tap(dep, b, late.id)
+        late: dict[int, int] = {}
+        taken = {label for _, label in dep.late}
+        for i, (s, _) in enumerate(inputs):
+            label = labels[i] if i < len(labels) else s.name
+            if label in taken:
+                label = f"{key}/{label}"
+            lst = self._define(dep, f"{out_stream.name}.late@{b}.{u}.{i}", _view_schema(s.schema, views.get(s.id)))
+            late[s.id] = lst.id
+            dep.late.append((lst.id, label))
+            self._tap(dep, b, lst.id)
         block = self.topology.bricks[b].units[u].block_id
-        program = UnitProgram(
-            query.name, logic, tuple(s.id for s, _ in inputs), out_stream.id, late.id, dict(views), key)
-        progress = (state or {}).get(key + WATERMARKS)
-        if progress is not None and len(progress) == len(inputs) + 1:
-            program.watermarks = {s.id: int(t) for (s, _), t in zip(inputs, progress, strict=False)}
-            program.forwarded = int(progress[-1])
+        idle = {s.id: (s.watermark.idle_timeout if s.watermark is not None else None) for s, _ in inputs}
+        program = UnitProgram(query.name, logic, tuple(s.id for s, _ in inputs), out_stream.id, late,
+                              dict(views), key, idle)
+        program.restore_progress((state or {}).get(key + WATERMARKS))
         installs.append(Install(block, program))
         for s, p in inputs:
             self._route_local(dep, b, s.id, u)

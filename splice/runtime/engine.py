@@ -13,6 +13,15 @@
 
 Only the columns a query reads or returns travel the path. ``compose={"s": ["k"]}`` keeps ``k``
 off the path and lets the composer re-attach it to each result row by row id instead.
+
+Bad input. Each source stream has a bad-input policy. A pushed batch is checked before it is
+accepted: a null in the stream's time column, and whatever the deployed queries' operators need
+of its rows (:mod:`splice.core.row_checks`). Under ``"fail"`` (the default) a batch with a bad
+row is refused whole with an error naming the stream, the row, the column and the reason, and
+nothing of it enters the path; under ``"dead_letter"`` the bad rows go to :attr:`dead_letters`
+with their reason, counted, and the rest is pushed. A query whose operator fails anyway fails
+alone: the error is raised once from the next :meth:`push`, :meth:`watermark` or :meth:`end`
+(naming the query), the other queries go on, and :meth:`results` raises it again.
 """
 
 from __future__ import annotations
@@ -23,12 +32,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 
+from splice.core.dead_letters import BadInputPolicy, DeadLetterSink, check_policy, rows_json
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Barrier, Data, End, Record, Watermark
+from splice.core.row_checks import RowCheck, not_null
 from splice.core.stream import Stream, StreamCatalog
-from splice.core.time import BoundedOutOfOrderness, time_values
+from splice.core.time import BoundedOutOfOrderness, WatermarkStrategy, time_values
 from splice.runtime.assigner import Deployment, QueryAssigner
 from splice.runtime.decomposer import ROW_ID, Decomposer
 from splice.runtime.executor import Executor, PipelinedExecutor, SerialExecutor
@@ -43,12 +55,14 @@ ExecutorKind = Literal["serial", "pipelined"]
 
 @dataclass
 class QueryResult:
-    """What a query has produced: result batches, late rows, and its failure if it failed."""
+    """What a query has produced: result batches, late rows per input, and its failure if it
+    failed."""
 
     name: str
     schema: pa.Schema
     batches: list[pa.RecordBatch] = field(default_factory=list)
-    late: list[pa.RecordBatch] = field(default_factory=list)
+    #: late rows by the input they came on (a source stream, or a node of the query)
+    late: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
     error: BaseException | None = None
     deployed_at: int = 0
     undeployed_at: int | None = None
@@ -60,6 +74,11 @@ class QueryResult:
     @property
     def rows(self) -> int:
         return sum(b.num_rows for b in self.batches)
+
+    @property
+    def late_rows(self) -> dict[str, int]:
+        """Late rows so far, per input."""
+        return {k: sum(b.num_rows for b in v) for k, v in self.late.items()}
 
 
 class Engine:
@@ -77,10 +96,15 @@ class Engine:
         grow: bool = True,
         executor: ExecutorKind = "serial",
         in_flight: int = 4,
+        dead_letters: DeadLetterSink | None = None,
     ):
         self.catalog = StreamCatalog()
+        #: where rows refused at the edge go, with their reason (streams with ``"dead_letter"``)
+        self.dead_letters = dead_letters if dead_letters is not None else DeadLetterSink()
+        self._policy: dict[int, BadInputPolicy] = {}
+        self._unreported: list[str] = []  # failed queries not yet raised to the caller
         self._lock = threading.RLock()
-        self._sinks: dict[int, tuple[QueryResult, str]] = {}
+        self._sinks: dict[int, tuple[QueryResult, str | None]] = {}  # (query, late input or None)
         self.queries: dict[str, QueryResult] = {}
         events = UnitEvents(error=self._on_error, retired=self._on_retired, snapshot=self._on_snapshot)
         self._snapshots: dict[int, dict[str, dict[str, Any]]] = {}
@@ -105,24 +129,37 @@ class Engine:
         schema: pa.Schema,
         time_column: str | None = None,
         max_out_of_orderness: int | None = None,
+        *,
+        watermark: WatermarkStrategy | None = None,
+        bad_input: BadInputPolicy = "fail",
     ) -> Stream:
         """Define source stream ``name`` with ``schema`` and an optional event-time column.
 
-        With ``max_out_of_orderness`` (in the time column's unit) the engine emits watermarks
-        itself after each batch: max time seen - delay - 1, so a row at most ``delay`` behind
-        the newest is on time. Without it, call :meth:`watermark` yourself.
+        ``bad_input`` is what happens to a pushed row that cannot be processed (see the module
+        docstring): ``"fail"`` or ``"dead_letter"``.
+
+        ``watermark`` (a :class:`~splice.core.time.WatermarkStrategy`; ``max_out_of_orderness=D``
+        is short for ``WatermarkStrategy(D)``) makes the engine put a watermark on the path after
+        each batch that advances it: max time seen - D - 1, so a row at most ``D`` behind the
+        newest is on time, and a row further behind is late for the operators it reaches
+        (counted, and in :meth:`late`). Without one, call :meth:`watermark` yourself.
         """
-        if "." in name or "#" in name:
-            raise PlanError(f"stream name {name!r} must not contain '.' or '#'")
+        if "." in name or "#" in name or "/" in name:
+            raise PlanError(f"stream name {name!r} must not contain '.', '#' or '/'")
         if max_out_of_orderness is not None:
-            if time_column is None:
-                raise PlanError(f"stream {name!r}: watermarks need a time column")
+            if watermark is not None:
+                raise PlanError(f"stream {name!r}: give max_out_of_orderness or watermark, not both")
             if max_out_of_orderness < 0:
                 raise PlanError(f"stream {name!r}: max_out_of_orderness must be >= 0")
+            watermark = WatermarkStrategy(int(max_out_of_orderness))
+        if watermark is not None and time_column is None:
+            raise PlanError(f"stream {name!r}: watermarks need a time column")
+        check_policy(bad_input)
         with self._lock:
-            stream = self.catalog.define(name, schema, time_column)
-            if max_out_of_orderness is not None:
-                self._watermarks[stream.id] = BoundedOutOfOrderness(max_out_of_orderness)
+            stream = self.catalog.define(name, schema, time_column, watermark)
+            self._policy[stream.id] = bad_input
+            if watermark is not None:
+                self._watermarks[stream.id] = BoundedOutOfOrderness(watermark.max_out_of_orderness)
             self._sources.add(stream.id)
             self.decomposer.configure(stream, [], [])
             self.rows_in[name] = 0
@@ -196,9 +233,9 @@ class Engine:
             result = QueryResult(query.name, schema, deployed_at=self.position,
                                  first_block=self.topology.bricks[first[0]].units[first[1]].block_id)
             self.queries[query.name] = result
-            self._sinks[dep.output.id] = (result, "out")
-            for late in dep.late:
-                self._sinks[late] = (result, "late")
+            self._sinks[dep.output.id] = (result, None)
+            for late, label in dep.late:
+                self._sinks[late] = (result, label)
             self._reconfigure()
             for rec in program:
                 self.executor.submit(rec)
@@ -252,6 +289,7 @@ class Engine:
                     self.push(stream, b)
                 return
             batch = src.check_batch(batch)
+            batch = self._admit(src, batch)
             self.rows_in[stream] += batch.num_rows
             gen = self._watermarks.get(src.id)
             before = gen.current() if gen is not None else None
@@ -264,6 +302,46 @@ class Engine:
                     and len(self.decomposer.tables[src.id].batches) > 64:
                 self.executor.drain()
                 self.decomposer.passed(src.id)
+            self._raise_failures()
+
+    def _admit(self, src: Stream, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` without its bad rows, under the stream's policy (module docstring)."""
+        checks: list[RowCheck] = []
+        if src.time_column is not None:
+            checks.append(not_null(src.time_column, "event time"))
+        for dep in self.assigner.deployed.values():
+            checks.extend(dep.checks.get(src.id, ()))
+        if not checks or not batch.num_rows:
+            return batch
+        bad: np.ndarray | None = None
+        reasons: list[tuple[str, np.ndarray]] = []
+        for check in checks:
+            mask = check.bad(batch)
+            if mask is None:
+                continue
+            new = mask if bad is None else mask & ~bad
+            if not new.any():
+                continue
+            if self._policy[src.id] == "fail":
+                row = int(np.flatnonzero(new)[0])
+                raise SchemaError(
+                    f"stream {src.name!r}, row {self.rows_in[src.name] + row + 1:,}: "
+                    f"{check.reason} (the batch was refused; define the stream with "
+                    "bad_input='dead_letter' to route such rows to the dead letters instead)")
+            reasons.append((check.reason, new))
+            bad = new if bad is None else bad | new
+        if bad is None:
+            return batch
+        for reason, mask in reasons:
+            self.dead_letters.add(src.name, reason, rows_json(batch, mask))
+        return batch.filter(pa.array(~bad))
+
+    def _raise_failures(self) -> None:
+        """Raise, once, the failure of a query that failed since the last call."""
+        if self._unreported:
+            name = self._unreported.pop(0)
+            err = self.queries[name].error
+            raise StateError(f"query {name!r} failed: {err} (the other queries go on)") from err
 
     def _submit(self, rec: Record) -> None:
         self.position += 1
@@ -275,6 +353,7 @@ class Engine:
         """Event time of ``stream`` reached ``time_value`` (no later row has time <= it)."""
         with self._lock:
             self._submit(Watermark(self._source(stream).id, int(time_value)))
+            self._raise_failures()
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """State of every deployed query's operators at this position: ``{query: {key: state}}``.
@@ -343,6 +422,7 @@ class Engine:
             self._submit(End())
             self.executor.drain()
             self._ended = True
+            self._raise_failures()
 
     def close(self) -> None:
         self.executor.close()
@@ -369,9 +449,9 @@ class Engine:
         sink = self._sinks.get(rec.stream_id)
         if sink is None:
             return
-        result, kind = sink
-        if kind == "late":
-            result.late.append(rec.batch)
+        result, late_input = sink
+        if late_input is not None:
+            result.late.setdefault(late_input, []).append(rec.batch)
             return
         batch = rec.batch
         dep = self.assigner.deployed.get(result.name)
@@ -384,6 +464,7 @@ class Engine:
         result = self.queries.get(query)
         if result is not None and result.error is None:
             result.error = exc
+            self._unreported.append(query)
 
     def results(self, name: str, partial: bool = False) -> pa.Table:
         """Query ``name``'s results so far; raises its failure unless ``partial``."""
@@ -398,17 +479,40 @@ class Engine:
             raise StateError(f"query {name!r} failed: {result.error}") from result.error
         return pa.Table.from_batches(result.batches, schema=result.schema)
 
-    def late(self, name: str) -> pa.Table | None:
-        """Rows query ``name`` refused as late (the late side output), or None if none."""
-        result = self.queries[name]
-        return pa.Table.from_batches(result.late) if result.late else None
+    def _operator_metrics(self, name: str) -> dict[str, dict[str, int]]:
+        dep = self.assigner.deployed.get(name)
+        if dep is None:
+            return {}
+        out: dict[str, dict[str, int]] = {}
+        for b, u in dep.units:
+            program = self.topology.bricks[b].units[u].loaded
+            if program is not None:
+                m = program.logic.metrics()
+                if m:
+                    out[program.key] = m
+        return out
+
+    def late(self, name: str) -> dict[str, pa.Table]:
+        """Rows query ``name`` refused as late (its late side output), per input: the source
+        stream's name, or the name of the query's node they came from."""
+        with self._lock:
+            if isinstance(self.executor, PipelinedExecutor) and not self._ended:
+                self.executor.drain()
+        try:
+            result = self.queries[name]
+        except KeyError:
+            raise PlanError(f"unknown query {name!r}") from None
+        return {k: pa.Table.from_batches(v) for k, v in result.late.items() if v}
 
     def metrics(self) -> dict[str, Any]:
         return {
             "position": self.position,
             "rows_in": dict(self.rows_in),
-            "queries": {n: {"rows_out": q.rows, "late_rows": sum(b.num_rows for b in q.late),
-                            "failed": q.error is not None} for n, q in self.queries.items()},
+            "queries": {n: {"rows_out": q.rows, "late_rows": q.late_rows,
+                            "failed": q.error is not None, "operators": self._operator_metrics(n)}
+                        for n, q in self.queries.items()},
+            "dead_letter_rows": self.dead_letters.total,
+            "dead_letter_reasons": dict(self.dead_letters.counts),
             "parse_table_bytes": self.decomposer.nbytes,
             "topology": self.topology.describe(),
         }

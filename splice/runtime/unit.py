@@ -3,9 +3,15 @@
 A unit is loaded by an :class:`~splice.core.records.Install` record and cleared by
 :class:`~splice.core.records.Uninstall`, both traveling the path in order with the data. It narrows
 each incoming batch to the columns its operator reads (the path may carry more for other queries),
-tags outputs with its output stream id, sends late rows to the query's late stream, and forwards
-watermarks once they advance. An operator that raises fails its query alone: the unit records
-the error, stops feeding the operator, and the rest of the path keeps running.
+tags outputs with its output stream id, sends the late rows of each input to that input's late
+stream, and forwards watermarks once they advance. An operator that raises fails its query alone:
+the unit records the error, stops feeding the operator, and the rest of the path keeps running.
+
+Watermarks. The unit keeps each input's watermark as the path delivers it and hands the operator
+each input's *effective* watermark whenever it advances: the delivered one, raised for an input
+with an idle timeout ``I`` to ``max(other inputs' watermarks) - I`` (see
+:mod:`splice.core.time`). Its output watermark is the operator's :meth:`output_watermark`, or
+the least effective input watermark.
 """
 
 from __future__ import annotations
@@ -47,18 +53,49 @@ class UnitEvents:
 @dataclass
 class UnitProgram:
     """What an Install loads into a unit: query ``query``'s operator ``logic``, the input stream
-    ids it consumes, the columns it reads of each (``None``: all), its output and late stream ids,
-    and ``key``, the operator's name within its query (where its snapshots are filed)."""
+    ids it consumes, the columns it reads of each (``None``: all), its output stream id, the late
+    stream id of each input, each input's idle timeout (``None``: never idle), and ``key``, the
+    operator's name within its query (where its snapshots are filed)."""
 
     query: str
     logic: OperatorLogic
     inputs: tuple[int, ...]
     output: int
-    late: int
+    late: dict[int, int]
     columns: dict[int, list[str] | None]
     key: str = ""
+    idle: dict[int, int | None] = field(default_factory=dict)
+    #: each input's watermark as delivered by the path
     watermarks: dict[int, int] = field(default_factory=dict)
+    #: each input's effective watermark as last handed to the operator
+    effective: dict[int, int] = field(default_factory=dict)
     forwarded: int = MIN_TIME
+
+    def progress(self) -> dict[str, list[int] | int]:
+        """The watermark progress a snapshot keeps, by input position (a restored plan's
+        streams may get other ids)."""
+        return {"delivered": [int(self.watermarks[s]) for s in self.inputs],
+                "effective": [int(self.effective[s]) for s in self.inputs],
+                "forwarded": int(self.forwarded)}
+
+    def restore_progress(self, saved: Any) -> None:
+        """Inverse of :meth:`progress` (ignored when it does not fit these inputs)."""
+        if not isinstance(saved, dict) or len(saved.get("delivered", ())) != len(self.inputs):
+            return
+        self.watermarks = {s: int(t) for s, t in zip(self.inputs, saved["delivered"], strict=True)}
+        self.effective = {s: int(t) for s, t in zip(self.inputs, saved["effective"], strict=True)}
+        self.forwarded = int(saved["forwarded"])
+
+    def effective_watermark(self, sid: int) -> int:
+        """Input ``sid``'s delivered watermark, raised by its idle timeout against the others."""
+        own = self.watermarks[sid]
+        idle = self.idle.get(sid)
+        if idle is None or len(self.inputs) < 2:
+            return own
+        ahead = max(self.watermarks[s] for s in self.inputs if s != sid)
+        if ahead == MIN_TIME:
+            return own
+        return max(own, ahead - idle)
 
 
 class ProcessingUnit:
@@ -79,6 +116,8 @@ class ProcessingUnit:
         self.loaded = rec.program
         if set(self.loaded.watermarks) != set(self.loaded.inputs):
             self.loaded.watermarks = {sid: MIN_TIME for sid in self.loaded.inputs}
+        if set(self.loaded.effective) != set(self.loaded.inputs):
+            self.loaded.effective = dict(self.loaded.watermarks)
         self.stats = UnitStats()
         self.error = None
 
@@ -106,9 +145,9 @@ class ProcessingUnit:
             elif b.num_rows:
                 self.stats.rows_out += b.num_rows
                 out.append(Data(self.loaded.output, b, seq))
-        for b in self.loaded.logic.drain_late():
+        for sid, b in self.loaded.logic.drain_late():
             if b.num_rows:
-                out.append(Data(self.loaded.late, b, seq))
+                out.append(Data(self.loaded.late[sid], b, seq))
         return out
 
     def _forward_watermark(self) -> list[Record]:
@@ -116,7 +155,7 @@ class ProcessingUnit:
         assert ld is not None
         wm = ld.logic.output_watermark()
         if wm is None:
-            wm = min(ld.watermarks.values()) if ld.watermarks else MIN_TIME
+            wm = min(ld.effective.values()) if ld.effective else MIN_TIME
         if wm > ld.forwarded:
             ld.forwarded = wm
             return [Watermark(ld.output, wm)]
@@ -139,7 +178,12 @@ class ProcessingUnit:
                 if rec.stream_id not in ld.watermarks or rec.time <= ld.watermarks[rec.stream_id]:
                     return []
                 ld.watermarks[rec.stream_id] = rec.time
-                out = self._emit(ld.logic.on_watermark(rec.stream_id, rec.time), -1)
+                out: list[Record] = []
+                for sid in ld.inputs:
+                    eff = ld.effective_watermark(sid)
+                    if eff > ld.effective[sid]:
+                        ld.effective[sid] = eff
+                        out += self._emit(ld.logic.on_watermark(sid, eff), -1)
                 return out + self._forward_watermark()
             if isinstance(rec, End):
                 return self._emit(ld.logic.on_end(), -1)
@@ -147,9 +191,8 @@ class ProcessingUnit:
                 ld.logic.on_barrier(rec.checkpoint_id)
                 if self.events.snapshot is not None:
                     self.events.snapshot(rec.checkpoint_id, ld.query, ld.key, ld.logic.snapshot())
-                    # by input position: a restored plan's streams may get other ids
-                    progress = [ld.watermarks[s] for s in ld.inputs] + [ld.forwarded]
-                    self.events.snapshot(rec.checkpoint_id, ld.query, ld.key + WATERMARKS, progress)
+                    self.events.snapshot(rec.checkpoint_id, ld.query, ld.key + WATERMARKS,
+                                         ld.progress())
                 return []
         except Exception as exc:  # an operator's failure fails its query, not the engine
             return self._fail(exc)

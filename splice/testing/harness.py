@@ -49,7 +49,9 @@ class OperatorHarness:
         self.schema = spec.output_schema(self.inputs)
         self.logic: OperatorLogic = spec.build(self.inputs, state)
         self.output: list[pa.RecordBatch] = []
+        #: the late side output: rows refused as late, in order, and the input each came on
         self.late: list[pa.RecordBatch] = []
+        self.late_inputs: list[int] = []
 
     def _keep(self, batches: list[pa.RecordBatch]) -> pa.Table:
         for b in batches:
@@ -58,7 +60,9 @@ class OperatorHarness:
                     f"{self.spec.name}: emitted schema {b.schema} differs from declared {self.schema}"
                 )
         self.output.extend(batches)
-        self.late.extend(self.logic.drain_late())
+        for sid, b in self.logic.drain_late():
+            self.late.append(b)
+            self.late_inputs.append(sid)
         return concat(batches, self.schema)
 
     def push(self, stream_id: int, batch: pa.RecordBatch) -> pa.Table:

@@ -154,13 +154,22 @@ def test_bad_inputs_get_clear_errors_and_other_queries_lose_nothing():
     assert eng.results("cnt").column("n").to_pylist() == [7]
 
 
-def test_a_failing_operator_fails_its_query_only():
-    eng = make()
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_failing_operator_fails_its_query_only_and_says_so_once(executor):
+    eng = make(executor)
     eng.deploy(Query.chain("fragile", "s", FailOn("k", 4)))
     eng.deploy(Query.chain("cnt", "s", CountAll()))
+    raised = []
     for i in range(4):
-        eng.push("s", batch(i * 3, 3))
-    eng.end()
+        try:
+            eng.push("s", batch(i * 3, 3))
+        except StateError as exc:
+            raised.append(str(exc))
+    try:
+        eng.end()
+    except StateError as exc:
+        raised.append(str(exc))
+    assert len(raised) == 1 and "query 'fragile' failed: user function failed on k = 4" in raised[0]
     assert eng.results("cnt").column("n").to_pylist() == [12]
     with pytest.raises(StateError, match="query 'fragile' failed: user function failed on k = 4"):
         eng.results("fragile")

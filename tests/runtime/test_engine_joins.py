@@ -34,7 +34,7 @@ def _streams(seed: int, n: int):
 @pytest.mark.parametrize("make", [
     lambda: BindInputs(HashWindowJoin, {"on": "k", "window": CountWindow(16)}),
     lambda: BindInputs(IntervalJoin, {"on": "k", "time": "ts", "lower": -5, "upper": 5,
-                                      "how": "full", "out_of_orderness": None}),
+                                      "how": "full"}),
 ])
 def test_two_input_joins_on_the_path_equal_the_operator_alone(executor, make):
     left, right = _streams(7, 300)
