@@ -9,9 +9,8 @@ gathers) that make the same pairs. A time-ordered batch is listed window by wind
 match needs), divides a time only where its rows cross a window edge, and stops at the first row
 whose windows all lie past ``hi_k``.
 
-``arrival_windows(t, ...)`` is the bookkeeping of an arriving batch in one pass: the join's
-watermark at each row's arrival (the row's own side advances with every row under bounded
-out-of-orderness), whether the row is late (all its windows closed), and its first open window.
+``arrival_windows(t, ...)`` is the bookkeeping of an arriving batch in one pass: whether each
+row is late (all its windows closed) and its first open window.
 
 ``window_pairs(l_win, l_codes, r_win, r_codes)`` matches those pairs on ``(window, key code)``
 for windows listed in nondecreasing order on both sides: a merge over the windows, and per
@@ -42,63 +41,30 @@ _MIN = MIN_TIME
 
 
 @njit(cache=True, nogil=True)
-def arrival_windows(t: np.ndarray, max_seen: int, delay: int, own: int, other: int, idle: int,
-                    size: int, slide: int, closed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(late, k_open)`` of the rows ``t`` arriving on one side: ``late[i]`` when every window of
-    row ``i`` had closed at its arrival, ``k_open[i]`` its first window still open then
-    (meaningless for a late row).
-
-    At row ``i`` the side's watermark is ``own`` (delivered), raised to ``max(max_seen,
-    t[:i]) - delay - 1`` unless ``delay < 0`` (no out-of-orderness bound); the other side's is
-    ``other``; with ``idle >= 0`` each side's effective watermark is at least the other's minus
-    ``idle``. The join's watermark is the smaller of the two, and it closes the windows up to
-    ``(w - size + 1) // slide``, never fewer than ``closed``. ``MIN_TIME`` stands for no
-    watermark throughout.
-    """
+def arrival_windows(t: np.ndarray, size: int, slide: int, closed: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``(late, k_open)`` of the rows ``t`` arriving on one side while every window ``k <=
+    closed`` has closed (``MIN_TIME``: none): ``late[i]`` when every window of row ``i`` has
+    closed, ``k_open[i]`` its first window still open (meaningless for a late row)."""
     n = len(t)
     late = np.empty(n, dtype=np.bool_)
     k_open = np.empty(n, dtype=np.int64)
-    seen = max_seen
     for i in range(n):
-        w = own
-        if delay >= 0 and seen != _MIN:
-            w = max(w, seen - delay - 1)
-        if idle < 0:
-            wc = min(w, other)
-        else:
-            ws = w if other == _MIN else max(w, other - idle)
-            wo = other if w == _MIN else max(other, w - idle)
-            wc = min(ws, wo)
-        c = _MIN if wc == _MIN else (wc - size + 1) // slide
-        c = max(c, closed)
         ti = t[i]
-        late[i] = ti // slide <= c
+        late[i] = closed != _MIN and ti // slide <= closed
         k_first = (ti - size) // slide + 1
-        k_open[i] = k_first if c == _MIN else max(k_first, c + 1)
-        if ti > seen:
-            seen = ti
+        k_open[i] = k_first if closed == _MIN else max(k_first, closed + 1)
     return late, k_open
 
 
-def arrival_windows_py(t: np.ndarray, max_seen: int, delay: int, own: int, other: int,
-                       idle: int, size: int, slide: int, closed: int
+def arrival_windows_py(t: np.ndarray, size: int, slide: int, closed: int
                        ) -> tuple[np.ndarray, np.ndarray]:
     """Plain twin of :func:`arrival_windows`, row by row in Python integers."""
     late, k_open = [], []
-    seen = max_seen
     for ti in (int(v) for v in t):
-        w = own if delay < 0 or seen == _MIN else max(own, seen - delay - 1)
-        if idle >= 0:
-            ws = w if other == _MIN else max(w, other - idle)
-            wo = other if w == _MIN else max(other, w - idle)
-            wc = min(ws, wo)
-        else:
-            wc = min(w, other)
-        c = max(_MIN if wc == _MIN else (wc - size + 1) // slide, closed)
-        late.append(ti // slide <= c)
+        late.append(closed != _MIN and ti // slide <= closed)
         k_first = (ti - size) // slide + 1
-        k_open.append(k_first if c == _MIN else max(k_first, c + 1))
-        seen = max(seen, ti)
+        k_open.append(k_first if closed == _MIN else max(k_first, closed + 1))
     return np.array(late, dtype=bool), np.array(k_open, dtype=np.int64)
 
 

@@ -17,8 +17,8 @@ once, mirrored per side: an arriving row of side ``S`` at time ``t`` matches opp
 time in ``[t + lo_S, t + hi_S]`` where ``(lo_L, hi_L) = (lower, upper)`` and
 ``(lo_R, hi_R) = (-upper, -lower)``; one method serves both sides. An arriving batch
 
-1. drops its *late* rows (time ``<=`` its side's watermark at the row's arrival) to the late side
-   output, counted per stream (:meth:`drain_late`, ``late_rows``);
+1. drops its *late* rows (time ``<=`` its side's watermark) to the late side output, counted per
+   stream (:meth:`drain_late`, ``late_rows``);
 2. probes the opposite side's retained rows: at ``index_threshold`` (1,024) retained rows or fewer
    the whole side goes through the :class:`~splice.joins.matcher.Matcher` (the full probe); above
    it the side's :class:`~splice.joins._key_index.KeyIndex` yields only the rows of the probed
@@ -46,14 +46,14 @@ stored, so they never count), appended to on arrival, compacted on retirement, d
 side falls back to the threshold or fewer, and rebuilt after restore, at the first probe (never
 checkpointed).
 
-Watermarks. Each side's watermark is the larger of the watermarks the path delivers
-(:meth:`on_watermark`) and, unless ``out_of_orderness`` is ``None``, the bounded-out-of-orderness
-watermark ``max time seen - out_of_orderness - 1``. With ``idle_timeout = d`` a side is treated as
-idle once it lags the other by more than ``d``: its effective watermark is then
-``other watermark - d``, so a side that never advances cannot hold the other's rows forever (its
-rows that come later behind that watermark are late). Null padding order: the matches of an
-arriving batch in the order of its rows (each with its opposite rows in arrival order), then the
-rows that retired, left side first, each side in arrival order.
+Watermarks. Each side's watermark is the one the data path delivers (:meth:`on_watermark`): the
+source's bounded out-of-orderness, raised where an input idles (:mod:`splice.core.time`); the
+operator makes none of its own. Null padding order: the matches of an arriving batch in the
+order of its rows (each with its opposite rows in arrival order), then the rows that retired,
+left side first, each side in arrival order.
+
+Null keys. A row with a null in any key column matches nothing: it is counted
+(``null_keys``), never stored, and an outer side emits it null-padded at once.
 
 Memory. ``state_bytes()`` is a running total of payload batches, times, key codes, matched flags,
 cached minima and index arrays. Without a budget, a stored batch is counted when the total is
@@ -83,6 +83,7 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.core.row_checks import RowCheck, not_null
 from splice.core.time import MIN_TIME, is_temporal, time_values
 from splice.joins._c_batches import MINE, PASS, THEIRS, TIMES, BatchAssembler
 from splice.joins._interval_kernels import gather_bits, gather_var, is_arange, locate, time_range
@@ -195,8 +196,6 @@ class IntervalJoin(OperatorSpec):
     right_time: str | None = None
     lower_inclusive: bool = True
     upper_inclusive: bool = True
-    out_of_orderness: int | None = 0
-    idle_timeout: int | None = None
     state_budget: int | None = None
     index_threshold: int = 1024
     matcher: MatchMethod = "auto"
@@ -220,10 +219,6 @@ class IntervalJoin(OperatorSpec):
         if lo > hi:
             raise PlanError(f"{self.name}: lower bound {self.lower} is above upper bound "
                             f"{self.upper} (as inclusive bounds: [{lo}, {hi}]): nothing can match")
-        for label, v in (("out_of_orderness", self.out_of_orderness),
-                         ("idle_timeout", self.idle_timeout)):
-            if v is not None and v < 0:
-                raise PlanError(f"{self.name}: {label} must be >= 0, got {v}")
         if self.state_budget is not None and self.state_budget <= 0:
             raise PlanError(f"{self.name}: state_budget must be > 0 bytes, got {self.state_budget}")
         if self.index_threshold < 0:
@@ -257,6 +252,15 @@ class IntervalJoin(OperatorSpec):
 
     def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]] | None:
         return None
+
+    def input_checks(self, inputs: InputSchemas) -> Mapping[int, Sequence[RowCheck]]:
+        return time_checks(self)
+
+
+def time_checks(spec: Any) -> dict[int, list[RowCheck]]:
+    """A time-bounded join needs an event time in every row of both inputs."""
+    lt, rt = spec.time_columns
+    return {spec.left: [not_null(lt, "event time")], spec.right: [not_null(rt, "event time")]}
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -456,9 +460,9 @@ class _Side:
         self.next_id = 0
         self.threshold = _MIN  # retained rows have time > threshold
         self.wm_delivered = _MIN
-        self.max_seen = _MIN
         self.index: KeyIndex | None = None
         self.late_rows = 0
+        self.null_keys = 0
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -685,7 +689,7 @@ class TwoSidedJoinLogic(OperatorLogic):
     spec: Any
     L: Any
     R: Any
-    _late: list[pa.RecordBatch]
+    _late: list[tuple[int, pa.RecordBatch]]
 
     def _sides(self, stream_id: int) -> tuple[Any, Any]:
         """(the side of ``stream_id``, the other side)."""
@@ -696,7 +700,7 @@ class TwoSidedJoinLogic(OperatorLogic):
         raise PlanError(f"{self.spec.name}: stream id {stream_id} is neither the left "
                         f"({self.L.sid}) nor the right ({self.R.sid}) input")
 
-    def drain_late(self) -> list[pa.RecordBatch]:
+    def drain_late(self) -> list[tuple[int, pa.RecordBatch]]:
         late, self._late = self._late, []
         return late
 
@@ -704,6 +708,15 @@ class TwoSidedJoinLogic(OperatorLogic):
     def late_rows(self) -> dict[int, int]:
         """Rows refused as late so far, per input stream id."""
         return {self.L.sid: self.L.late_rows, self.R.sid: self.R.late_rows}
+
+    @property
+    def null_keys(self) -> dict[int, int]:
+        """Rows whose key has a null (they match nothing) so far, per input stream id."""
+        return {self.L.sid: self.L.null_keys, self.R.sid: self.R.null_keys}
+
+    def metrics(self) -> dict[str, int]:
+        return {"null_keys": self.L.null_keys + self.R.null_keys,
+                "late_rows": self.L.late_rows + self.R.late_rows}
 
     def state_bytes(self) -> int:
         return int(self.L.nbytes + self.R.nbytes)
@@ -730,10 +743,8 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         self.R = _Side("right", spec.right, rs, spec.right_on, rt, -hi, -lo,
                        spec.how in ("right", "full"), KeyCodec([rs.field(c).type for c in spec.right_on]))
         self.matcher = Matcher(spec.matcher)
-        self.delay = spec.out_of_orderness
-        self.idle = spec.idle_timeout
         self.index_threshold = spec.index_threshold
-        self._late: list[pa.RecordBatch] = []
+        self._late: list[tuple[int, pa.RecordBatch]] = []
         self._nl = len(ls.names)
         # a schema of nullable fields without metadata is what a batch made from arrays and
         # names has: the output is then made that way (half the cost of checking a schema)
@@ -782,27 +793,12 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
 
     # -- watermarks --------------------------------------------------------------------------
 
-    def _own(self, s: _Side) -> int:
-        w = s.wm_delivered
-        if self.delay is not None and s.max_seen != _MIN:
-            w = max(w, s.max_seen - self.delay - 1)
-        return w
-
-    def _eff(self, s: _Side, o: _Side) -> int:
-        w = self._own(s)
-        if self.idle is not None:
-            wo = self._own(o)
-            if wo != _MIN:
-                w = max(w, wo - self.idle)
-        return w
-
     def watermark(self, stream_id: int) -> int:
-        """The effective watermark of input ``stream_id`` (``MIN_TIME`` before any)."""
-        s, o = self._sides(stream_id)
-        return self._eff(s, o)
+        """The watermark of input ``stream_id`` (``MIN_TIME`` before any)."""
+        return int(self._sides(stream_id)[0].wm_delivered)
 
     def output_watermark(self) -> int | None:
-        wl, wr = self._eff(self.L, self.R), self._eff(self.R, self.L)
+        wl, wr = self.L.wm_delivered, self.R.wm_delivered
         if wl == _MIN or wr == _MIN:
             return None
         return min(wl, wr, wr - self.L.hi, wl - self.R.hi)
@@ -824,23 +820,14 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         codes, valid = s.encode(cols)
         tmin, tmax, ordered = time_range(t)
 
-        # 1. late rows: time <= this side's watermark at the row's arrival
-        own_before = self._eff(s, o)
+        if valid is not None:
+            s.null_keys += n - int(np.count_nonzero(valid))
+
+        # 1. late rows: time <= this side's watermark
         late: np.ndarray | None = None
-        late_mask: np.ndarray | None = None
-        if self.delay is not None:
-            # times in order and the first after the watermark so far: no row is late (each row's
-            # watermark comes from the rows before it, all at or below it)
-            first = max(own_before, s.max_seen - self.delay - 1 if s.max_seen != _MIN else _MIN)
-            if tmin > first and ordered:
-                s.max_seen = max(s.max_seen, tmax)
-            else:
-                late_mask = self._late_rows(s, t, own_before)
-        elif tmin <= own_before:
-            late_mask = t <= own_before
-        if late_mask is not None and late_mask.any():
-            late = late_mask
-            self._late.append(batch.filter(pa.array(late)))
+        if tmin <= s.wm_delivered:
+            late = t <= s.wm_delivered
+            self._late.append((s.sid, batch.filter(pa.array(late))))
             s.late_rows += int(np.count_nonzero(late))
         live = valid if late is None else (~late if valid is None else valid & ~late)
 
@@ -854,8 +841,8 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
                 out.append(res)
 
         # 4. retain what can still match; retire by the (possibly advanced) watermarks
-        thr_s = _clamp(self._eff(o, s) - s.hi)
-        thr_o = _clamp(self._eff(s, o) - o.hi)
+        thr_s = _clamp(o.wm_delivered - s.hi)
+        thr_o = _clamp(s.wm_delivered - o.hi)
         if live is None and tmin > thr_s:  # every row is kept: no mask to build
             store: np.ndarray | None = None
             n_store = n
@@ -892,20 +879,6 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             out.extend(self._pad(self.L, pl))
             out.extend(self._pad(self.R, pr))
         return out
-
-    def _late_rows(self, s: _Side, t: np.ndarray, own_before: int) -> np.ndarray:
-        """``t[i] <= watermark at row i's arrival`` (generated from the rows before it)."""
-        assert self.delay is not None
-        n = len(t)
-        seen = np.maximum.accumulate(t)
-        prev = np.empty(n, dtype=np.int64)
-        prev[0] = s.max_seen
-        if n > 1:
-            np.maximum(seen[:-1], s.max_seen, out=prev[1:])
-        gen = np.where(prev == _MIN, _MIN, prev - (self.delay + 1))
-        s.max_seen = max(s.max_seen, int(seen[-1]))
-        mask: np.ndarray = t <= np.maximum(gen, own_before)
-        return mask
 
     def _probe(self, s: _Side, o: _Side, batch: pa.RecordBatch, cols: list[pa.Array],
                t: np.ndarray, codes: np.ndarray, live: np.ndarray | None,
@@ -1060,8 +1033,8 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
                 f"{self.spec.name}: state would reach {total} bytes with {len(times)} more rows "
                 f"of stream {s.stream}, over the budget of {budget} bytes; it holds "
                 f"{s.n_alive} rows of {s.stream} and {o.n_alive} of {o.stream}, watermark of "
-                f"{o.stream} is {self._eff(o, s)} (an input that never advances keeps the "
-                "other's rows: deliver watermarks or set idle_timeout)"
+                f"{o.stream} is {o.wm_delivered} (an input that never advances keeps the "
+                "other's rows: give its source a watermark strategy with an idle timeout)"
             )
         return own
 
@@ -1073,8 +1046,8 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
 
     def _retire_all(self) -> list[pa.RecordBatch]:
         L, R = self.L, self.R
-        pl = L.retire(_clamp(self._eff(R, L) - L.hi), self.index_threshold)
-        pr = R.retire(_clamp(self._eff(L, R) - R.hi), self.index_threshold)
+        pl = L.retire(_clamp(R.wm_delivered - L.hi), self.index_threshold)
+        pr = R.retire(_clamp(L.wm_delivered - R.hi), self.index_threshold)
         return self._pad(L, pl) + self._pad(R, pr)
 
     def on_end(self) -> list[pa.RecordBatch]:
@@ -1100,18 +1073,18 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
                     parts.append((b.batch.filter(pa.array(m)),
                                   None if b.matched is None else b.matched[m]))
             sides.append({"batches": parts, "threshold": s.threshold,
-                          "wm_delivered": s.wm_delivered, "max_seen": s.max_seen,
-                          "late_rows": s.late_rows})
-        return {"version": 1, "sides": sides, "late": list(self._late)}
+                          "wm_delivered": s.wm_delivered, "late_rows": s.late_rows,
+                          "null_keys": s.null_keys})
+        return {"version": 2, "sides": sides, "late": list(self._late)}
 
     def restore(self, state: Any) -> None:
-        if not isinstance(state, dict) or state.get("version") != 1:
+        if not isinstance(state, dict) or state.get("version") != 2:
             raise StateError(f"{self.spec.name}: cannot restore state of an unknown format")
         for s, snap in zip((self.L, self.R), state["sides"], strict=True):
             s.threshold = snap["threshold"]
             s.wm_delivered = snap["wm_delivered"]
-            s.max_seen = snap["max_seen"]
             s.late_rows = snap["late_rows"]
+            s.null_keys = snap["null_keys"]
             for batch, matched in snap["batches"]:
                 batch = conform(batch, s.schema, s.stream, self.spec.name)
                 t = time_values(batch, s.time, s.stream)

@@ -30,8 +30,9 @@ yields the pairs in emission order; non-exact codes are checked for real key equ
 many windows is expanded and matched in groups of windows (``_GROUP_PAIRS``), a time-ordered
 batch read from the group's first row. Freeing the closed rows of a time-ordered batch that
 keeps at least half of them is a zero-copy slice, counted in the state bytes with its parent's
-buffers whole; a smaller remainder is copied. Watermarks, ``out_of_orderness``, ``idle_timeout``
-and ``state_budget`` behave as in :class:`~splice.joins.interval_join.IntervalJoin`.
+buffers whole; a smaller remainder is copied. Watermarks (taken from the path), null keys (they
+match nothing; counted in ``null_keys``; an outer side pads them when their windows close) and
+``state_budget`` behave as in :class:`~splice.joins.interval_join.IntervalJoin`.
 
 >>> import pyarrow as pa
 >>> from splice.testing import OperatorHarness
@@ -45,7 +46,7 @@ and ``state_budget`` behave as in :class:`~splice.joins.interval_join.IntervalJo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -54,6 +55,7 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.core.row_checks import RowCheck
 from splice.core.time import MIN_TIME, time_values
 from splice.joins._interval_kernels import time_range
 from splice.joins._key_index import KeyCodec, keys_equal
@@ -66,6 +68,7 @@ from splice.joins.interval_join import (
     concat_batches,
     conform,
     join_output_schema,
+    time_checks,
 )
 
 __all__ = ["WindowJoin"]
@@ -90,8 +93,6 @@ class WindowJoin(OperatorSpec):
     how: JoinType = "inner"
     right_on: str | Sequence[str] | None = None
     right_time: str | None = None
-    out_of_orderness: int | None = 0
-    idle_timeout: int | None = None
     state_budget: int | None = None
     name: str = field(default="window_join")
 
@@ -118,10 +119,6 @@ class WindowJoin(OperatorSpec):
         if self.slide > self.size:
             raise PlanError(f"{self.name}: slide {self.slide} > size {self.size} would leave gaps "
                             "between windows")
-        for label, v in (("out_of_orderness", self.out_of_orderness),
-                         ("idle_timeout", self.idle_timeout)):
-            if v is not None and v < 0:
-                raise PlanError(f"{self.name}: {label} must be >= 0, got {v}")
         if self.state_budget is not None and self.state_budget <= 0:
             raise PlanError(f"{self.name}: state_budget must be > 0 bytes, got {self.state_budget}")
 
@@ -132,6 +129,9 @@ class WindowJoin(OperatorSpec):
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         ls, rs = check_time_join_inputs(self, inputs)
         return join_output_schema(ls, rs, self.how, self.name)
+
+    def input_checks(self, inputs: InputSchemas) -> Mapping[int, Sequence[RowCheck]]:
+        return time_checks(self)
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         logic = WindowJoinLogic(self, inputs, self.output_schema(inputs))
@@ -226,8 +226,8 @@ class _WSide:
         self.n_rows = 0
         self.nbytes = 0
         self.wm_delivered = _MIN
-        self.max_seen = _MIN
         self.late_rows = 0
+        self.null_keys = 0
 
     def free(self, threshold: int) -> None:
         """Free rows with ``time <= threshold`` (their last window closed)."""
@@ -265,10 +265,8 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         self.L = _WSide("left", spec.left, ls, spec.on, lt, spec.how in ("left", "full"), codec)
         self.R = _WSide("right", spec.right, rs, spec.right_on, rt, spec.how in ("right", "full"),
                         KeyCodec([rs.field(c).type for c in spec.right_on]))
-        self.delay = spec.out_of_orderness
-        self.idle = spec.idle_timeout
         self.closed = _MIN  # every window k <= closed has been emitted
-        self._late: list[pa.RecordBatch] = []
+        self._late: list[tuple[int, pa.RecordBatch]] = []
         self._nl = len(ls.names)
 
     # -- windows and watermarks ----------------------------------------------------------------
@@ -279,22 +277,8 @@ class WindowJoinLogic(TwoSidedJoinLogic):
             return _MIN
         return (w - self.size + 1) // self.slide
 
-    def _own(self, s: _WSide) -> int:
-        w = s.wm_delivered
-        if self.delay is not None and s.max_seen != _MIN:
-            w = max(w, s.max_seen - self.delay - 1)
-        return w
-
-    def _eff(self, s: _WSide, o: _WSide) -> int:
-        w = self._own(s)
-        if self.idle is not None:
-            wo = self._own(o)
-            if wo != _MIN:
-                w = max(w, wo - self.idle)
-        return w
-
     def _combined(self) -> int:
-        return min(self._eff(self.L, self.R), self._eff(self.R, self.L))
+        return min(self.L.wm_delivered, self.R.wm_delivered)
 
     def output_watermark(self) -> int | None:
         w = self._combined()
@@ -310,14 +294,13 @@ class WindowJoinLogic(TwoSidedJoinLogic):
             return []
         t = time_values(batch, s.time, s.stream)
         codes, valid = s.codec.encode([batch.column(c) for c in s.keys])
-        # the join watermark at each row's arrival closes windows: late rows, first open windows
-        late, k_open = arrival_windows(
-            t, s.max_seen, -1 if self.delay is None else self.delay, self._own(s), self._own(o),
-            -1 if self.idle is None else self.idle, self.size, self.slide, self.closed)
-        if self.delay is not None:
-            s.max_seen = max(s.max_seen, int(t.max()))
+        if valid is not None:
+            s.null_keys += n - int(np.count_nonzero(valid))
+        # the windows the join's watermark has closed: late rows, first open windows
+        late, k_open = arrival_windows(t, self.size, self.slide,
+                                       max(self.closed, self._last_closed(self._combined())))
         if late.any():
-            self._late.append(batch.filter(pa.array(late)))
+            self._late.append((s.sid, batch.filter(pa.array(late))))
             s.late_rows += int(np.count_nonzero(late))
             keep = ~late
             batch, t, codes, k_open = (batch.filter(pa.array(keep)), t[keep], codes[keep],
@@ -337,8 +320,9 @@ class WindowJoinLogic(TwoSidedJoinLogic):
                         f"{self.spec.name}: state would reach "
                         f"{self.L.nbytes + self.R.nbytes + buf.nbytes} bytes with {len(t)} more "
                         f"rows of stream {s.stream}, over the budget of {budget} bytes; watermark "
-                        f"of {o.stream} is {self._eff(o, s)} (an input that never advances holds "
-                        "every window open: deliver watermarks or set idle_timeout)")
+                        f"of {o.stream} is {o.wm_delivered} (an input that never advances holds "
+                        "every window open: give its source a watermark strategy with an idle "
+                        "timeout)")
                 s.batches.append(buf)
                 s.n_rows += len(t)
                 s.nbytes += buf.nbytes
@@ -500,17 +484,17 @@ class WindowJoinLogic(TwoSidedJoinLogic):
         sides = []
         for s in (self.L, self.R):
             sides.append({"batches": [(b.batch, b.k_open.copy()) for b in s.batches],
-                          "wm_delivered": s.wm_delivered, "max_seen": s.max_seen,
-                          "late_rows": s.late_rows})
-        return {"version": 1, "closed": self.closed, "sides": sides, "late": list(self._late)}
+                          "wm_delivered": s.wm_delivered, "late_rows": s.late_rows,
+                          "null_keys": s.null_keys})
+        return {"version": 2, "closed": self.closed, "sides": sides, "late": list(self._late)}
 
     def restore(self, state: Any) -> None:
-        if not isinstance(state, dict) or state.get("version") != 1:
+        if not isinstance(state, dict) or state.get("version") != 2:
             raise StateError(f"{self.spec.name}: cannot restore state of an unknown format")
         self.closed = state["closed"]
         for s, snap in zip((self.L, self.R), state["sides"], strict=True):
-            s.wm_delivered, s.max_seen = snap["wm_delivered"], snap["max_seen"]
-            s.late_rows = snap["late_rows"]
+            s.wm_delivered = snap["wm_delivered"]
+            s.late_rows, s.null_keys = snap["late_rows"], snap["null_keys"]
             for batch, k_open in snap["batches"]:
                 batch = conform(batch, s.schema, s.stream, self.spec.name)
                 t = time_values(batch, s.time, s.stream)

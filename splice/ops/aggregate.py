@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.core.row_checks import RowCheck, decimal_fits_64
 from splice.ops import _agg_kernels as K
 from splice.ops.arithmetic import (
     Arith,
@@ -894,8 +895,19 @@ class GroupBy(OperatorSpec):
     def blocking(self) -> bool:
         return True
 
+    def input_checks(self, inputs: InputSchemas) -> Mapping[int, Sequence[RowCheck]]:
+        sid, schema = _single_input(inputs, self.name)
+        return {sid: decimal_checks(schema, self.plan(inputs).columns())}
+
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         return _GroupByLogic(self, self.plan(inputs), state)
+
+
+def decimal_checks(schema: pa.Schema, columns: set[str]) -> list[RowCheck]:
+    """Exact aggregation sums decimals as 64-bit unscaled words: each decimal column it reads
+    must hold values that fit them."""
+    return [decimal_fits_64(f.name) for f in schema
+            if f.name in columns and pa.types.is_decimal128(f.type) and f.type.precision > 18]
 
 
 def skip_mask(batch: pa.RecordBatch, where: pc.Expression) -> np.ndarray:

@@ -8,6 +8,9 @@ group of ``keys`` the operator emits one row::
 
     window_start, window_end, keys..., aggregates...
 
+Rows arrive whole (every column of the input, not only those the aggregates read), so that a
+late row goes to the late side output as it arrived.
+
 A window is complete when a watermark ``W >= s + size - 1 + allowed_lateness`` arrives (no later
 row can have a time inside it, up to the allowed lateness): its rows are emitted then, in window
 order and, within a window, in first-seen group order, and its state is freed. A row is **late**
@@ -43,8 +46,16 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
+from splice.core.row_checks import RowCheck, not_null
 from splice.core.time import MIN_TIME, time_values
-from splice.ops.aggregate import Agg, AggPlan, GroupAggregator, _from_int64, plan_aggregates
+from splice.ops.aggregate import (
+    Agg,
+    AggPlan,
+    GroupAggregator,
+    _from_int64,
+    decimal_checks,
+    plan_aggregates,
+)
 
 __all__ = ["WindowAggregate"]
 
@@ -120,9 +131,14 @@ class WindowAggregate(OperatorSpec):
         bounds = [pa.field("window_start", t, False), pa.field("window_end", t, False)]
         return pa.schema(bounds + self.plan(inputs).output_fields())
 
-    def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]]:
-        sid, _ = self._schema(inputs)
-        return {sid: self.plan(inputs).columns() | {self.time_column}}
+    def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]] | None:
+        # whole rows: a late row goes to the late side output as it arrived
+        return None
+
+    def input_checks(self, inputs: InputSchemas) -> Mapping[int, Sequence[RowCheck]]:
+        sid, schema = self._schema(inputs)
+        return {sid: [not_null(self.time_column, "event time"),
+                      *decimal_checks(schema, self.plan(inputs).columns())]}
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         return _WindowLogic(self, self.plan(inputs), self.output_schema(inputs), state)
@@ -140,13 +156,15 @@ class _WindowLogic(OperatorLogic):
         #: WINDOWS: window start -> per-group state of that window
         self.windows: dict[int, GroupAggregator] = {}
         self.watermark = int(MIN_TIME)
-        self.late: list[pa.RecordBatch] = []
+        self.late: list[tuple[int, pa.RecordBatch]] = []
         self.late_rows = 0
+        #: the columns the aggregates read (rows arrive whole, for the late side output)
+        self.reads = sorted(plan.columns() | {spec.time_column})
         if state is not None:
             try:
                 self.watermark = int(state["watermark"])
                 self.late_rows = int(state["late_rows"])
-                self.late = list(state["late"])
+                self.late = [(int(sid), b) for sid, b in state["late"]]
                 self.windows = {
                     int(s): GroupAggregator(plan, st) for s, st in state["windows"].items()
                 }
@@ -166,8 +184,10 @@ class _WindowLogic(OperatorLogic):
         last = (t // self.slide) * self.slide  # the latest window of each row
         late = self._closed(last)
         if late.any():
-            self.late.append(batch.filter(pa.array(late)))
+            self.late.append((stream_id, batch.filter(pa.array(late))))
             self.late_rows += int(late.sum())
+        if batch.num_columns > len(self.reads):
+            batch = batch.select(self.reads)
         rows_parts, start_parts = [], []
         for j in range((self.size + self.slide - 1) // self.slide):
             s = last - j * self.slide
@@ -228,7 +248,7 @@ class _WindowLogic(OperatorLogic):
     def on_end(self) -> list[pa.RecordBatch]:
         return self._emit(list(self.windows))
 
-    def drain_late(self) -> list[pa.RecordBatch]:
+    def drain_late(self) -> list[tuple[int, pa.RecordBatch]]:
         out, self.late = self.late, []
         return out
 

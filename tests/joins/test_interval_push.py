@@ -199,7 +199,7 @@ def _check_caches(logic: IntervalJoinLogic) -> None:
 def test_caches_follow_arrivals_retirement_demotion_and_restore(how, threshold, data):
     ls, rs = _schemas()
     spec = IntervalJoin(left=L, right=R, on="k", time="ts", lower=-6, upper=6, how=how,
-                        index_threshold=threshold, out_of_orderness=None)
+                        index_threshold=threshold)
     logic = spec.build({L: ls, R: rs})
     assert isinstance(logic, IntervalJoinLogic)
     t = 0
@@ -241,7 +241,7 @@ def test_caches_follow_arrivals_retirement_demotion_and_restore(how, threshold, 
 def test_demotion_drops_the_index_and_its_bytes_and_answers_stay_equal():
     ls, rs = _schemas()
     spec = IntervalJoin(left=L, right=R, on="k", time="ts", lower=-10, upper=10, how="left",
-                        index_threshold=100, out_of_orderness=None)
+                        index_threshold=100)
     logic = spec.build({L: ls, R: rs})
     assert isinstance(logic, IntervalJoinLogic)
     ts = np.arange(300, dtype=np.int64)
@@ -348,7 +348,7 @@ def test_key_index_refuses_a_band_wider_than_its_buckets():
 def test_large_batches_probe_only_rows_that_reach_the_other_side(shuffled, how):
     # a 400-row batch arrives after the other side kept only its last rows: most of it lies
     # beyond their band; the result and state still equal the nested-loop reference
-    from splice.core.records import Data, End
+    from splice.core.records import Data, End, Watermark
     from tests.joins.test_interval_join import _run_both
 
     ls, rs = _schemas()
@@ -362,9 +362,11 @@ def test_large_batches_probe_only_rows_that_reach_the_other_side(shuffled, how):
         rt = rng.permutation(ts) if shuffled else ts
         records.append(Data(R, pa.record_batch({"k": rng.integers(0, 5, 400), "ts": rt,
                                                 "w": rt.astype(str)}, schema=rs)))
+        if not shuffled:  # each side's watermark trails its newest row by one
+            records += [Watermark(L, int(ts[-1]) - 1), Watermark(R, int(ts[-1]) - 1)]
     records.append(End())
     spec = IntervalJoin(left=L, right=R, on="k", time="ts", lower=-7, upper=5, how=how,
-                        out_of_orderness=None if shuffled else 0, index_threshold=100)
+                        index_threshold=100)
     _run_both(spec, ls, rs, records)
 
 
@@ -440,7 +442,7 @@ def test_opposite_key_and_time_columns_equal_the_reference(kind, rows, threshold
     # the opposite key column of a pair is the arriving row's key (one exact key column of one
     # type: integers, booleans, temporal types) and an indexed side's time column comes from its
     # index; floats are gathered (-0.0 and 0.0 match but differ): outputs equal the reference
-    from splice.core.records import Data, End
+    from splice.core.records import Data, End, Watermark
     from tests.joins.test_interval_join import _run_both
 
     key_type, conv = _KEY_TYPES[kind]
@@ -470,7 +472,7 @@ def test_opposite_key_and_time_columns_equal_the_reference(kind, rows, threshold
             records.append(Data(R, b))
     records.append(End())
     spec = IntervalJoin(left=L, right=R, on="k", time="ts", lower=-5, upper=3, how=how,
-                        index_threshold=threshold, out_of_orderness=None)
+                        index_threshold=threshold)
     h = _run_both(spec, ls, rs, records)
     assert h.logic._same_key == (kind != "float64")
 

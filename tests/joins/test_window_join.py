@@ -34,7 +34,6 @@ def _ms(rows: list[tuple]) -> Counter:
 
 def _run_both(spec: WindowJoin, ls: pa.Schema, rs: pa.Schema, records: list) -> OperatorHarness:
     ref = WindowJoinRef(L, R, spec.on, spec.time, spec.size, spec.slide, spec.how,
-                        out_of_orderness=spec.out_of_orderness, idle_timeout=spec.idle_timeout,
                         names=(ls.names, rs.names))
     h = OperatorHarness(spec, {L: ls, R: rs})
     for rec in records:
@@ -60,13 +59,11 @@ def _run_both(spec: WindowJoin, ls: pa.Schema, rs: pa.Schema, records: list) -> 
 
 @settings(max_examples=40)
 @given(streams(), st.sampled_from(["inner", "left", "right", "full"]),
-       st.sampled_from([(5, 5), (10, 10), (10, 5), (9, 3), (1, 1)]),
-       st.sampled_from([0, 4, None]), st.data())
-def test_window_join_equals_reference(s, how, size_slide, delay, data):
+       st.sampled_from([(5, 5), (10, 10), (10, 5), (9, 3), (1, 1)]), st.data())
+def test_window_join_equals_reference(s, how, size_slide, data):
     ls, rs, records = s
     size, slide = size_slide
-    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=size, slide=slide, how=how,
-                      out_of_orderness=delay)
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=size, slide=slide, how=how)
     h = _run_both(spec, ls, rs, records)
     at = data.draw(st.integers(0, len(records)))
     got, _ = run_operator(spec, {L: ls, R: rs}, records, restore_at=at)
@@ -75,12 +72,11 @@ def test_window_join_equals_reference(s, how, size_slide, delay, data):
 
 @settings(max_examples=40)
 @given(streams(), st.sampled_from(["inner", "left", "right", "full"]),
-       st.sampled_from([(5, 5), (10, 5), (9, 3), (1, 1)]), st.sampled_from([0, None]))
-def test_window_join_in_small_groups_equals_reference(s, how, size_slide, delay):
+       st.sampled_from([(5, 5), (10, 5), (9, 3), (1, 1)]))
+def test_window_join_in_small_groups_equals_reference(s, how, size_slide):
     ls, rs, records = s
     size, slide = size_slide
-    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=size, slide=slide, how=how,
-                      out_of_orderness=delay)
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=size, slide=slide, how=how)
     with patch.object(window_join, "_GROUP_PAIRS", 3):  # a close of many windows: many groups
         _run_both(spec, ls, rs, records)
 
@@ -93,8 +89,7 @@ def test_a_large_close_is_matched_in_groups_of_windows():
                             "v": np.arange(n)}, schema=ls)
     right = pa.record_batch({"k": rng.integers(0, 50, n), "ts": np.arange(n) + 1,
                              "w": [f"r{i}" for i in range(n)]}, schema=rs)
-    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=40, slide=10, how="full",
-                      out_of_orderness=None)
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=40, slide=10, how="full")
     results, groups = [], []
     made = WindowJoinLogic._groups
 
@@ -112,8 +107,7 @@ def test_a_large_close_is_matched_in_groups_of_windows():
         results.append(rows_of(h.result()))
     assert len(groups[0]) == 1 and len(groups[1]) > 10
     assert results[1] == results[0]
-    ref = WindowJoinRef(L, R, "k", "ts", 40, 10, "full", out_of_orderness=None,
-                        names=(ls.names, rs.names))
+    ref = WindowJoinRef(L, R, "k", "ts", 40, 10, "full", names=(ls.names, rs.names))
     ref.push(L, left)
     ref.push(R, right)
     ref.end()
@@ -143,18 +137,16 @@ def test_expand_windows_matches_twin(ts, size_slide, lo_k, span, offset):
     assert ((windows >= lo_k) & (windows <= lo_k + span)).all()
 
 
-_NONE = np.iinfo(np.int64).min  # no watermark yet
-_marks = st.one_of(st.just(_NONE), st.integers(-30, 60))
+_NONE = np.iinfo(np.int64).min  # no window closed yet
 
 
 @settings(max_examples=300)
-@given(st.lists(st.integers(-20, 80), max_size=30), _marks, st.integers(-1, 6), _marks, _marks,
-       st.integers(-1, 12), st.sampled_from([(5, 5), (10, 3), (1, 1)]),
+@given(st.lists(st.integers(-20, 80), max_size=30), st.sampled_from([(5, 5), (10, 3), (1, 1)]),
        st.one_of(st.just(_NONE), st.integers(-5, 10)))
-def test_arrival_windows_match_twin(ts, max_seen, delay, own, other, idle, size_slide, closed):
+def test_arrival_windows_match_twin(ts, size_slide, closed):
     size, slide = size_slide
     t = np.array(ts, dtype=np.int64)
-    args = (max_seen, delay, own, other, idle, size, slide, closed)
+    args = (size, slide, closed)
     late, k_open = arrival_windows(t, *args)
     want_late, want_open = arrival_windows_py(t, *args)
     assert late.tolist() == want_late.tolist()
@@ -178,11 +170,10 @@ def test_window_pairs_match_twin(left, right):
 
 
 @settings(max_examples=15)
-@given(streams(key_kind="two"), st.sampled_from(["inner", "full"]), st.sampled_from([0, 6]))
-def test_window_join_two_keys_and_idle(s, how, idle):
+@given(streams(key_kind="two"), st.sampled_from(["inner", "full"]))
+def test_window_join_two_keys(s, how):
     ls, rs, records = s
-    spec = WindowJoin(left=L, right=R, on=["k", "k2"], time="ts", size=8, slide=4, how=how,
-                      idle_timeout=idle)
+    spec = WindowJoin(left=L, right=R, on=["k", "k2"], time="ts", size=8, slide=4, how=how)
     _run_both(spec, ls, rs, records)
 
 
@@ -201,11 +192,9 @@ def test_contract_suite_and_emission_at_window_close():
                Watermark(L, 9), Watermark(R, 9), Data(L, lt.slice(3).to_batches()[0]),
                Data(R, rt.slice(2).to_batches()[0]), End()]
     for how in ("inner", "left", "right", "full"):
-        spec = WindowJoin(left=L, right=R, on="k", time="ts", size=10, how=how,
-                          out_of_orderness=None)
+        spec = WindowJoin(left=L, right=R, on="k", time="ts", size=10, how=how)
         check_operator(spec, {L: ls, R: rs}, records, ordered=True)
-    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=10, how="full",
-                      out_of_orderness=None)
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=10, how="full")
     h = OperatorHarness(spec, {L: ls, R: rs})
     logic = h.logic
     assert isinstance(logic, WindowJoinLogic)
@@ -236,8 +225,7 @@ def test_hopping_pairs_once_per_shared_window():
 
 def test_windows_closed_together_are_emitted_one_after_another():
     ls, rs = _schemas()
-    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=10, how="full",
-                      out_of_orderness=None)  # only the watermarks below close windows
+    spec = WindowJoin(left=L, right=R, on="k", time="ts", size=10, how="full")  # only the watermarks below close windows
     h = OperatorHarness(spec, {L: ls, R: rs})
     h.push(L, pa.record_batch({"k": [1, 2, 1, 3], "ts": [1, 2, 11, 12], "v": [0, 1, 2, 3]},
                               schema=ls))
@@ -256,6 +244,8 @@ def test_late_rows_and_bad_input():
     h = OperatorHarness(spec, {L: ls, R: rs})
     h.push(L, pa.record_batch({"k": [1], "ts": [25], "v": [0]}, schema=ls))
     h.push(R, pa.record_batch({"k": [1], "ts": [25], "w": ["a"]}, schema=rs))
+    h.watermark(L, 24)
+    h.watermark(R, 24)
     # both watermarks are 24: window [10, 20) closed, a row at 15 is late
     h.push(R, pa.record_batch({"k": [1, 1], "ts": [15, 21], "w": ["b", "c"]}, schema=rs))
     logic = h.logic
@@ -273,7 +263,7 @@ def test_late_rows_and_bad_input():
         WindowJoin(left=L, right=R, on="k", time="at", size=5).output_schema({L: ls, R: rs})
 
 
-def test_budget_and_idle_input():
+def test_budget_of_an_input_that_never_advances():
     ls, rs = _schemas()
 
     def feed(spec: WindowJoin) -> WindowJoinLogic:
@@ -286,17 +276,13 @@ def test_budget_and_idle_input():
 
     with pytest.raises(StateError, match="over the budget of 100000 bytes.*never advances"):
         feed(WindowJoin(left=L, right=R, on="k", time="ts", size=100, state_budget=100_000))
-    logic = feed(WindowJoin(left=L, right=R, on="k", time="ts", size=100, state_budget=100_000,
-                            idle_timeout=300))
-    assert logic.retained(L).num_rows <= 500
 
 
 def test_freed_rows_of_an_ordered_batch_are_sliced_then_copied():
     # a time-ordered batch keeps its parent's buffers (and counts them) while it keeps at least
     # half its rows; a smaller remainder is copied and counted alone
     ls, rs = _schemas()
-    logic = WindowJoin(left=L, right=R, on="k", time="ts", size=10,
-                       out_of_orderness=None).build({L: ls, R: rs})  # delivered watermarks only
+    logic = WindowJoin(left=L, right=R, on="k", time="ts", size=10).build({L: ls, R: rs})
     assert isinstance(logic, WindowJoinLogic)
     ts = np.arange(100)
     logic.on_batch(L, pa.record_batch({"k": ts % 7, "ts": ts, "v": ts}, schema=ls))

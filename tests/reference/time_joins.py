@@ -2,7 +2,7 @@
 
 They follow the semantics of :mod:`splice.joins.interval_join` and
 :mod:`splice.joins.window_join` literally: each row arrives alone, is late when its time is at or
-behind the watermark then in force, is compared with every retained row of the other side, and
+behind the watermark the path delivered, is compared with every retained row of the other side, and
 after each row every retained row that can no longer match (interval join) or whose windows have
 closed (window join) leaves. Slow and obvious on purpose.
 """
@@ -39,35 +39,22 @@ class _Side:
     names: list[str] = field(default_factory=list)
     rows: list[_Row] = field(default_factory=list)
     delivered: int = MIN
-    max_seen: int = MIN
     late: list[tuple] = field(default_factory=list)
 
 
 class _Base:
     def __init__(self, left: int, right: int, on: Sequence[str], time: str, how: str,
                  right_on: Sequence[str] | None, right_time: str | None,
-                 out_of_orderness: int | None, idle_timeout: int | None,
                  names: tuple[Sequence[str], Sequence[str]]):
         self.L = _Side(left, list(on), time, how in ("left", "full"), list(names[0]))
         self.R = _Side(right, list(right_on or on), right_time or time, how in ("right", "full"),
                        list(names[1]))
-        self.delay = out_of_orderness
-        self.idle = idle_timeout
         self.out: list[tuple] = []
         self.seq = 0
 
-    def own(self, s: _Side) -> int:
-        w = s.delivered
-        if self.delay is not None and s.max_seen != MIN:
-            w = max(w, s.max_seen - self.delay - 1)
-        return w
-
     def eff(self, s: _Side) -> int:
-        o = self.R if s is self.L else self.L
-        w = self.own(s)
-        if self.idle is not None and self.own(o) != MIN:
-            w = max(w, self.own(o) - self.idle)
-        return w
+        """The side's watermark: the one the path delivered."""
+        return s.delivered
 
     def side(self, sid: int) -> _Side:
         return self.L if sid == self.L.sid else self.R
@@ -121,11 +108,9 @@ class IntervalJoinRef(_Base):
 
     def __init__(self, left: int, right: int, on: Sequence[str], time: str, lo: int, hi: int,
                  how: str = "inner", right_on: Sequence[str] | None = None,
-                 right_time: str | None = None, out_of_orderness: int | None = 0,
-                 idle_timeout: int | None = None,
+                 right_time: str | None = None,
                  names: tuple[Sequence[str], Sequence[str]] = ((), ())):
-        super().__init__(left, right, on, time, how, right_on, right_time, out_of_orderness,
-                         idle_timeout, names)
+        super().__init__(left, right, on, time, how, right_on, right_time, names)
         self.lo, self.hi = lo, hi
 
     def _hi(self, s: _Side) -> int:
@@ -137,9 +122,7 @@ class IntervalJoinRef(_Base):
         for row in self.rows(s, batch):
             if row.t <= self.eff(s):
                 s.late.append(row.values)
-                s.max_seen = max(s.max_seen, row.t)
                 continue
-            s.max_seen = max(s.max_seen, row.t)
             for other in o.rows:
                 if row.key is None or row.key != other.key:
                     continue
@@ -182,10 +165,8 @@ class WindowJoinRef(_Base):
     def __init__(self, left: int, right: int, on: Sequence[str], time: str, size: int,
                  slide: int | None = None, how: str = "inner",
                  right_on: Sequence[str] | None = None, right_time: str | None = None,
-                 out_of_orderness: int | None = 0, idle_timeout: int | None = None,
                  names: tuple[Sequence[str], Sequence[str]] = ((), ())):
-        super().__init__(left, right, on, time, how, right_on, right_time, out_of_orderness,
-                         idle_timeout, names)
+        super().__init__(left, right, on, time, how, right_on, right_time, names)
         self.size, self.slide = size, slide or size
         self.closed: int | None = None
 
@@ -199,7 +180,6 @@ class WindowJoinRef(_Base):
             first = (row.t - self.size) // self.slide + 1
             if self.closed is not None:
                 first = max(first, self.closed + 1)
-            s.max_seen = max(s.max_seen, row.t)
             if first > last:
                 s.late.append(row.values)
             elif row.key is not None or s.outer:
