@@ -5,7 +5,9 @@ A record is **bad** when its source line does not parse (malformed CSV or JSON l
 batch does not fit the stream's schema (a missing column, or a value the declared type cannot
 hold: schema drift), when a key or time column is null, or when a floating-point value is NaN or
 infinite. :class:`EdgeValidator` checks batches on their way into the engine (vectorized: one mask
-per check); :func:`read_csv_checked` and :func:`read_json_lines_checked` check the parsing itself.
+per check); the parsing itself is checked where files are read, by
+:func:`splice.io.files.read_input` (which :func:`read_csv_checked`, :func:`read_json_lines_checked`
+and :func:`load_checked` wrap).
 
 Policy per source (``BadInputPolicy``): ``"fail"`` (default) raises
 :class:`~splice.core.errors.SchemaError` naming the stream, the column, the reason and the first
@@ -35,7 +37,6 @@ from typing import Literal, get_args
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from splice.core.errors import PlanError, SchemaError
 
@@ -224,91 +225,43 @@ def row_bytes(batch: pa.RecordBatch) -> np.ndarray:
     return size
 
 
-def read_csv_checked(path: str | Path, stream: str, policy: BadInputPolicy = "fail",
-                     sink: DeadLetterSink | None = None) -> pa.Table:
-    """Read a CSV file; a malformed row (wrong number of fields) fails or goes to ``sink``."""
-    check_policy(policy)
-    bad: list[str] = []
-
-    def handler(row: pacsv.InvalidRow) -> str:
-        if policy == "fail":
-            return "error"
-        bad.append(row.text or "")
-        return "skip"
+def _read(path: str | Path, stream: str, schema: pa.Schema | None, time_column: str | None,
+          policy: BadInputPolicy, sink: DeadLetterSink | None) -> pa.Table:
+    # the readers' errors keep naming the stream first, as before they moved to splice.io.files
+    from splice.io.files import read_input
 
     try:
-        table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(invalid_row_handler=handler))
-    except pa.ArrowInvalid as exc:
-        raise SchemaError(f"stream {stream!r}: malformed CSV in {str(path)!r}: {exc}") from exc
-    if bad:
-        if sink is None:
-            raise PlanError(f"stream {stream!r}: the dead-letter policy needs a dead-letter sink")
-        sink.add(stream, "malformed CSV row", bad)
-    return table
+        return read_input(path, stream, schema=schema, time_column=time_column, policy=policy, sink=sink)
+    except SchemaError as exc:
+        raise SchemaError(f"stream {stream!r}: {exc}") from exc
+
+
+def read_csv_checked(path: str | Path, stream: str, policy: BadInputPolicy = "fail",
+                     sink: DeadLetterSink | None = None) -> pa.Table:
+    """Read CSV input ``stream``: :func:`splice.io.files.read_input` (types from the first rows;
+    a row with the wrong number of fields or a value its column's type cannot hold fails or goes
+    to ``sink``)."""
+    return _read(path, stream, None, None, policy, sink)
 
 
 def read_json_lines_checked(path: str | Path, stream: str, schema: pa.Schema, policy: BadInputPolicy = "fail",
                             sink: DeadLetterSink | None = None) -> pa.Table:
-    """Read JSON lines into ``schema``; a line that is not a JSON object fails or goes to ``sink``.
-
-    The file is parsed in one vectorized call; only when that fails are its lines checked one by
-    one to find the malformed ones (the error path).
-    """
-    import pyarrow.json as pajson
-
-    check_policy(policy)
-    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    try:
-        return pajson.read_json(path, parse_options=options)
-    except pa.ArrowInvalid:
-        pass
-    good: list[bytes] = []
-    bad: list[str] = []
-    with open(path, "rb") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    raise ValueError("not a JSON object")
-                pajson.read_json(pa.BufferReader(line), parse_options=options)
-            except (ValueError, pa.ArrowInvalid) as exc:
-                if policy == "fail":
-                    raise SchemaError(f"stream {stream!r}: malformed JSON at {str(path)!r} line {lineno}: {exc}"
-                                      ) from exc
-                bad.append(line.decode("utf-8", "replace").rstrip("\n"))
-                continue
-            good.append(line if line.endswith(b"\n") else line + b"\n")
-    if bad:
-        if sink is None:
-            raise PlanError(f"stream {stream!r}: the dead-letter policy needs a dead-letter sink")
-        sink.add(stream, "malformed JSON line", bad)
-    if not good:
-        return schema.empty_table()
-    return pajson.read_json(pa.BufferReader(b"".join(good)), parse_options=options)
+    """Read JSON-lines input ``stream`` into ``schema``: :func:`splice.io.files.read_input` (a
+    line that is not a JSON object, or a value of the wrong type, fails or goes to ``sink``)."""
+    return _read(path, stream, schema, None, policy, sink)
 
 
 def load_checked(path: str | Path, stream: str, keys: Sequence[str] = (), time_column: str | None = None,
                  policy: BadInputPolicy = "fail", sink: DeadLetterSink | None = None) -> pa.Table:
-    """Read a ``.csv``/``.parquet`` input of ``stream`` and check it at the edge (see module doc).
+    """Read input ``stream`` (Parquet, CSV or JSON lines) and check it at the edge.
 
-    CSV rows that do not parse, then null ``keys``/``time_column`` values and NaN/inf floats, fail
-    with a clear error or go to ``sink`` with their reason.
+    :func:`splice.io.files.read_input` routes the rows that do not parse and null
+    ``time_column`` values; :class:`EdgeValidator` then the null ``keys`` and NaN/inf floats. Each
+    fails with a clear error or goes to ``sink`` with its reason (a fresh sink when none is given).
     """
-    from splice.core.stream import normalize_schema
-    from splice.io.files import read_table
-
     check_policy(policy)
     if policy == "dead_letter" and sink is None:
         sink = DeadLetterSink()
-    p = Path(path)
-    if p.suffix.lower() == ".csv" and p.exists():
-        table = read_csv_checked(p, stream, policy, sink)
-        target = normalize_schema(table.schema)
-        if target != table.schema:
-            table = table.cast(target)
-    else:
-        table = read_table(p)
+    table = _read(path, stream, None, time_column, policy, sink)
     validator = EdgeValidator(stream, table.schema, keys=keys, time_column=time_column, policy=policy, sink=sink)
     return pa.Table.from_batches([validator.check(table)], schema=table.schema)
