@@ -9,24 +9,18 @@ already in memory), ``load_seconds`` and ``rows_per_s``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
+from splice.commands import join as join_command
 from splice.core.errors import PlanError, SpliceError
 
 __all__ = ["main", "build_parser"]
 
-#: ``splice join --kind K`` runs ``run(left, right, args) -> pa.Table`` of this module.
-JOIN_KINDS = {
-    "hash": "splice.joins.hash_command",
-    "band": "splice.joins.band_command",
-    "interval": "splice.joins.interval_command",
-    "window": "splice.joins.window_command",
-}
+#: the kinds of ``splice join`` (:mod:`splice.commands.join`)
+JOIN_KINDS = ("band", "hash", "interval", "window")
 
 
 def _positive_int(text: str) -> int:
@@ -91,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_checkpoint_options(tpch)
 
     join = sub.add_parser("join", help="run one join over Parquet/CSV inputs")
-    join.add_argument("--kind", required=True, choices=sorted(JOIN_KINDS), help="join algorithm")
+    join.add_argument("--kind", required=True, choices=JOIN_KINDS, help="join algorithm")
     join.add_argument("--left", required=True, help="left input (.parquet or .csv)")
     join.add_argument("--right", required=True, help="right input (.parquet or .csv)")
     join.add_argument("--on", required=True, help="join key column(s), comma separated")
@@ -125,13 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--how", default="inner", choices=["inner", "left", "right", "full"])
     join.add_argument("--batch-size", type=_positive_int, default=65_536, help="rows per batch")
     join.add_argument("--json", action="store_true", help="print a metrics line")
-    join.add_argument("--bad-input", default=None, choices=["fail", "dead-letter"],
-                      help="check inputs at the edge (malformed CSV rows, null keys/times, NaN/inf): "
-                           "fail with a clear error, or route bad rows to --dead-letter")
+    join.add_argument("--bad-input", default="fail", choices=["fail", "dead-letter"],
+                      help="rows that do not parse, or have no --time value: fail with a clear "
+                           "error (default), or route them to --dead-letter")
     join.add_argument("--dead-letter", default=None,
                       help="JSON-lines file receiving bad rows with their reason (with --bad-input dead-letter)")
     join.add_argument("--dedupe-on", default=None,
                       help="id column(s), comma separated: a repeated id within an input is bad input ('duplicate')")
+    join_command.add_arguments(join)
     _add_checkpoint_options(join)
 
     txn = sub.add_parser("txn", help="transactional workloads on shared state")
@@ -165,50 +160,19 @@ def _print_metrics(metrics: dict[str, Any], as_json: bool) -> None:
         print(" ".join(f"{k}={v}" for k, v in metrics.items()))
 
 
-def _run_join(args: argparse.Namespace) -> int:
-    from splice.io.files import write_table
-    from splice.state.commands import load_join_inputs
-
-    t0 = time.perf_counter()
-    left, right, bad = load_join_inputs(args)
-    load_seconds = time.perf_counter() - t0
-    module = importlib.import_module(JOIN_KINDS[args.kind])
-    t1 = time.perf_counter()
-    result = module.run(left, right, args)
-    seconds = time.perf_counter() - t1
-    extra: dict[str, Any] = {}
-    if isinstance(result, tuple):  # (table, figures the join adds to the metrics)
-        result, extra = result
-    write_table(result, args.out)
-    rows = left.num_rows + right.num_rows
-    metrics = {
-        "input_rows": rows,
-        "output_rows": result.num_rows,
-        "seconds": round(seconds, 6),
-        "load_seconds": round(load_seconds, 6),
-        "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
-        **extra,
-        **bad,
-    }
-    _print_metrics(metrics, args.json)
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "txn" and args.checkpoint_dir is not None and args.input is not None:
             raise PlanError("txn --checkpoint-dir runs the generated workload, not --input")
-        if args.command in ("join", "tpch", "txn") and args.checkpoint_dir is not None:
+        if args.command == "join":
+            return join_command.run_join(args)
+        if args.command in ("tpch", "txn") and args.checkpoint_dir is not None:
             from splice.state import commands
 
-            if args.command == "join":
-                return commands.run_join_checkpointed(args)
             if args.command == "txn":
                 return commands.run_txn_checkpointed(args)
             return commands.run_tpch_checkpointed(args)
-        if args.command == "join":
-            return _run_join(args)
         if args.command == "tpch":
             from splice.workloads.tpch_command import run_tpch
 

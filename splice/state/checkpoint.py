@@ -1,6 +1,9 @@
 """The checkpoint coordinator: runs a job on an :class:`~splice.runtime.Engine` from replayable
 sources, checkpoints it periodically, and resumes it after a crash with exactly-once output.
 
+Without a checkpoint directory the coordinator runs the same job the same way, its results (and
+late rows) kept in memory: a job has one execution path whether checkpointing is on or off.
+
 A **job** (:class:`Job`) is the source streams, the queries, and a replayable source: a function
 ``source(position)`` returning the ``(stream, batch)`` sequence from batch ``position`` on (the
 same sequence every time: files, in-memory tables, generators with seeds). The coordinator pushes
@@ -9,8 +12,8 @@ checkpoint ``e``:
 
 1. ``engine.snapshot()`` sends a barrier along the data path; each operator's state is taken as
    the barrier passes, so the snapshot holds exactly the effect of batches ``< position``;
-2. each query's results since checkpoint ``e - 1`` are staged in its
-   :class:`~splice.state.sink.TransactionalSink` (pre-commit);
+2. each query's results since checkpoint ``e - 1``, and its late rows per input, are staged in
+   their :class:`~splice.state.sink.TransactionalSink` (pre-commit);
 3. state + ``{position, epoch, source watermarks}`` are saved in the checkpoint store (atomic);
 4. the staged results of epoch ``e`` are committed.
 
@@ -57,9 +60,10 @@ import numpy as np
 import pyarrow as pa
 
 from splice.core.errors import PlanError, StateError
+from splice.core.time import WatermarkStrategy
 from splice.runtime.engine import Engine
 from splice.runtime.plan import Query
-from splice.state.sink import TransactionalSink
+from splice.state.sink import MemorySink, OutputSink, TransactionalSink
 from splice.state.store import BackendKind, CheckpointStore, open_store
 
 __all__ = [
@@ -77,12 +81,14 @@ ReplayableSource = Callable[[int], Iterator[tuple[str, pa.RecordBatch]]]
 
 @dataclass(frozen=True)
 class SourceStream:
-    """A source stream of a job: as :meth:`splice.runtime.Engine.define_stream` takes it."""
+    """A source stream of a job: as :meth:`splice.runtime.Engine.define_stream` takes it
+    (``max_out_of_orderness=D`` is short for ``watermark=WatermarkStrategy(D)``)."""
 
     name: str
     schema: pa.Schema
     time_column: str | None = None
     max_out_of_orderness: int | None = None
+    watermark: WatermarkStrategy | None = None
 
 
 @dataclass
@@ -122,13 +128,14 @@ class CheckpointCoordinator:
 
     Exactly one of ``interval_seconds`` / ``interval_batches`` sets the checkpoint cadence
     (neither: only the final checkpoint). ``backend`` is ``"local"`` (Arrow IPC files) or
-    ``"rocksdb"``; ``keep`` checkpoints are kept.
+    ``"rocksdb"``; ``keep`` checkpoints are kept. ``checkpoint_dir=None`` runs the job without
+    checkpoints, its outputs in memory.
     """
 
     def __init__(
         self,
         job: Job,
-        checkpoint_dir: str | Path,
+        checkpoint_dir: str | Path | None,
         interval_seconds: float | None = None,
         interval_batches: int | None = None,
         backend: BackendKind = "local",
@@ -142,14 +149,17 @@ class CheckpointCoordinator:
         if state_budget is not None and state_budget < 1:
             raise PlanError(f"state budget must be >= 1 byte, got {state_budget}")
         self.job = job
-        self.directory = Path(checkpoint_dir)
-        self.interval_seconds = interval_seconds
-        self.interval_batches = interval_batches
+        self.directory = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.interval_seconds = interval_seconds if self.directory is not None else None
+        self.interval_batches = interval_batches if self.directory is not None else None
         self.state_budget = state_budget
-        self.store: CheckpointStore = open_store(self.directory, backend, keep)
+        self.store: CheckpointStore | None = (
+            open_store(self.directory, backend, keep) if self.directory is not None else None)
         self.stats = CheckpointStats()
         self.engine: Engine | None = None
-        self.sinks: dict[str, TransactionalSink] = {}
+        self.sinks: dict[str, OutputSink] = {}
+        #: per query, per input: the sink of its late rows
+        self.late_sinks: dict[str, dict[str, OutputSink]] = {}
         self.epoch = 0
         self.position = 0
         self._fault = _fault_point()
@@ -163,10 +173,16 @@ class CheckpointCoordinator:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     # -- setup --------------------------------------------------------------------------------
+    def _sink(self, name: str, schema: pa.Schema) -> OutputSink:
+        if self.directory is None:
+            return MemorySink(schema)
+        return TransactionalSink(self.directory, name, schema)
+
     def _build(self, state: dict[str, Any] | None, sources: dict[str, dict[str, int]] | None) -> Engine:
         eng = Engine()
         for s in self.job.streams:
-            eng.define_stream(s.name, s.schema, s.time_column, s.max_out_of_orderness)
+            eng.define_stream(s.name, s.schema, s.time_column, s.max_out_of_orderness,
+                              watermark=s.watermark)
         for q in self.job.queries:
             saved = None if state is None else state.get(q.name)
             if state is not None and saved is None:
@@ -179,7 +195,11 @@ class CheckpointCoordinator:
                 if saved is None:
                     raise
                 raise StateError(f"query {q.name!r}: cannot restore its state from the checkpoint: {exc}") from exc
-            self.sinks[q.name] = TransactionalSink(self.directory, q.name, result.schema)
+            self.sinks[q.name] = self._sink(q.name, result.schema)
+            self.late_sinks[q.name] = {
+                label: self._sink(f"{q.name}.late.{label.replace('/', '~')}",
+                                  eng.catalog.by_id(sid).schema)
+                for sid, label in eng.assigner.deployed[q.name].late}
         if sources:
             eng.restore_source_state(sources)
         return eng
@@ -209,23 +229,33 @@ class CheckpointCoordinator:
             result = eng.queries[name]
             sink.stage(epoch, result.batches)
             result.batches.clear()
+            for label, late_sink in self.late_sinks[name].items():
+                late_sink.stage(epoch, result.late.get(label, []))
+                result.late.pop(label, None)
         self._reach("staged")
 
+    def _commit(self, epoch: int) -> None:
+        for sink in self.sinks.values():
+            sink.commit(epoch)
+        for per_input in self.late_sinks.values():
+            for sink in per_input.values():
+                sink.commit(epoch)
+
     def checkpoint(self, finished: bool = False) -> None:
-        """Take checkpoint ``epoch + 1`` now: snapshot, stage outputs, store, commit."""
+        """Take checkpoint ``epoch + 1`` now: snapshot, stage outputs, store, commit (without a
+        checkpoint directory: only hand the outputs to the in-memory sinks)."""
         eng = self.engine
         assert eng is not None
         t0 = time.perf_counter()
-        state = eng.snapshot() if not finished else {}
+        state = eng.snapshot() if not finished and self.store is not None else {}
         self._check_failures(eng)
         epoch = self.epoch + 1
         self._stage_outputs(eng, epoch)
         meta = {"position": self.position, "epoch": epoch, "sources": eng.source_state(),
                 "finished": finished, "queries": [q.name for q in self.job.queries]}
-        nbytes = self.store.save(epoch, state, meta)
+        nbytes = self.store.save(epoch, state, meta) if self.store is not None else 0
         self._reach("saved")
-        for sink in self.sinks.values():
-            sink.commit(epoch)
+        self._commit(epoch)
         self.epoch = epoch
         self.stats.checkpoints += 1
         self.stats.checkpoint_seconds.append(time.perf_counter() - t0)
@@ -233,11 +263,12 @@ class CheckpointCoordinator:
         self._reach("committed")
 
     # -- the run ------------------------------------------------------------------------------
-    def run(self) -> dict[str, pa.Table]:
-        """Run (or resume, or republish) the job; return each query's committed output."""
+    def run(self, collect: bool = True) -> dict[str, pa.Table]:
+        """Run (or resume, or republish) the job; return each query's committed output (with
+        ``collect=False`` nothing: read it with :meth:`publish` or :meth:`outputs`)."""
         t0 = time.perf_counter()
-        latest = self.store.load_latest()
-        self.stats.skipped = list(self.store.skipped)
+        latest = self.store.load_latest() if self.store is not None else None
+        self.stats.skipped = list(self.store.skipped) if self.store is not None else []
         state: dict[str, Any] | None = None
         sources: dict[str, dict[str, int]] | None = None
         if latest is not None:
@@ -262,18 +293,29 @@ class CheckpointCoordinator:
         self.engine = eng
         for sink in self.sinks.values():
             sink.recover(self.epoch)
+        for per_input in self.late_sinks.values():
+            for sink in per_input.values():
+                sink.recover(self.epoch)
         self.stats.restore_seconds = time.perf_counter() - t0
-        if self.stats.finished_before:
+        if not self.stats.finished_before:
+            try:
+                self._stream(eng)
+                eng.end()
+                self._check_failures(eng)
+                self.checkpoint(finished=True)
+            finally:
+                eng.close()
+        else:
             eng.close()
-            return {name: sink.committed() for name, sink in self.sinks.items()}
-        try:
-            self._stream(eng)
-            eng.end()
-            self._check_failures(eng)
-            self.checkpoint(finished=True)
-        finally:
-            eng.close()
+        return self.outputs() if collect else {}
+
+    def outputs(self) -> dict[str, pa.Table]:
+        """Each query's committed output."""
         return {name: sink.committed() for name, sink in self.sinks.items()}
+
+    def late_outputs(self, query: str) -> dict[str, pa.Table]:
+        """Query ``query``'s committed late rows, per input."""
+        return {label: sink.committed() for label, sink in self.late_sinks[query].items()}
 
     def _stream(self, eng: Engine) -> None:
         last = time.monotonic()

@@ -1,10 +1,11 @@
-"""The checkpointed forms of ``splice tpch``, ``splice join`` and ``splice txn`` (``--checkpoint-dir D``).
+"""The checkpointed forms of ``splice tpch`` and ``splice txn`` (``--checkpoint-dir D``).
 
-``join`` and ``tpch q1|q6`` build a :class:`~splice.state.checkpoint.Job` (streams, an engine
-plan, a replayable source in the command's arrival order) and run it under a
+``tpch q1|q6`` build a :class:`~splice.state.checkpoint.Job` (streams, an engine plan, a
+replayable source in the command's arrival order) and run it under a
 :class:`~splice.state.checkpoint.CheckpointCoordinator`. Running the same command again after a
-crash resumes from ``D``; the printed answer (``tpch``) or ``--out`` (``join``) is the committed
-output, equal to what an uninterrupted checkpointed run gives.
+crash resumes from ``D``; the printed answer is the committed output, equal to what an
+uninterrupted checkpointed run gives. (``splice join`` runs as such a job with or without
+checkpoints: :mod:`splice.commands.join`.)
 
 - ``tpch q1|q6``: the query's operator chain over the ``lineitem`` stream, batches of
   ``--batch-size`` rows in generation order.
@@ -12,8 +13,6 @@ output, equal to what an uninterrupted checkpointed run gives.
   (:class:`~splice.joins.multiway.Q3FastJoin`), stepped in chunks with its state checkpointed
   after each (on the engine, :func:`~splice.workloads.tpch_plans.q3_query` would take the
   interleaved order as runs of a few rows, one batch each: thousands of rows a second).
-- ``join --kind K``: one node ``BindInputs(<K's spec>, {...})`` over streams ``left`` and
-  ``right``, arrival from :func:`splice.io.arrival.interleave`.
 """
 
 from __future__ import annotations
@@ -21,17 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from splice.core.errors import PlanError
-from splice.runtime.plan import BindInputs, Node, Query
+from splice.runtime.plan import Query
 from splice.state.checkpoint import CheckpointCoordinator, Job, SourceStream, arrival_source
 
-__all__ = ["run_checkpointed", "run_tpch_checkpointed", "run_join_checkpointed", "run_txn_checkpointed", "load_join_inputs", "tpch_job",
-           "join_job",
+__all__ = ["run_checkpointed", "run_tpch_checkpointed", "run_txn_checkpointed", "tpch_job",
            "coordinator_for"]
 
 
@@ -65,82 +62,6 @@ def tpch_job(tables: dict[str, pa.Table], query: str, window: int | None, order:
     specs = tpch_queries.q1(state_backend=state_backend, state_dir=state_dir) if query == "q1" else tpch_queries.q6()
     return Job([SourceStream("lineitem", lineitem.schema)], [Query.chain(query, "lineitem", *specs)],
                lambda pos: table_source("lineitem", lineitem, batch_size, skip=pos))
-
-
-def _join_spec(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> tuple[BindInputs, bool]:
-    """(the kind's spec bound to the node's inputs, whether the engine makes watermarks)."""
-    from splice.joins.interval_command import disorder, keys_of
-
-    if args.kind in ("interval", "window"):
-        if args.time is None:
-            raise PlanError(f"join --kind {args.kind}: --time is required (the event-time column)")
-        delay = disorder(left, right, args.time, args.arrival)
-        keys = keys_of(args)
-        if args.kind == "interval":
-            from splice.joins.interval_join import IntervalJoin
-
-            if args.lower is None or args.upper is None:
-                raise PlanError("join --kind interval: --lower and --upper are required (inclusive bounds)")
-            return BindInputs(IntervalJoin, {"on": keys, "time": args.time, "lower": args.lower,
-                                             "upper": args.upper, "how": args.how,
-                                             "out_of_orderness": delay}), False
-        from splice.joins.window_join import WindowJoin
-
-        if args.size is None:
-            raise PlanError("join --kind window: --size is required (window length in time units)")
-        return BindInputs(WindowJoin, {"on": keys, "time": args.time, "size": args.size,
-                                       "slide": args.slide, "how": args.how,
-                                       "out_of_orderness": delay}), False
-    if args.kind == "hash":
-        from splice.joins.hash_command import _key_column
-        from splice.joins.hash_window_join import HashWindowJoin
-        from splice.joins.window import CountWindow, TimeWindow, parse_count_window
-
-        if args.how != "inner":
-            raise PlanError(f"--kind hash computes inner joins only, got --how {args.how}")
-        on = _key_column(args.on)
-        if args.window_time is not None:
-            if args.time is None:
-                raise PlanError("--window-time needs --time COL (the event-time column of both inputs)")
-            return BindInputs(HashWindowJoin, {"on": on, "window": TimeWindow(int(args.window_time), args.time),
-                                               "impl": args.impl}), args.arrival is None
-        w = parse_count_window(args.window)
-        if w is None:
-            raise PlanError("the hash join needs --window N (count window) or --time COL --window-time D")
-        return BindInputs(HashWindowJoin, {"on": on, "window": CountWindow(w), "impl": args.impl}), False
-    if args.kind == "band":
-        from splice.joins.band_command import _key_column as band_key
-        from splice.joins.band_command import parse_windows
-        from splice.joins.band_join import BandJoin, band_bounds
-
-        lower, upper = band_bounds(args.eps, None, None)
-        options: dict[str, Any] = {
-            "on": band_key(args.on), "lower": lower, "upper": upper,
-            "window": parse_windows(args.window), "index": args.index,
-            "insertion_depth": args.insertion_depth if args.index == "pimtree" else None}
-        if args.merge_ratio is not None:  # else BandJoin's default, as the plain command
-            options["merge_ratio"] = args.merge_ratio
-        return BindInputs(BandJoin, options), False
-    raise PlanError(f"join --kind {args.kind}: no checkpointed form")
-
-
-def join_job(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> Job:
-    """The job of ``splice join --kind K`` with checkpoints: one join node over left and right."""
-    from splice.io.arrival import interleave
-
-    spec, watermarks = _join_spec(left, right, args)
-    batches = interleave(left, right, args.arrival, args.time, args.batch_size)
-    names = ("left", "right")
-
-    def source(position: int) -> Iterator[tuple[str, pa.RecordBatch]]:
-        for side, batch in batches[position:]:
-            yield names[side], batch
-
-    delay = 0 if watermarks else None
-    time_col = args.time if watermarks else None
-    return Job([SourceStream("left", left.schema, time_col, delay),
-                SourceStream("right", right.schema, time_col, delay)],
-               [Query("join", (Node("join", spec, ("left", "right")),))], source)
 
 
 def run_checkpointed(job: Job, args: argparse.Namespace
@@ -279,53 +200,6 @@ def run_tpch_checkpointed(args: argparse.Namespace) -> int:
     if backend != "memory":
         metrics["state_backend"] = backend
     return _print_answer(args, answer, metrics)
-
-
-def load_join_inputs(args: argparse.Namespace) -> tuple[pa.Table, pa.Table, dict[str, Any]]:
-    """Read ``--left``/``--right``; with ``--bad-input`` check them at the edge (keys ``--on``,
-    time ``--time``) and with ``--dedupe-on`` pass only the first row of each id per input: fail
-    clearly or route bad rows to ``--dead-letter``. (left, right, metrics)."""
-    from splice.io.files import read_table
-
-    policy = getattr(args, "bad_input", None)
-    dedupe = [c.strip() for c in (getattr(args, "dedupe_on", None) or "").split(",") if c.strip()]
-    if policy is None and not dedupe:
-        if getattr(args, "dead_letter", None):
-            raise PlanError("--dead-letter needs --bad-input dead-letter")
-        return read_table(args.left), read_table(args.right), {}
-    from splice.state.deadletter import DeadLetterSink, load_checked
-    from splice.state.dedupe import Deduplicator
-
-    mode = "dead_letter" if policy == "dead-letter" else "fail"
-    sink = DeadLetterSink(args.dead_letter) if mode == "dead_letter" else None
-    keys = [k.strip() for k in str(args.on).split(",") if k.strip()]
-    tables = []
-    for side, path in (("left", args.left), ("right", args.right)):
-        t = load_checked(path, side, keys, args.time, mode, sink)  # type: ignore[arg-type]
-        if dedupe:
-            d = Deduplicator(side, t.schema, dedupe, mode, sink)  # type: ignore[arg-type]
-            t = pa.Table.from_batches([d.check(b) for b in t.to_batches()], t.schema)
-        tables.append(t)
-    extra: dict[str, Any] = {}
-    if sink is not None:
-        extra = {"dead_letter_rows": sink.total, "dead_letter_reasons": dict(sink.counts)}
-    return tables[0], tables[1], extra
-
-
-def run_join_checkpointed(args: argparse.Namespace) -> int:
-    """``splice join ... --checkpoint-dir D``: the join as an engine plan with checkpoints."""
-    t0 = time.perf_counter()
-    left, right, bad = load_join_inputs(args)
-    load_seconds = time.perf_counter() - t0
-    job = join_job(left, right, args)
-    coord, _, metrics = run_checkpointed(job, args)
-    result = coord.publish("join", args.out)
-    rows = left.num_rows + right.num_rows
-    seconds = metrics.pop("seconds")
-    _emit({"input_rows": rows, "output_rows": result.num_rows, "seconds": seconds,
-           "load_seconds": round(load_seconds, 6),
-           "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None, **metrics, **bad}, args.json)
-    return 0
 
 
 def _fault(point: str, count: int) -> None:

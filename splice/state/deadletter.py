@@ -28,71 +28,24 @@ late side output (:meth:`splice.runtime.Engine.late`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from splice.core.dead_letters import (
+    BadInputPolicy,
+    DeadLetterSink,
+    check_policy,
+    rows_json,
+)
 from splice.core.errors import PlanError, SchemaError
 
 __all__ = ["BadInputPolicy", "DeadLetterSink", "EdgeValidator", "check_policy", "load_checked", "read_csv_checked",
            "read_json_lines_checked", "row_bytes", "rows_json"]
-
-BadInputPolicy = Literal["fail", "dead_letter"]
-
-DEAD_LETTER_SCHEMA = pa.schema([("stream", pa.string()), ("reason", pa.string()), ("record", pa.string())])
-
-
-def check_policy(policy: str) -> None:
-    if policy not in get_args(BadInputPolicy):
-        raise PlanError(f"bad-input policy must be one of {get_args(BadInputPolicy)}, got {policy!r}")
-
-
-@dataclass
-class DeadLetterSink:
-    """Bad records with their reason, counted per reason; optionally appended to a JSON-lines file."""
-
-    path: str | Path | None = None
-    batches: list[pa.RecordBatch] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        # a run reads its inputs whole, so its dead letters are the file's whole content: a rerun
-        # (after a crash) writes them again instead of appending a second copy
-        if self.path is not None:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            Path(self.path).write_text("", encoding="utf-8")
-
-    def add(self, stream: str, reason: str, records: Sequence[str]) -> None:
-        """Route ``records`` (JSON text or raw lines) of ``stream``, bad for ``reason``."""
-        if not records:
-            return
-        n = len(records)
-        self.counts[reason] = self.counts.get(reason, 0) + n
-        batch = pa.record_batch([pa.array([stream] * n, pa.string()), pa.array([reason] * n, pa.string()),
-                                 pa.array(list(records), pa.string())], schema=DEAD_LETTER_SCHEMA)
-        self.batches.append(batch)
-        if self.path is not None:
-            with open(self.path, "a", encoding="utf-8") as f:
-                for r in records:
-                    f.write(json.dumps({"stream": stream, "reason": reason, "record": r}) + "\n")
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    def table(self) -> pa.Table:
-        return pa.Table.from_batches(self.batches, schema=DEAD_LETTER_SCHEMA)
-
-
-def rows_json(batch: pa.RecordBatch | pa.Table, mask: np.ndarray) -> list[str]:
-    # the bad rows only: Python per *bad* row, on the error path
-    return [json.dumps(r, default=str) for r in batch.filter(pa.array(mask)).to_pylist()]
 
 
 @dataclass

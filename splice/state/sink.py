@@ -1,12 +1,13 @@
 """Exactly-once file sinks: an epoch's results become visible only when its checkpoint completes.
 
-Two-phase commit into Parquet part files. For epoch ``e`` (the results between checkpoints
+Two-phase commit into part files (Arrow IPC: written as the batches lie in memory, no encoding,
+so staging costs little more than the fsync). For epoch ``e`` (the results between checkpoints
 ``e - 1`` and ``e``):
 
 1. **pre-commit** (:meth:`TransactionalSink.stage`, before checkpoint ``e`` is saved): the batches
-   are written durably to ``staged/epoch-<e>.parquet`` (temporary name, fsync, rename);
+   are written durably to ``staged/epoch-<e>.arrow`` (temporary name, fsync, rename);
 2. **commit** (:meth:`TransactionalSink.commit`, after checkpoint ``e`` is saved): the staged file is
-   renamed to ``committed/part-<e>.parquet``.
+   renamed to ``committed/part-<e>.arrow``.
 
 Recovery from checkpoint ``c`` (:meth:`TransactionalSink.recover`) finishes commits the crash
 interrupted (staged epochs ``<= c``: their checkpoint completed), discards staged epochs ``> c``
@@ -29,19 +30,76 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from splice.core.errors import StateError
 from splice.io.files import write_table
 from splice.state.store import _fsync_dir
 
-__all__ = ["TransactionalSink"]
+__all__ = ["TransactionalSink", "MemorySink", "OutputSink", "publish_table"]
 
-_EPOCH = re.compile(r"^(?:epoch|part)-(\d+)\.parquet$")
+_EPOCH = re.compile(r"^(?:epoch|part)-(\d+)\.arrow$")
+
+
+def publish_table(table: pa.Table, out: str | Path) -> None:
+    """Write ``table`` to ``out`` (Parquet or CSV by suffix) atomically: a temporary file,
+    fsynced, renamed into place."""
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp{target.suffix}")
+    write_table(table, tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    _fsync_dir(target.parent)
+
+
+class OutputSink(Protocol):
+    """Where a job's query results go, epoch by epoch (see :class:`TransactionalSink`)."""
+
+    schema: pa.Schema
+
+    def stage(self, epoch: int, batches: Sequence[pa.RecordBatch]) -> None: ...
+
+    def commit(self, epoch: int) -> None: ...
+
+    def recover(self, checkpoint_epoch: int) -> None: ...
+
+    def committed(self) -> pa.Table: ...
+
+    def publish(self, out: str | Path) -> pa.Table: ...
+
+
+@dataclass
+class MemorySink:
+    """The results of a job run without checkpoints: kept in memory, each epoch visible at once.
+
+    It takes the place of a :class:`TransactionalSink` so that a job runs the same way with
+    checkpoints and without."""
+
+    schema: pa.Schema
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+
+    def stage(self, epoch: int, batches: Sequence[pa.RecordBatch]) -> None:
+        self.batches.extend(batches)
+
+    def commit(self, epoch: int) -> None:
+        return None
+
+    def recover(self, checkpoint_epoch: int) -> None:
+        return None
+
+    def committed(self) -> pa.Table:
+        return pa.Table.from_batches(self.batches, schema=self.schema)
+
+    def publish(self, out: str | Path) -> pa.Table:
+        table = self.committed()
+        publish_table(table, out)
+        return table
 
 
 def _epoch_of(path: Path) -> int | None:
@@ -51,7 +109,7 @@ def _epoch_of(path: Path) -> int | None:
 
 @dataclass
 class TransactionalSink:
-    """Parquet part files of query ``name`` under ``directory/sink/<name>``, committed by epoch."""
+    """Part files of query ``name`` under ``directory/sink/<name>``, committed by epoch."""
 
     directory: str | Path
     name: str
@@ -65,18 +123,21 @@ class TransactionalSink:
         self.committed_dir.mkdir(parents=True, exist_ok=True)
 
     def _staged(self, epoch: int) -> Path:
-        return self.staged_dir / f"epoch-{epoch:012d}.parquet"
+        return self.staged_dir / f"epoch-{epoch:012d}.arrow"
 
     def _part(self, epoch: int) -> Path:
-        return self.committed_dir / f"part-{epoch:012d}.parquet"
+        return self.committed_dir / f"part-{epoch:012d}.arrow"
 
     def stage(self, epoch: int, batches: Sequence[pa.RecordBatch]) -> None:
         """Pre-commit: write epoch ``epoch``'s ``batches`` durably, invisible until :meth:`commit`."""
-        table = pa.Table.from_batches(list(batches), schema=self.schema).combine_chunks()
         target = self._staged(epoch)
         tmp = target.with_name(target.name + ".tmp")
-        pq.write_table(table, tmp)
-        with open(tmp, "rb+") as f:
+        with open(tmp, "wb") as f:
+            with pa.ipc.new_file(f, self.schema) as writer:
+                for b in batches:
+                    if b.num_rows:
+                        writer.write_batch(b)
+            f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
         _fsync_dir(self.staged_dir)
@@ -108,19 +169,14 @@ class TransactionalSink:
     def committed(self) -> pa.Table:
         """Every committed row, in epoch order."""
         parts = sorted((e, p) for p in self.committed_dir.iterdir() if (e := _epoch_of(p)) is not None)
-        tables = [pq.read_table(p, schema=self.schema) for _, p in parts]
-        if not tables:
-            return self.schema.empty_table()
-        return pa.concat_tables(tables).combine_chunks()
+        batches: list[pa.RecordBatch] = []
+        for _, p in parts:
+            with pa.memory_map(str(p)) as source:
+                batches.extend(pa.ipc.open_file(source).read_all().to_batches())
+        return pa.Table.from_batches(batches, schema=self.schema)
 
     def publish(self, out: str | Path) -> pa.Table:
         """Write the committed rows to ``out`` (Parquet or CSV by suffix) atomically; return them."""
         table = self.committed()
-        target = Path(out)
-        tmp = target.with_name(f".{target.name}.tmp{target.suffix}")
-        write_table(table, tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        publish_table(table, out)
         return table
