@@ -11,8 +11,9 @@ the column, the value and the reason; ``"dead_letter"`` hands each one, with its
 
 Types. A declared ``schema`` is used as given: its columns, in its order, with its types. Without
 one, CSV types are inferred from the file's first rows (10,000 rows, at most 1 MiB), never from
-the whole file, so that one bad value late in a column cannot turn the column into strings (a
-column empty in those rows is read as strings). Parquet keeps the file's types. JSON lines take
+the whole file, so that one bad value late in a column cannot turn the column into strings; a
+column whose values there are integers (numbers, times) but for at most 1% of them takes that
+type too, the others being bad rows (a column empty in those rows is read as strings). Parquet keeps the file's types. JSON lines take
 Arrow's inference over the whole file when it reads cleanly; otherwise, and in :func:`iter_input`,
 the fields and types of the first clean lines, and a later line with a field of its own is bad.
 View types (``string_view``, ``binary_view``) become plain ones and schema metadata is dropped.
@@ -386,11 +387,15 @@ def _csv_header(src: _Input) -> pa.Schema:
     newlines = np.flatnonzero(np.frombuffer(head, np.uint8) == 10)
     cut = int(newlines[_INFER_ROWS]) + 1 if len(newlines) > _INFER_ROWS else \
         int(newlines[-1]) + 1 if len(head) == _INFER_BYTES and len(newlines) else len(head)
+    sample = pa.py_buffer(head)[:cut]
     try:
-        return pacsv.read_csv(pa.BufferReader(pa.py_buffer(head)[:cut]), parse_options=skip_bad,
-                              read_options=pacsv.ReadOptions(use_threads=True, block_size=1 << 16)).schema
+        inferred = pacsv.read_csv(pa.BufferReader(sample), parse_options=skip_bad,
+                                  read_options=pacsv.ReadOptions(use_threads=True,
+                                                                 block_size=1 << 16)).schema
     except _READ_ERRORS:
         pass  # a prefix Arrow cannot read (a quoted field cut, say): its streaming reader decides
+    else:
+        return _majority_types(sample, inferred)
     try:
         reader = pacsv.open_csv(src.path, read_options=pacsv.ReadOptions(use_threads=False),
                                 parse_options=skip_bad)
@@ -400,6 +405,47 @@ def _csv_header(src: _Input) -> pa.Schema:
         return reader.schema
     finally:
         reader.close()
+
+
+#: what a value of the first rows looks like when it is an integer, a number or a time
+_SHAPES = (r"^\s*[-+]?\d+\s*$",
+           r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$",
+           r"^\s*\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[-+]\d{2}:?\d{2})?)?\s*$")
+#: of a column's non-empty values in the first rows, at most this share may fail to have the
+#: shape the rest share for the column to take the type of the rest (they are then bad rows)
+_STRAY = 0.01
+
+
+def _majority_types(sample: pa.Buffer, inferred: pa.Schema) -> pa.Schema:
+    """``inferred`` with each column Arrow read as strings only because a few of its values in
+    the first rows are malformed (``abc`` among integers) given the type of the rest: those
+    values are bad rows of that type, not evidence that the column holds text."""
+    text = [f.name for f in inferred if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    if not text:
+        return inferred
+    raw = pacsv.read_csv(
+        pa.BufferReader(sample), parse_options=pacsv.ParseOptions(invalid_row_handler=lambda _: "skip"),
+        convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in text},
+                                             include_columns=text, strings_can_be_null=True))
+    fields = {f.name: f for f in inferred}
+    for name in text:
+        col = raw.column(name).drop_null()
+        n = len(col)
+        if n == 0:
+            continue
+        for shape in _SHAPES:
+            fits = pc.match_substring_regex(col, shape)
+            good = int(pc.sum(fits).as_py() or 0)
+            if good == n or good < n * (1 - _STRAY):
+                continue
+            values = col.filter(fits)
+            # Arrow's own inference on the values that have the shape
+            body = pa.py_buffer(("v\n" + "\n".join(values.to_pylist()) + "\n").encode())
+            typ = pacsv.read_csv(pa.BufferReader(body)).schema.field("v").type
+            if not pa.types.is_string(typ):
+                fields[name] = pa.field(name, typ)
+                break
+    return pa.schema([fields[f.name] for f in inferred])
 
 
 def _csv_types(src: _Input, header: pa.Schema, declared: pa.Schema | None) -> dict[str, pa.DataType]:
