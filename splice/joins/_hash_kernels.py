@@ -677,33 +677,38 @@ def merge_filtered3(m0, m1, m2):  # type: ignore[no-untyped-def]
     return side, row
 
 
-#: ``fx_time_ring_sequence``'s "no time seen yet" (far below any event time, safe to subtract from).
+#: The time rings' "no watermark yet" (far below any event time, safe to subtract a window from).
 NO_TIME = -(1 << 62)
 
 
 @_no_nrt
 def fx_time_ring_sequence(  # type: ignore[no-untyped-def]
-    sides, seqs, pkeys, pvalid, times, length, time_sorted,
-    rseq, rkey, rval, rtime, rnxt, head, maxt, shift, start, out_i, out_s,
+    sides, seqs, pkeys, pvalid, times, length, time_sorted, pu, parts,
+    rseq, rkey, rval, rtime, rnxt, head, wm, in_order, newest, shift, start, out_i, out_s,
 ):
-    """Two-way time-window join over a mixed arrival sequence, nothing late (the command path),
-    with the retained tuples of each side in a ring that the watermark frees.
+    """Two-way time-window join over a mixed arrival sequence in which nothing is late, with the
+    retained tuples of each side in a ring that the watermarks free.
 
     Tuple i of side ``me = sides[i]`` (sequence number ``s = seqs[i]`` on that side, event time
     ``times[i]``) matches every retained tuple of the other side with an equal key and
-    ``|dt| <= length``; then it is stored at ring slot ``s & (C - 1)`` of its side. Per side and
-    bucket, chains (``head[side, b]``, ``rnxt[side, slot]``) link tuples newest first by their
-    *sequence number*; a link whose slot now holds another tuple has been overwritten, and so
-    has everything older on the chain (slots are reused in arrival order), so a walk stops there.
+    ``|dt| <= length``; then it is stored at ring slot ``(s // parts) & (C - 1)`` of its side
+    when this PU owns it (``s % parts == pu``: SplitJoin, :mod:`splice.joins.splitjoin`). Per
+    side and bucket, chains (``head[side, b]``, ``rnxt[side, slot]``) link tuples newest first by
+    their *sequence number*; a link whose slot now holds another tuple has been overwritten, and
+    so has everything older on the chain (slots are reused in arrival order), so a walk stops
+    there.
 
-    With ``time_sorted`` arrival, each side's watermark is its largest time so far minus one
-    (``maxt[side] - 1``): a stored tuple with time ``<= watermark(other) - length`` can never
-    match again, and its slot is reused. A slot still holding a tuple that can match (or any
-    tuple without ``time_sorted``: no watermarks) stops the kernel with ``grow = 1``: the caller
-    doubles the ring (:func:`fx_ring_relink`) and resumes. Tuples with a null key never match and
-    are reused at once. Walks stop at the first tuple older than ``times[i] - length`` when
-    ``time_sorted``. Writes (arrival index, matched seq), per arrival oldest match first; returns
-    ``(written, next start, grow)`` (resumable, see :func:`drain`).
+    ``wm[side]`` is the side's watermark: no later tuple of that side has a time ``<= wm``. A
+    stored tuple with time ``<= wm[other] - length`` can never match again and its slot is
+    reused; a slot still holding a tuple that can match stops the kernel with ``grow = 1``: the
+    caller doubles the ring (:func:`fx_ring_relink`) and resumes. Tuples with a null key never
+    match and are reused at once. ``in_order[side]`` says whether that side's tuples have all
+    come in nondecreasing time so far (``newest[side]``: its largest time); while the other
+    side's have, a walk stops at the first tuple older than ``times[i] - length`` (older ones
+    are older still). ``time_sorted`` promises that each side arrives in nondecreasing time:
+    its watermark then also follows its largest time minus one. Writes (arrival index, matched
+    seq), per arrival oldest match first; returns ``(written, next start, grow)`` (resumable,
+    see :func:`drain`).
     """
     cap = rseq.shape[1]
     mask = cap - 1
@@ -714,9 +719,10 @@ def fx_time_ring_sequence(  # type: ignore[no-untyped-def]
         me = sides[i]
         other = 1 - me
         s = seqs[i]
-        pos = s & mask
-        if rseq[me, pos] >= 0 and rval[me, pos]:
-            if not time_sorted or rtime[me, pos] > maxt[other] - 1 - length:
+        own = parts == 1 or s % parts == pu
+        pos = (s // parts) & mask
+        if own and rseq[me, pos] >= 0 and rval[me, pos]:
+            if rtime[me, pos] > wm[other] - length:
                 return n, i, 1
         k = pkeys[i]
         t = times[i]
@@ -725,11 +731,11 @@ def fx_time_ring_sequence(  # type: ignore[no-untyped-def]
             first = n
             q = head[other, fx_bucket(k, shift)]
             while q >= 0:
-                p = q & mask
+                p = (q // parts) & mask
                 if rseq[other, p] != q:
                     break
                 ts = rtime[other, p]
-                if time_sorted and ts < t - length:
+                if in_order[other] and ts < t - length:
                     break
                 if rkey[other, p] == k and abs(t - ts) <= length:
                     out_i[n] = i
@@ -745,16 +751,21 @@ def fx_time_ring_sequence(  # type: ignore[no-untyped-def]
                 out_s[hi] = tmp
                 lo += 1
                 hi -= 1
-        rseq[me, pos] = s
-        rkey[me, pos] = k
-        rval[me, pos] = ok
-        rtime[me, pos] = t
-        if ok:
-            b = fx_bucket(k, shift)
-            rnxt[me, pos] = head[me, b]
-            head[me, b] = s
-        if t > maxt[me]:
-            maxt[me] = t
+        if own:
+            rseq[me, pos] = s
+            rkey[me, pos] = k
+            rval[me, pos] = ok
+            rtime[me, pos] = t
+            if ok:
+                b = fx_bucket(k, shift)
+                rnxt[me, pos] = head[me, b]
+                head[me, b] = s
+        if t < newest[me]:
+            in_order[me] = False
+        else:
+            newest[me] = t
+        if time_sorted and t - 1 > wm[me]:
+            wm[me] = t - 1
     return n, sides.shape[0], 0
 
 
@@ -772,24 +783,25 @@ def fx_ring_relink(rseq, rkey, rval, rnxt, head, shift, order):  # type: ignore[
 
 @_no_nrt
 def hb_time_sequence(  # type: ignore[no-untyped-def]
-    sides, seqs, pkeys, pvalid, times, length, time_sorted,
+    sides, seqs, pkeys, pvalid, times, length, time_sorted, pu, parts,
     l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats,
     r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats,
-    rtime, lo, maxt, buf, tmp, kbuf, vbuf, start, out_i, out_s,
+    rtime, lo, wm, buf, tmp, kbuf, vbuf, start, out_i, out_s,
 ):
-    """HB-SJ two-way time-window join over a mixed arrival sequence, nothing late (the command
-    path), expiring by watermark from the head of each ordered sliding window.
+    """HB-SJ two-way time-window join over a mixed arrival sequence in which nothing is late,
+    expiring by watermark from the head of each ordered sliding window.
 
-    Each side's ordered window is a ring of ``C`` positions (tuple ``s`` at ``s & (C - 1)``;
-    ``rtime`` its event time; ``lo[side]`` the oldest tuple still stored). With ``time_sorted``
-    arrival the watermark of a side is its largest time so far minus one (``maxt - 1``); before
-    a tuple of side ``me`` is stored, the oldest tuples of ``me`` with time
-    ``<= watermark(other) - length`` expire from their table slot or the overflow buffer, oldest
-    first, exactly as HB-SJ expires before each insert. A tuple then probes the other side's
-    tables and overflow buffer and keeps the matches with ``|dt| <= length``, oldest first. A
-    ring still full of live tuples (always, without ``time_sorted``: no watermarks) stops the
-    kernel with ``grow = 1``: the caller doubles the rings and resumes. Returns ``(written,
-    next start, grow)``; resumable (see :func:`drain`).
+    Each side's ordered window is a ring of ``C`` positions: this PU's tuple ``s`` (``s % parts
+    == pu``) at ``(s // parts) & (C - 1)``, ``rtime`` its event time, ``lo[side]`` the position
+    count (``s // parts``) of the oldest tuple still stored. ``wm`` holds each side's watermark
+    (with ``time_sorted`` arrival it also follows the side's largest time minus one, as in
+    :func:`fx_time_ring_sequence`). Before a tuple of side ``me`` is stored, the oldest tuples of
+    ``me`` with time ``<= wm[other] - length`` expire from their table slot or the overflow
+    buffer, oldest first, exactly as HB-SJ expires before each insert (empty positions, left by a
+    restore, are passed over). A tuple then probes the other side's tables and overflow buffer
+    and keeps the matches with ``|dt| <= length``, oldest first. A ring still full of live tuples
+    stops the kernel with ``grow = 1``: the caller doubles the rings and resumes. Returns
+    ``(written, next start, grow)``; resumable (see :func:`drain`).
     """
     cap = l_wseq.shape[0]
     mask = cap - 1
@@ -801,17 +813,23 @@ def hb_time_sequence(  # type: ignore[no-untyped-def]
         me = sides[i]
         other = 1 - me
         s = seqs[i]
-        if time_sorted:
-            thr = maxt[other] - 1 - length
-            while lo[me] < s and rtime[me, lo[me] & mask] <= thr:
+        own = parts == 1 or s % parts == pu
+        j = s // parts
+        if own:
+            thr = wm[other] - length
+            while lo[me] < j:
                 p = lo[me] & mask
-                if me == 0:
-                    _hb_expire(p, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)
-                else:
-                    _hb_expire(p, r_wseq, r_wloc, r_widx, r_tseq, r_oinfo)
+                held = l_wseq[p] >= 0 if me == 0 else r_wseq[p] >= 0
+                if held:
+                    if rtime[me, p] > thr:
+                        break
+                    if me == 0:
+                        _hb_expire(p, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)
+                    else:
+                        _hb_expire(p, r_wseq, r_wloc, r_widx, r_tseq, r_oinfo)
                 lo[me] += 1
-        if s - lo[me] >= cap:
-            return n, i, 1
+            if j - lo[me] >= cap:
+                return n, i, 1
         k = pkeys[i]
         t = times[i]
         ok = pvalid[i]
@@ -822,20 +840,21 @@ def hb_time_sequence(  # type: ignore[no-untyped-def]
                 c = _hb_probe_one(k, 0, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats, buf, tmp)
             for q in range(c):
                 m = buf[q]
-                if abs(t - rtime[other, m & mask]) <= length:
+                if abs(t - rtime[other, (m // parts) & mask]) <= length:
                     out_i[n] = i
                     out_s[n] = m
                     n += 1
-        p = s & mask
-        kbuf[0, 0] = k
-        vbuf[0, 0] = ok
-        if me == 0:
-            _hb_insert(p, s, kbuf, vbuf, 0, l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey, l_oseq,
-                       l_oinfo, l_stats)
-        else:
-            _hb_insert(p, s, kbuf, vbuf, 0, r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey, r_oseq,
-                       r_oinfo, r_stats)
-        rtime[me, p] = t
-        if t > maxt[me]:
-            maxt[me] = t
+        if own:
+            p = j & mask
+            kbuf[0, 0] = k
+            vbuf[0, 0] = ok
+            if me == 0:
+                _hb_insert(p, s, kbuf, vbuf, 0, l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey,
+                           l_oseq, l_oinfo, l_stats)
+            else:
+                _hb_insert(p, s, kbuf, vbuf, 0, r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey,
+                           r_oseq, r_oinfo, r_stats)
+            rtime[me, p] = t
+        if time_sorted and t - 1 > wm[me]:
+            wm[me] = t - 1
     return n, sides.shape[0], 0

@@ -12,9 +12,11 @@ ranges, on ``imtree``/``pimtree``). Arriving by time,
 nothing is late and each input's watermark trails its largest time by one, retiring the other
 input's tuples as the join goes; with ``--arrival`` there are no watermarks.
 Arrival order is :func:`splice.io.arrival.arrival_positions`: by ``--arrival``, else by ``--time``
-(ties left first), else row i of the left input just before row i of the right. The whole
-arrival sequence runs through the join in chunks of ``--batch-size`` tuples (one kernel call
-each, or one parallel run with ``--threads T > 1``). Output: the left input's columns, then the
+(ties left first), else row i of the left input just before row i of the right. The inputs go
+through the :class:`~splice.joins.band_join.BandJoin` operator in whole batches of
+``--batch-size`` rows each (:func:`~splice.joins.window.drive_tables`), and the operator merges
+them into that order itself (its ``order``), joining each merged prefix in one call of its
+core (or one parallel run with ``--threads T > 1``). Output: the left input's columns, then the
 right input's (``_right`` on taken names), by arrival of the later tuple, then of its partner.
 
 Without ``--merge-ratio``/``--insertion-depth`` the join takes :class:`BandJoin`'s defaults
@@ -26,20 +28,16 @@ depth 2 or less; the task-queue join merge ratio 1 and the deepest level of a fu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError
-from splice.core.time import MIN_TIME, time_values
-from splice.io.arrival import arrival_positions
-from splice.joins.band_join import BandJoin, band_bounds, key_dtype, key_values
-from splice.joins.hash_window_join import join_output_schema
-from splice.joins.window import TimeWindow, parse_count_window
+from splice.joins.band_join import BandJoin, band_bounds
+from splice.joins.window import POSITION, TimeWindow, drive_tables, parse_count_window
 
 __all__ = ["run", "band_join_tables", "parse_windows"]
-
 
 
 def parse_windows(text: str | None) -> tuple[int, int]:
@@ -74,62 +72,16 @@ def band_join_tables(
     time: str | None = None,
     batch_size: int = 65_536,
 ) -> pa.Table:
-    """Band join of two tables in arrival order with the options of ``spec``."""
+    """Band join of two tables in arrival order with the options of ``spec``: the operator
+    with ``order`` the arrival column, else ``time``, else
+    :data:`~splice.joins.window.POSITION`, over whole batches of each input
+    (:func:`~splice.joins.window.drive_tables`)."""
     for t, side in ((left, "left"), (right, "right")):
         if on not in t.schema.names:
             raise SchemaError(f"stream {side!r}: join key column {on!r} is missing "
                               f"(columns: {', '.join(t.schema.names)})")
-    dtype = key_dtype([left.schema.field(on).type, right.schema.field(on).type],
-                      [("left", on), ("right", on)])
-    sides, rows = arrival_positions(left, right, arrival, time)
-    lk = key_values(left.column(on), dtype, "left", on)
-    rk = key_values(right.column(on), dtype, "right", on)
-    is_left = sides == 0
-    keys = np.empty(len(sides), dtype)
-    keys[is_left] = lk[rows[is_left]]
-    keys[~is_left] = rk[rows[~is_left]]
-    sides8 = sides.astype(np.int8)
-    core = spec.make_core(dtype)
-    tw = spec.time_window
-    times = None
-    if tw is not None:
-        lt = time_values(left, tw.column, "left")
-        rt = time_values(right, tw.column, "right")
-        times = np.empty(len(sides), np.int64)
-        times[is_left] = lt[rows[is_left]]
-        times[~is_left] = rt[rows[~is_left]]
-    gs, ps = [], []
-    wm = [MIN_TIME, MIN_TIME]
-    for c0 in range(0, len(keys), batch_size):
-        c1 = min(len(keys), c0 + batch_size)
-        if times is None:
-            g, p = core.run(sides8[c0:c1], keys[c0:c1])
-        else:
-            g, p = core.run(sides8[c0:c1], keys[c0:c1], times[c0:c1])
-            if tw is not None and time is not None and arrival is None:
-                # arriving by time nothing is late; each input's watermark trails its largest
-                # time by one, and the other input's tuples a window behind it are retired
-                for s in (0, 1):
-                    mine = times[c0:c1][sides8[c0:c1] == s]
-                    if len(mine):
-                        wm[s] = max(wm[s], int(mine.max()) - 1)
-                        core.evict(1 - s, wm[s] - tw.length)
-        gs.append(g + c0)
-        ps.append(p)
-    g = np.concatenate(gs) if gs else np.empty(0, np.int64)
-    p = np.concatenate(ps) if ps else np.empty(0, np.int64)
-    lrows, rrows = rows[is_left], rows[~is_left]
-    probe_left = sides[g] == 0
-    li = np.empty(len(g), np.int64)
-    ri = np.empty(len(g), np.int64)
-    li[probe_left] = rows[g[probe_left]]
-    ri[probe_left] = rrows[p[probe_left]]
-    li[~probe_left] = lrows[p[~probe_left]]
-    ri[~probe_left] = rows[g[~probe_left]]
-    schema, _ = join_output_schema(left.schema, right.schema)
-    lt = left.take(pa.array(li, pa.int64()))
-    rt = right.take(pa.array(ri, pa.int64()))
-    return pa.Table.from_arrays(lt.columns + rt.columns, schema=schema)
+    spec = dataclasses.replace(spec, left=0, right=1, order=arrival or time or POSITION)
+    return drive_tables(spec, left, right, batch_size)[0]
 
 
 def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:

@@ -19,10 +19,21 @@ taken gets the suffix ``_right``), ordered by the arrival of the later tuple, th
 of its partner — the same for every index and thread count, however the input is batched.
 
 Keys: any numeric Arrow type. Integer keys (``int8`` .. ``int64``, ``uint8`` .. ``uint32``,
-``uint64`` up to 2**63 - 1) are joined as ``int64`` with the bounds rounded inward
-(``ceil(lower)``, ``floor(upper)``), exactly; when either side is floating point or decimal,
-both are joined as ``float64``. Null, NaN and infinite keys are refused (SchemaError naming the
-stream and column): filter them before the join.
+``uint64`` up to 2**63 - 1; a larger ``uint64`` is a SchemaError naming the stream and column)
+are joined as ``int64`` with the bounds rounded inward (``ceil(lower)``, ``floor(upper)``),
+exactly; when either side is floating point or decimal, both are joined as ``float64``. A null or
+NaN key never matches and is counted (``stats()[side]["null_keys"]``); so does an infinite key
+(counted as ``infinite_keys``): the band around an infinity holds no number, and
+``inf - inf`` is NaN. Such a tuple still takes its place in its window (a count window's last
+``w`` tuples include it): it is indexed under a stand-in key far from any real one, and a pair it
+forms is dropped before it is emitted.
+
+Arrival order. ``order=None``: the data path's, batch by batch. ``order`` a column both inputs
+carry, or :data:`~splice.joins.window.POSITION`: the join merges its two inputs into that order
+itself, ties left first (:class:`~splice.joins.window.ArrivalMerge`; each input nondecreasing in
+the column), and joins each merged prefix in one call of its core, whatever batches the path
+cuts. With a time window and ``order`` its time column, each input's watermark also trails its
+largest time by one, retiring the other input's tuples as the join goes.
 
 Algorithm. Each window is indexed (``index``): ``nlwj`` scans it (nested loops, the baseline),
 ``bptree``, ``bchain``/``ibchain``, ``imtree``, ``pimtree`` are the structures of
@@ -31,8 +42,9 @@ window's positions; the partners are sorted by position. The loop over a batch i
 (:func:`splice.index._window.join_run`). ``threads > 1`` runs the parallel IBWJ of
 :mod:`splice.joins.parallel_band` (same output, same order).
 
-State: per side the retained rows (:class:`~splice.joins.window.RowStore`) and the next arrival
-number; the indexes are derived and rebuilt on restore.
+State: per side the retained rows (:class:`~splice.joins.window.RowStore`), the next arrival
+number, the rows waiting for their place in the arrival order, watermarks and counts; the indexes
+are derived and rebuilt on restore.
 
 >>> import pyarrow as pa
 >>> from splice.testing import OperatorHarness
@@ -47,7 +59,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -56,7 +68,7 @@ import pyarrow.compute as pc
 from splice import _pooled as pooled
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
-from splice.core.time import MIN_TIME, time_values
+from splice.core.time import MIN_TIME, is_temporal, time_values
 from splice.index._jit import kernel_input
 from splice.index._window import M_NEXT, M_W, join_run, new_descents
 from splice.index.window import (
@@ -68,11 +80,13 @@ from splice.index.window import (
 )
 from splice.joins._band_kernels import LOW_LEFT_POOL, LOW_RIGHT_POOL, OUT_FULL, join_seq_run
 from splice.joins.hash_window_join import join_output_schema
-from splice.joins.window import RowStore, TimeWindow
+from splice.joins.window import POSITION, ArrivalMerge, Release, RowStore, TimeWindow, conform
 
 __all__ = [
     "BandJoin",
     "BandCore",
+    "BandKeys",
+    "POSITION",
     "MergeMode",
     "ParallelMode",
     "band_bounds",
@@ -119,31 +133,57 @@ def key_dtype(types: list[pa.DataType], names: list[tuple[str, str]]) -> np.dtyp
     return np.dtype(np.float64) if any(_is_float_key(t) for t in types) else np.dtype(np.int64)
 
 
+class BandKeys(NamedTuple):
+    """A key column as the band join's index takes it."""
+
+    #: the keys, contiguous ``int64`` or ``float64``; a stand-in where a key cannot match
+    values: np.ndarray
+    #: which keys can match (``None``: all of them)
+    ok: np.ndarray | None
+    #: null or NaN keys
+    nulls: int
+    #: infinite keys
+    infinite: int
+
+
+#: Stand-ins for keys that never match, by stream (left, right): far from any real key, so that
+#: probes rarely reach them; a pair they form anyway is dropped before it is emitted.
+_STAND_IN = {np.dtype(np.int64): (1 << 61, -(1 << 61)), np.dtype(np.float64): (1e300, -1e300)}
+
+
 def key_values(
-    column: pa.Array | pa.ChunkedArray, dtype: np.dtype, stream: str, name: str
-) -> np.ndarray:
-    """The key column as a contiguous ``dtype`` array; SchemaError on null/NaN/inf/overflow."""
+    column: pa.Array | pa.ChunkedArray, dtype: np.dtype, stream: str, name: str, side: int = 0
+) -> BandKeys:
+    """The key column as a contiguous ``dtype`` array and which of its keys can match.
+
+    Null, NaN and infinite keys never match: they hold the stand-in of stream ``side`` (0 left,
+    1 right). A ``uint64`` key above 2**63 - 1 is a SchemaError naming the stream and column.
+    """
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    if column.null_count:
-        raise SchemaError(
-            f"stream {stream!r}: band join key column {name!r} has {column.null_count} null(s)"
-        )
-    t = column.type
-    if dtype == np.int64:
-        if pa.types.is_uint64(t) and len(column) and pc.max(column).as_py() > 2**63 - 1:
-            raise SchemaError(
-                f"stream {stream!r}: band join key column {name!r} (uint64) exceeds int64"
-            )
-        values = column.cast(pa.int64()).to_numpy(zero_copy_only=False)
-        return np.ascontiguousarray(values, np.int64)
-    values = np.ascontiguousarray(column.cast(pa.float64()).to_numpy(zero_copy_only=False))
-    if len(values) and not np.isfinite(values).all():
-        bad = int((~np.isfinite(values)).sum())
-        raise SchemaError(
-            f"stream {stream!r}: band join key column {name!r} has {bad} NaN or infinite value(s)"
-        )
-    return values
+    exact = dtype == np.int64
+    if exact and pa.types.is_uint64(column.type) and len(column) \
+            and (pc.max(column).as_py() or 0) > 2**63 - 1:
+        raise SchemaError(f"stream {stream!r}: band join key column {name!r} (uint64) exceeds int64")
+    cast = column.cast(pa.int64() if exact else pa.float64())
+    bad: np.ndarray | None = None
+    nulls = cast.null_count
+    if nulls:
+        bad = cast.is_null().to_numpy(zero_copy_only=False)
+        cast = pc.fill_null(cast, 0)
+    values = np.ascontiguousarray(cast.to_numpy(zero_copy_only=False), dtype)
+    infinite = 0
+    if not exact and len(values):
+        nan, inf = np.isnan(values), np.isinf(values)
+        n_nan, infinite = int(nan.sum()), int(inf.sum())
+        if n_nan or infinite:
+            nulls += n_nan
+            bad = nan | inf if bad is None else bad | nan | inf
+    if bad is None:
+        return BandKeys(values, None, 0, 0)
+    values = values.copy()
+    values[bad] = _STAND_IN[np.dtype(dtype)][side]
+    return BandKeys(values, ~bad, int(nulls), int(infinite))
 
 
 def probe_offsets(
@@ -313,6 +353,9 @@ class BandJoin(OperatorSpec):
     only), ``task_queue`` (the seed's join over one shared index, IM/PIM-Tree only),
     ``round_robin`` (the partitioned baseline, any index) or ``auto`` (key ranges where they
     apply, else round robin).
+    ``order``: ``None`` joins in the data path's order, batch by batch; a column both inputs
+    carry (nondecreasing on each input), or :data:`~splice.joins.window.POSITION`, makes the
+    join merge the two inputs into that order itself, ties left first (two inputs only).
     """
 
     left: int
@@ -330,6 +373,7 @@ class BandJoin(OperatorSpec):
     task_size: int = 64
     merge: MergeMode = "nonblocking"
     parallel: ParallelMode = "auto"
+    order: str | None = None
 
     name = "band_join"
 
@@ -370,6 +414,13 @@ class BandJoin(OperatorSpec):
                 )
         if self.right is not None and self.right == self.left:
             raise PlanError("band join: left and right are the same stream; use right=None")
+        if self.order is not None:
+            if not isinstance(self.order, str) or not self.order:
+                raise PlanError(f"band join: order must name a column both inputs carry, or be "
+                                f"POSITION, got {self.order!r}")
+            if self.right is None:
+                raise PlanError("band join: order merges two inputs; a self-join has one "
+                                "(use order=None)")
 
     # -- planning ------------------------------------------------------------------------------
     @property
@@ -456,6 +507,17 @@ class BandJoin(OperatorSpec):
                     f"stream {sid}: band join time column {tw.column!r} is missing "
                     f"(columns: {', '.join(schema.names)})"
                 )
+            if self.order is not None and self.order != POSITION:
+                if self.order not in schema.names:
+                    raise SchemaError(
+                        f"stream {sid}: band join order column {self.order!r} is missing "
+                        f"(columns: {', '.join(schema.names)})"
+                    )
+                if not is_temporal(schema.field(self.order).type):
+                    raise SchemaError(
+                        f"stream {sid}: band join order column {self.order!r} has type "
+                        f"{schema.field(self.order).type}, expected timestamp, date or integer"
+                    )
         return ls, rs
 
     def key_dtype(self, inputs: InputSchemas) -> np.dtype:
@@ -495,7 +557,7 @@ class BandJoin(OperatorSpec):
 
 
 class BandJoinLogic(OperatorLogic):
-    """Runtime of :class:`BandJoin`: row stores per side and the join core."""
+    """Runtime of :class:`BandJoin`: row stores per side, the join core, the arrival merge."""
 
     def __init__(self, spec: BandJoin, inputs: InputSchemas, state: Any = None) -> None:
         self.spec = spec
@@ -505,12 +567,28 @@ class BandJoinLogic(OperatorLogic):
         self.cols = spec._columns()
         self.dtype = spec.key_dtype(inputs)
         self.windows = spec.windows if spec.time_window is None else (0, 0)
+        n = 1 if spec.self_join else 2
+        self.ids = (spec.left,) if spec.right is None else (spec.left, spec.right)
         self.rows = [RowStore(ls)] if spec.self_join else [RowStore(ls), RowStore(rs)]
         self.core = spec.make_core(self.dtype)
         self.time = spec.time_window
-        self.watermarks = [MIN_TIME] * len(self.rows)
-        self.late = [0] * len(self.rows)
-        self._late: list[pa.RecordBatch] = []
+        #: each input's watermark as the path delivered it, and as the join has applied it
+        self.watermarks = [MIN_TIME] * n
+        self.applied = [MIN_TIME] * n
+        #: watermarks not yet applied: (rows accepted before it, time), per input
+        self.pending: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.accepted = [0] * n
+        self.late = [0] * n
+        self.nulls = [0] * n
+        self.infinite = [0] * n
+        #: whether a key that cannot match may be in a window (pairs are then checked)
+        self.unmatchable = False
+        self._late: list[tuple[int, pa.RecordBatch]] = []
+        self.merge = (ArrivalMerge(spec.order, (spec.left, spec.right), (ls, rs), spec.name)
+                      if spec.order is not None and spec.right is not None else None)
+        #: time windows ordered by their time column: each input's largest time joined so far
+        self.sorted_time = self.merge is not None and self.time is not None and spec.order == self.time.column
+        self._newest = [MIN_TIME] * n
         if state is not None:
             self._restore(state)
 
@@ -521,97 +599,206 @@ class BandJoinLogic(OperatorLogic):
             return 1
         raise PlanError(f"band join: unexpected input stream {stream_id}")
 
-    def _restore(self, state: Any) -> None:
-        try:
-            tables, nexts = state["rows"], state["next"]
-        except (TypeError, KeyError) as exc:
-            raise StateError(f"band join: unreadable snapshot {type(state).__name__}") from exc
-        starts = []
-        for s, (table, nxt) in enumerate(zip(tables, nexts, strict=True)):
-            first = int(nxt) - table.num_rows
-            self.rows[s] = RowStore(self.schemas[s], first)
-            for b in table.to_batches():
-                self.rows[s].append(b)
-            starts.append(first)
-        if self.time is not None:
-            self.watermarks = [int(t) for t in state["watermarks"]]
-            self.late = [int(n) for n in state["late"]]
-        self.core.start_at(tuple(starts))
-        for s, table in enumerate(tables):
-            if table.num_rows:
-                keys = key_values(table.column(self.cols[s]), self.dtype, str(s), self.cols[s])
-                sides = np.full(len(keys), s, np.int8)
-                if self.time is not None:  # rebuilds the windows
-                    self.core.run(sides, keys, time_values(table, self.time.column, str(s)))
-                else:
-                    self.core.run(sides, keys)
+    def _keys(self, rows: pa.RecordBatch | pa.Table, s: int) -> BandKeys:
+        return key_values(rows.column(self.cols[s]), self.dtype, str(self.ids[s]), self.cols[s], s)
+
+    # -- data ---------------------------------------------------------------------------------
 
     def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         side = self._side(stream_id)
         if batch.num_rows == 0:
             return []
-        schema = self.schemas[side]
-        if not batch.schema.equals(schema, check_metadata=False):
-            batch = batch.select(schema.names)
-        times = None
+        batch = conform(batch, self.schemas[side], self.spec.name, stream_id)
         if self.time is not None:
             times = time_values(batch, self.time.column, str(stream_id))
             late = times <= self.watermarks[side]
             if late.any():  # the late side output: joined with nothing, never dropped silently
-                self._late.append(batch.filter(pa.array(late)))
+                self._late.append((stream_id, batch.filter(pa.array(late))))
                 self.late[side] += int(late.sum())
                 batch = batch.filter(pa.array(~late))
-                times = times[~late]
                 if batch.num_rows == 0:
                     return []
-        keys = key_values(batch.column(self.cols[side]), self.dtype, str(stream_id),
-                          self.cols[side])
-        store = self.rows[side if not self.spec.self_join else 0]
-        store.append(batch)
-        sides = np.full(len(keys), side, np.int8)
+        if self.merge is None:
+            self.accepted[side] += batch.num_rows
+            out = self._join(Release.single(side, batch))
+            self._apply_watermarks()
+            return out
+        self.merge.add(side, batch)
+        self.accepted[side] += batch.num_rows
+        return self._release()
+
+    def _release(self, final: bool = False) -> list[pa.RecordBatch]:
+        assert self.merge is not None
+        rel = self.merge.release(final)
+        out = self._join(rel) if rel is not None else []
+        self._apply_watermarks()
+        return out
+
+    def _join(self, rel: Release) -> list[pa.RecordBatch]:
+        """Join the released rows in their order: one core call; the output batches."""
+        n = len(rel)
+        keys = np.empty(n, self.dtype)
+        seqs = np.empty(n, np.int64)
+        times = np.empty(n, np.int64) if self.time is not None else None
+        for s in range(len(self.rows)):
+            rows = rel.rows[s]
+            if rows is None or rows.num_rows == 0:
+                continue
+            pos = rel.positions[s]
+            k = self._keys(rows, s)
+            keys[pos] = k.values
+            if k.ok is not None:
+                self.unmatchable = True
+                self.nulls[s] += k.nulls
+                self.infinite[s] += k.infinite
+            seqs[pos] = self.rows[s].append(rows) + np.arange(rows.num_rows, dtype=np.int64)
+            if times is not None:
+                assert self.time is not None
+                t = time_values(rows, self.time.column, str(self.ids[s]))
+                times[pos] = t
+                self._newest[s] = max(self._newest[s], int(t[-1]) if self.sorted_time else MIN_TIME)
         if times is not None:
-            g, partner = self.core.run(sides, keys, times)
+            g, partner = self.core.run(rel.sides, keys, times)
         else:
-            g, partner = self.core.run(sides, keys)
-        other = self.rows[0] if (side == 1 or self.spec.self_join) else self.rows[1]
+            g, partner = self.core.run(rel.sides, keys)
         out: list[pa.RecordBatch] = []
         if len(g):
-            probe = pa.Table.from_batches([batch.take(pa.array(g))])
-            part = other.take(partner)
-            left, right = (part, probe) if side == 1 else (probe, part)
-            cols = left.columns + right.columns
-            out = pa.Table.from_arrays(cols, schema=self.out_schema).combine_chunks().to_batches()
+            if self.spec.self_join:  # the arriving tuple, then its earlier partner
+                left, right = self.rows[0].take(seqs[g]), self.rows[0].take(partner)
+            else:
+                from_left = rel.sides[g] == 0
+                left = self.rows[0].take(np.where(from_left, seqs[g], partner))
+                right = self.rows[1].take(np.where(from_left, partner, seqs[g]))
+            if self.unmatchable:
+                ok = self._matchable(left, 0) & self._matchable(right, 1)
+                if not ok.all():
+                    m = pa.array(ok)
+                    left, right = left.filter(m), right.filter(m)
+            if left.num_rows:
+                t = pa.Table.from_arrays(left.columns + right.columns, schema=self.out_schema)
+                out = [b for b in t.combine_chunks().to_batches() if b.num_rows]
         if self.time is None:
-            w = self.windows[side if not self.spec.self_join else 0]
-            store.evict_before(store.end - w)
-        return [b for b in out if b.num_rows]
+            for s, store in enumerate(self.rows):
+                store.evict_before(store.end - self.windows[s])
+        return out
+
+    def _matchable(self, rows: pa.Table, s: int) -> np.ndarray:
+        """Which of ``rows`` (of input ``s``; the left input's for a self-join) have a key that
+        can match."""
+        col = 0 if self.spec.self_join else s
+        ok = self._keys(rows, col).ok
+        return np.ones(rows.num_rows, np.bool_) if ok is None else ok
+
+    # -- time ---------------------------------------------------------------------------------
 
     def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
         side = self._side(stream_id)
         if self.time is None or time <= self.watermarks[side]:
             return []
         self.watermarks[side] = int(time)
-        # later tuples of this stream have times > time: the other's tuples at or before
-        # time - D can never match again
-        other = 0 if self.spec.self_join else 1 - side
-        first = self.core.evict(other, int(time) - self.time.length)
-        self.rows[other].evict_before(first)
-        return []
+        # applied once every row accepted before it has been joined
+        self.pending[side].append((self.accepted[side], int(time)))
+        out: list[pa.RecordBatch] = []
+        if self.sorted_time and self.merge is not None:
+            # later rows of this input are after `time`: rows of the other up to it have their place
+            self.merge.advance(side, int(time) + 1 if time < np.iinfo(np.int64).max else int(time))
+            out = self._release()
+        self._apply_watermarks()
+        return out
 
-    def drain_late(self) -> list[pa.RecordBatch]:
+    def _apply_watermarks(self) -> None:
+        """Retire what the watermarks allow: later tuples of a stream have times > its watermark
+        W, so the other's tuples at or before ``W - D`` can never match again."""
+        if self.time is None:
+            return
+        for s, store in enumerate(self.rows):
+            w = self.applied[s]
+            while self.pending[s] and self.pending[s][0][0] <= store.end:
+                w = max(w, self.pending[s].pop(0)[1])
+            if self.sorted_time and self._newest[s] > MIN_TIME:
+                w = max(w, self._newest[s] - 1)  # this input arrives in time order
+            if w > self.applied[s]:
+                self.applied[s] = w
+                self._evict(s)
+
+    def _evict(self, s: int) -> None:
+        assert self.time is not None
+        other = 0 if self.spec.self_join else 1 - s
+        first = self.core.evict(other, max(self.applied[s] - self.time.length, int(MIN_TIME)))
+        self.rows[other].evict_before(first)
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        if self.merge is None:
+            return []
+        return self._release(final=True)
+
+    def drain_late(self) -> list[tuple[int, pa.RecordBatch]]:
         out, self._late = self._late, []
         return out
+
+    # -- state --------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Per input: null or NaN keys, infinite keys (neither ever matches), late rows, and
+        rows waiting for their place in the arrival order."""
+        names = ("left", "right")
+        return {names[s]: {"null_keys": self.nulls[s], "infinite_keys": self.infinite[s],
+                           "late": self.late[s],
+                           "waiting": self.merge.pending(s) if self.merge is not None else 0}
+                for s in range(len(self.rows))}
 
     def snapshot(self) -> Any:
         tables = []
         for s, store in enumerate(self.rows):
             start = store.start if self.time is not None else store.end - self.windows[s]
             tables.append(store.rows_from(start))
-        state: dict[str, Any] = {"rows": tables, "next": [store.end for store in self.rows]}
+        return {"rows": tables, "next": [store.end for store in self.rows],
+                "watermarks": list(self.watermarks), "applied": list(self.applied),
+                "pending": [list(p) for p in self.pending], "accepted": list(self.accepted),
+                "late": list(self.late), "nulls": list(self.nulls), "infinite": list(self.infinite),
+                "newest": list(self._newest),
+                "merge": self.merge.snapshot() if self.merge is not None else None}
+
+    def _restore(self, state: Any) -> None:
+        try:
+            tables, nexts = state["rows"], state["next"]
+            self.watermarks = [int(t) for t in state["watermarks"]]
+            self.applied = [int(t) for t in state["applied"]]
+            self.pending = [[(int(c), int(t)) for c, t in p] for p in state["pending"]]
+            self.accepted = [int(n) for n in state["accepted"]]
+            self.late = [int(n) for n in state["late"]]
+            self.nulls = [int(n) for n in state["nulls"]]
+            self.infinite = [int(n) for n in state["infinite"]]
+            self._newest = [int(t) for t in state["newest"]]
+            merge = state["merge"]
+        except (TypeError, KeyError, ValueError) as exc:
+            raise StateError(f"band join: unreadable snapshot {type(state).__name__}") from exc
+        starts = []
+        for s, (table, nxt) in enumerate(zip(tables, nexts, strict=True)):
+            first = int(nxt) - table.num_rows
+            self.rows[s] = RowStore(self.schemas[s], first)
+            for b in table.select(self.schemas[s].names).to_batches():
+                self.rows[s].append(b)
+            starts.append(first)
+        self.core.start_at(tuple(starts))
+        for s, table in enumerate(tables):
+            if table.num_rows:  # rebuilds the windows
+                k = self._keys(table, s)
+                self.unmatchable |= k.ok is not None
+                sides = np.full(len(k.values), s, np.int8)
+                if self.time is not None:
+                    self.core.run(sides, k.values, time_values(table, self.time.column, str(self.ids[s])))
+                else:
+                    self.core.run(sides, k.values)
         if self.time is not None:
-            state["watermarks"] = list(self.watermarks)
-            state["late"] = list(self.late)
-        return state
+            for s in range(len(self.rows)):
+                if self.applied[s] > MIN_TIME:
+                    self._evict(s)
+        if self.merge is not None:
+            if merge is None:
+                raise StateError("band join: snapshot has no arrival-order state")
+            self.merge.restore(merge)
 
     def state_bytes(self) -> int:
-        return sum(r.nbytes() for r in self.rows) + int(self.core.nbytes())
+        waiting = self.merge.nbytes() if self.merge is not None else 0
+        return sum(r.nbytes() for r in self.rows) + int(self.core.nbytes()) + waiting

@@ -7,9 +7,9 @@ tables of ``table_size`` slots each: tables 0 and 1 at ``h1(k) mod ht``, tables 
 when all four are taken it goes to the **overflow buffer**, which probes search by nested loop.
 An **ordered sliding window** records, for every window position, where its tuple is stored
 (table 0..3 or overflow) and at which slot; before each insert the oldest tuple expires from
-exactly that place. Time windows have no fixed size: the ordered window grows as tuples arrive,
-and the watermark's evictions rebuild tables and overflow buffer from the surviving tuples, in
-arrival order (amortized: the join evicts once at least half of the stored tuples are dead).
+exactly that place. An unbounded window has no fixed size: the ordered window grows as tuples
+arrive. Time windows use the count-window form as a ring that the watermark frees from its head
+(:func:`~splice.joins._hash_kernels.hb_time_sequence`), grown by :meth:`HBSJIndex.resized`.
 
 A probe examines the four addressed slots and then the whole overflow buffer; its matches are
 returned oldest first, so HB-SJ yields exactly the fast index's results in the same order.
@@ -51,12 +51,11 @@ class HBSJIndex:
     """One stream's window indexed by HB-SJ on ``n_attrs`` key attributes.
 
     ``window=w`` is a count window: the ordered sliding window has ``w`` positions and the oldest
-    tuple expires before each insert. ``window=None`` serves a time window: positions are handed
-    out densely, the window grows (tables of twice its size unless ``table_size`` is given) and
-    :meth:`retain` evicts what the watermark retired, rebuilding the tables from the survivors
-    (statistics counters carry over). ``pu``/``parts`` make it one PU's share of a SplitJoin: it
+    tuple expires before each insert. ``window=None`` is unbounded: positions are handed out
+    densely and the window grows (tables of twice its size unless ``table_size`` is given;
+    statistics counters carry over). ``pu``/``parts`` make it one PU's share of a SplitJoin: it
     stores the tuples whose sequence number is ``pu`` modulo ``parts`` (see
-    :mod:`splice.joins.splitjoin`).
+    :mod:`splice.joins.splitjoin`), ``ceil(w / parts)`` positions of a count window.
     """
 
     kind = "hbsj"
@@ -174,16 +173,6 @@ class HBSJIndex:
         self.insert(seqs, keys, valid, expire=False)
         self.st[:] = old.st
         self.st[:, ST_OVF_PEAK] = np.maximum(old.st[:, ST_OVF_PEAK], self.oinfo[:, 1])
-
-    def retain(self, keep: np.ndarray) -> None:
-        """Time windows: keep only the stored tuples whose seq is in sorted ``keep``; the tables
-        and the overflow buffer are rebuilt from them (placements are derived, counters kept)."""
-        if self.window is not None:
-            raise PlanError("HB-SJ count windows expire by arrival, not by retain()")
-        seqs, keys, valid = self._live()
-        m = np.isin(seqs, keep)
-        n = int(m.sum())
-        self._rebuild(seqs[m], keys[:, m], valid[:, m], max(1024, 1 << max(0, 2 * n - 1).bit_length()))
 
     def probe(self, attr: int, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probe index, stored seq) of every match on attribute ``attr``, oldest match first."""

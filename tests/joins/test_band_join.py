@@ -14,15 +14,20 @@ from hypothesis import strategies as st
 
 from splice.cli import main
 from splice.core.errors import PlanError, SchemaError
-from splice.core.records import Data, End
+from splice.core.records import Data, End, Watermark
 from splice.index import INDEX_KINDS
 from splice.index._window import M_CHANGES, M_THRESH, new_descents
 from splice.joins._band_kernels import join_seq_run
 from splice.joins.band_command import run as band_run
 from splice.joins.band_join import BandCore, BandJoin, probe_offsets
-from splice.joins.window import TimeWindow
+from splice.joins.window import POSITION, TimeWindow
 from splice.testing import check_operator, run_operator
-from tests.reference.band_join import nested_loop_band_join, window_band_join
+from tests.reference.band_join import (
+    nested_loop_band_join,
+    nested_loop_band_time_join,
+    window_band_join,
+)
+from tests.reference.hash_window_join import merged_order
 
 INDEXES = list(INDEX_KINDS)
 
@@ -276,12 +281,15 @@ def test_bad_input():
     with pytest.raises(PlanError, match="lower <= upper"):
         BandJoin(left=2, right=3, on="x", lower=2, upper=1)
     spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=4)
-    with pytest.raises(SchemaError, match="'x'"):
-        run_operator(spec, {2: pa.schema([("x", pa.float64())]), 3: pa.schema([("x", pa.int64())])},
-                     [Data(2, pa.record_batch({"x": [1.0, float("nan")]}))])
-    with pytest.raises(SchemaError, match="null"):
-        run_operator(spec, {2: pa.schema([("x", pa.int64())]), 3: pa.schema([("x", pa.int64())])},
-                     [Data(2, pa.record_batch({"x": pa.array([1, None], pa.int64())}))])
+    big = pa.array([1, 2**63], pa.uint64())
+    with pytest.raises(SchemaError, match=r"stream '3'.*column 'x' \(uint64\) exceeds int64"):
+        run_operator(spec, {2: pa.schema([("x", pa.int64())]), 3: pa.schema([("x", pa.uint64())])},
+                     [Data(3, pa.record_batch({"x": big}))])
+    with pytest.raises(PlanError, match="self-join has one"):
+        BandJoin(left=2, right=None, on="x", eps=1.0, order="t")
+    with pytest.raises(SchemaError, match="stream 3: band join order column 't' is missing"):
+        BandJoin(left=2, right=3, on="x", eps=1.0, order="t").output_schema(
+            {2: pa.schema([("x", pa.int64()), ("t", pa.int64())]), 3: pa.schema([("x", pa.int64())])})
     with pytest.raises(SchemaError, match="numeric"):
         spec.output_schema({2: pa.schema([("x", pa.string())]), 3: pa.schema([("x", pa.int64())])})
 
@@ -570,3 +578,205 @@ def test_task_queue_join_over_many_chunks(monkeypatch, threads):
         g, p = join.run(sides[part], keys[part])
         mine = (g0 >= part.start) & (g0 < part.stop)
         assert np.array_equal(g + part.start, g0[mine]) and np.array_equal(p, p0[mine])
+
+
+# --- keys that never match ---------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.lists(st.tuples(st.integers(0, 1), st.one_of(
+        st.integers(0, 20), st.none(), st.sampled_from([float("nan"), float("inf"), -float("inf")]))),
+        max_size=120),
+    as_float=st.booleans(),
+    index=st.sampled_from(["pimtree", "bptree", "ibchain", "nlwj"]),
+    windows=st.tuples(st.integers(1, 12), st.integers(1, 12)),
+    chunk=st.sampled_from([1, 7, 50]),
+)
+def test_null_nan_and_infinite_keys_never_match_and_are_counted(data, as_float, index, windows, chunk):
+    """A null or NaN key (and an infinite one) joins nothing, never raises, still takes its place
+    in its count window, and is counted per input."""
+    if not as_float:  # integer keys: only nulls can be missing
+        data = [(s, k if k is None or isinstance(k, int) else None) for s, k in data]
+    typ = pa.float64() if as_float else pa.int64()
+    schemas = {2: pa.schema([("x", typ), ("i", pa.int64())]), 3: pa.schema([("x", typ), ("i", pa.int64())])}
+    recs = []
+    for c0 in range(0, len(data), chunk):
+        part = data[c0:c0 + chunk]
+        for side in (0, 1):
+            rows = [(c0 + j, k) for j, (s, k) in enumerate(part) if s == side]
+            if rows:
+                recs.append(Data(2 + side, pa.record_batch(
+                    {"x": pa.array([k for _, k in rows], typ, from_pandas=False),
+                     "i": [g for g, _ in rows]}, schema=schemas[2 + side])))
+    order = [i for r in recs for i in r.batch.column("i").to_pylist()]
+    spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=windows, index=index)
+    out, h = run_operator(spec, schemas, recs)
+    keys = [data[i][1] for i in order]
+    sides = [data[i][0] for i in order]
+    want = nested_loop_band_join(sides, [None if k is None else float(k) for k in keys], windows, -1.0, 1.0)
+    per = [[order[g] for g, s in enumerate(sides) if s == k] for k in (0, 1)]
+    expect = [(order[g], per[1 - sides[g]][p]) if sides[g] == 0 else (per[1 - sides[g]][p], order[g])
+              for g, p in want]
+    assert list(zip(out.column("i").to_pylist(), out.column("i_right").to_pylist(), strict=True)) == expect
+    stats = h.logic.stats()
+    for s, name in enumerate(("left", "right")):
+        mine = [k for side, k in data if side == s]
+        assert stats[name]["null_keys"] == sum(k is None or (isinstance(k, float) and k != k) for k in mine)
+        assert stats[name]["infinite_keys"] == sum(isinstance(k, float) and abs(k) == float("inf") for k in mine)
+
+
+# --- the arrival order inside the operator ----------------------------------------------------
+
+OSCHEMAS = {2: pa.schema([("x", pa.int64()), ("id", pa.int64()), ("t", pa.int64()), ("pos", pa.int64())]),
+            3: pa.schema([("x", pa.float64()), ("id", pa.int64()), ("t", pa.int64()), ("pos", pa.int64())])}
+
+
+@st.composite
+def _two_inputs(draw, max_rows=80):
+    """Two inputs: ``x`` (nulls, duplicates), ``id`` the row, ``t`` nondecreasing per input
+    (ties within and across inputs), ``pos`` one random interleaving's global position."""
+    n = draw(st.integers(0, max_rows))
+    sides = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
+    keys = draw(st.lists(st.one_of(st.none(), st.integers(0, 12)), min_size=n, max_size=n))
+    steps = draw(st.lists(st.sampled_from([0, 0, 1, 2, 3]), min_size=n, max_size=n))
+    out = []
+    for s in (0, 1):
+        idx = [i for i in range(n) if sides[i] == s]
+        out.append({"x": [keys[i] for i in idx], "id": list(range(len(idx))),
+                    "t": np.cumsum([steps[i] for i in idx], dtype=np.int64).tolist(), "pos": idx})
+    return out
+
+
+def _path(draw, inputs, watermarks):
+    """Each input cut into batches (sizes 1, 2, 7, 49, 50, 51, 100 or random), the two inputs'
+    batches in a random interleaving, now and then a watermark lagging the batch's newest time."""
+    cuts = []
+    for cols in inputs:
+        n = len(cols["id"])
+        split = draw(st.sampled_from([1, 2, 7, 49, 50, 51, 100, "random"]))
+        sizes = draw(st.lists(st.integers(1, 12), min_size=n, max_size=n)) if split == "random" else [split] * n
+        bounds, at = [], 0
+        for size in sizes:
+            if at >= n:
+                break
+            bounds.append((at, min(n, at + size)))
+            at += size
+        cuts.append(bounds)
+    recs, nxt = [], [0, 0]
+    for s in draw(st.permutations([0] * len(cuts[0]) + [1] * len(cuts[1]))):
+        a, b = cuts[s][nxt[s]]
+        nxt[s] += 1
+        schema = OSCHEMAS[2 + s]
+        recs.append(Data(2 + s, pa.record_batch({c: pa.array(inputs[s][c][a:b], schema.field(c).type)
+                                                 for c in schema.names}, schema=schema)))
+        if watermarks and draw(st.booleans()):
+            recs.append(Watermark(2 + s, inputs[s]["t"][b - 1] - draw(st.integers(-1, 6))))
+    return recs
+
+
+def _ordered_reference(inputs, order, window, recs):
+    """(left id, right id) of the nested-loop join over the rows not late on this path, merged
+    by ``order`` (ties left first); and the late rows' (stream, id)."""
+    wm, late = {2: None, 3: None}, [set(), set()]
+    for r in recs:
+        if isinstance(r, Watermark):
+            wm[r.stream_id] = r.time if wm[r.stream_id] is None else max(wm[r.stream_id], r.time)
+        elif isinstance(r, Data) and isinstance(window, TimeWindow) and wm[r.stream_id] is not None:
+            late[r.stream_id - 2] |= {i for i, t in zip(r.batch.column("id").to_pylist(),
+                                                        r.batch.column("t").to_pylist(), strict=True)
+                                      if t <= wm[r.stream_id]}
+    kept = [[i for i in cols["id"] if i not in late[s]] for s, cols in enumerate(inputs)]
+    if order == POSITION:
+        seq = merged_order(None, None, (len(kept[0]), len(kept[1])))
+    else:
+        seq = merged_order([inputs[0][order][i] for i in kept[0]], [inputs[1][order][i] for i in kept[1]])
+    rows = [(s, kept[s][j]) for s, j in seq]
+    sides = [s for s, _ in rows]
+    keys = [inputs[s]["x"][i] for s, i in rows]
+    keys = [None if k is None else float(k) for k in keys]
+    if isinstance(window, TimeWindow):
+        pairs = nested_loop_band_time_join(sides, keys, [inputs[s]["t"][i] for s, i in rows],
+                                           window.length, -1.0, 1.0)
+    else:
+        pairs = nested_loop_band_join(sides, keys, window, -1.0, 1.0)
+    out = []
+    for g, p in pairs:
+        s, i = rows[g]
+        other = kept[1 - s][p]
+        out.append((i, other) if s == 0 else (other, i))
+    return out, sorted((2 + s, i) for s in (0, 1) for i in late[s])
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data(), inputs=_two_inputs(), order=st.sampled_from(["t", "pos", POSITION]),
+       window=st.one_of(st.tuples(st.integers(1, 30), st.integers(1, 30)),
+                        st.builds(TimeWindow, st.integers(0, 8), st.just("t"))),
+       index=st.sampled_from(["pimtree", "bptree", "ibchain", "nlwj", "pimtree/2", "imtree/3"]))
+def test_order_inside_the_operator_equals_the_merged_sequence(data, inputs, order, window, index):
+    """Whatever batches the path cuts and however it interleaves the two inputs, the operator
+    joins their rows in the order of ``order`` (ties left first): the rows, in the order, of the
+    nested-loop join over that merged sequence; late rows go to the late output."""
+    index, _, threads = index.partition("/")
+    recs = _path(data.draw, inputs, isinstance(window, TimeWindow))
+    spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=window, index=index, merge_ratio=0.25,
+                    threads=int(threads or 1), order=order)
+    out, h = run_operator(spec, OSCHEMAS, [*recs, End()])
+    want, late = _ordered_reference(inputs, order, window, recs)
+    assert list(zip(out.column("id").to_pylist(), out.column("id_right").to_pylist(), strict=True)) == want
+    assert sorted((sid, i) for sid, b in zip(h.late_inputs, h.late, strict=True)
+                  for i in b.column("id").to_pylist()) == late
+    assert all(v["waiting"] == 0 for v in h.logic.stats().values())
+
+
+@pytest.mark.parametrize("window", [(6, 4), TimeWindow(3, "t")], ids=["count", "time"])
+@pytest.mark.parametrize("order", ["t", POSITION])
+@pytest.mark.parametrize("index", ["pimtree", "bptree", "pimtree/2"])
+def test_ordered_operator_contract(window, order, index):
+    """Snapshot/restore before every record (rows waiting for their place included), empty
+    batches, reordered columns: the uninterrupted output, in order."""
+    index, _, threads = index.partition("/")
+    rng = np.random.default_rng(8)
+    inputs = [{"x": [None if v == 0 else int(v) for v in rng.integers(0, 9, 40)], "id": list(range(40)),
+               "t": np.cumsum(rng.integers(0, 3, 40)).tolist(), "pos": list(range(40))} for _ in (0, 1)]
+    recs, at = [], [0, 0]
+    while at[0] < 40 or at[1] < 40:
+        s = int(rng.integers(0, 2)) if at[0] < 40 and at[1] < 40 else (0 if at[0] < 40 else 1)
+        hi = min(40, at[s] + int(rng.integers(1, 8)))
+        schema = OSCHEMAS[2 + s]
+        recs.append(Data(2 + s, pa.record_batch({c: pa.array(inputs[s][c][at[s]:hi], schema.field(c).type)
+                                                 for c in schema.names}, schema=schema)))
+        if isinstance(window, TimeWindow) and rng.random() < 0.3:
+            recs.append(Watermark(2 + s, inputs[s]["t"][hi - 1] - 1))
+        at[s] = hi
+    recs.append(End())
+    spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=window, index=index, merge_ratio=0.25,
+                    threads=int(threads or 1), order=order)
+    got = check_operator(spec, OSCHEMAS, recs)
+    want, _ = _ordered_reference(inputs, order, window, recs)
+    assert list(zip(got.column("id").to_pylist(), got.column("id_right").to_pylist(), strict=True)) == want
+    assert len(want) > 10
+
+
+def test_ordered_rows_out_of_order_name_the_stream_column_and_row():
+    spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=4, order="t")
+    logic = spec.build(OSCHEMAS)
+    schema = OSCHEMAS[3]
+    logic.on_batch(3, pa.record_batch({"x": [1.0], "id": [0], "t": [4], "pos": [0]}, schema=schema))
+    with pytest.raises(SchemaError, match=r"stream 3 .*column 't'.*row 1 \(row 0 of this batch\) has 3 after 4"):
+        logic.on_batch(3, pa.record_batch({"x": [1.0], "id": [1], "t": [3], "pos": [1]}, schema=schema))
+
+
+@pytest.mark.parametrize("typ,far", [(pa.int64(), 1 << 61), (pa.float64(), 1e300)])
+def test_keys_that_never_match_stay_apart_from_keys_near_their_stand_in(typ, far):
+    """A key that cannot match is indexed under a stand-in far from real keys; a real key there
+    finds it as a candidate, and the pair is dropped."""
+    schemas = {2: pa.schema([("x", typ)]), 3: pa.schema([("x", typ)])}
+    for order in (None, POSITION):
+        spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=8, index="bptree", order=order)
+        bad = [None, float("nan")] if pa.types.is_floating(typ) else [None]
+        out, h = run_operator(spec, schemas, [
+            Data(2, pa.record_batch({"x": pa.array([*bad, far], typ)})),
+            Data(3, pa.record_batch({"x": pa.array([far, -far], typ)})), End()])
+        assert out.to_pydict() == {"x": [far], "x_right": [far]}
+        assert h.logic.stats()["left"]["null_keys"] == len(bad)

@@ -236,6 +236,26 @@ def test_time_window_eviction_bounds_state(index):
         assert core.rebuilds > 10
 
 
+@pytest.mark.parametrize("index", ["pimtree", "bptree"])
+def test_ordered_by_time_retires_without_watermarks(index):
+    # ordered by its time column, each input's own times stand for its watermark: the state
+    # stays about one window with no watermark on the path, and rows wait at most a batch
+    spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=TimeWindow(50, "ts"), index=index,
+                    order="ts")
+    schemas = _schemas()
+    logic = spec.build(schemas)
+    held, waiting = [], []
+    for i in range(200):
+        sid = 2 + i % 2
+        ts = pa.array(np.arange((i // 2) * 20, (i // 2) * 20 + 20, 2) + (sid - 2), pa.int64())
+        cols = {"x": pa.array(np.arange(10), schemas[sid].field("x").type), "ts": ts,
+                "a" if sid == 2 else "b": pa.array(np.arange(10), pa.int64())}
+        logic.on_batch(sid, pa.record_batch(cols))
+        held.append(logic.core.held())
+        waiting.append(sum(v["waiting"] for v in logic.stats().values()))
+    assert max(held[50:]) <= 4 * 60 and max(waiting) <= 10
+
+
 def test_time_window_bad_input():
     for index, parallel in (("bptree", "auto"), ("ibchain", "round_robin"),
                             ("pimtree", "task_queue"), ("imtree", "round_robin")):

@@ -66,9 +66,17 @@ def test_bad_joins_fail_alone(executor: str) -> None:
     arrivals: list[tuple[str, pa.RecordBatch]] = []
     for x, y, z in zip(lb, rb, tb, strict=True):
         arrivals += [("l", x), ("r", y), ("t", z)]
+    raised = []  # the failure is told once, from the push (or end) after it
     for name, b in arrivals:
-        eng.push(name, b)
-    eng.end()
+        try:
+            eng.push(name, b)
+        except StateError as exc:
+            raised.append(str(exc))
+    try:
+        eng.end()
+    except StateError as exc:
+        raised.append(str(exc))
+    assert len(raised) == 1 and "query 'fragile' failed" in raised[0] and "'ts'" in raised[0]
 
     with pytest.raises(StateError, match="query 'fragile' failed: .*time column 'ts' has 1 null"):
         eng.results("fragile")

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
-from splice.core.records import Data, Watermark
+from splice.core.records import Data, End, Watermark
 from splice.joins._hash_kernels import (
     SEED1,
     SEED2,
@@ -33,11 +33,11 @@ from splice.joins.hash_window_join import (
     time_join_sequence,
 )
 from splice.joins.hbsj import HBSJIndex
-from splice.joins.window import CountWindow, RowStore, TimeWindow, parse_count_window
+from splice.joins.window import POSITION, CountWindow, RowStore, TimeWindow, parse_count_window
 from splice.testing import OperatorHarness, check_operator, rows_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from reference.hash_window_join import count_window_join, time_window_join  # noqa: E402
+from reference.hash_window_join import count_window_join, merged_order, time_window_join  # noqa: E402
 
 L, R = 2, 3
 SCHEMA = pa.schema([("k", pa.int64()), ("id", pa.int64())])
@@ -167,9 +167,9 @@ def test_hbsj_overflow_statistics() -> None:
     assert ix.probe(0, np.array([5]), np.array([True]))[1].tolist() == [4, 5, 6, 7]
 
 
-def test_hbsj_time_window_index_grows_and_retains() -> None:
-    """Without a count window HB-SJ's ordered window grows; retain() rebuilds tables and
-    overflow buffer from the survivors and keeps the statistics counters."""
+def test_hbsj_unbounded_index_grows() -> None:
+    """Without a count window HB-SJ's ordered window grows, re-placing its tuples and keeping the
+    statistics counters."""
     ix = HBSJIndex(n_attrs=1, window=None, table_size=2)
     n = 3000  # past the first capacity of 1,024: the window grows twice
     keys = np.array([np.arange(n) % 3])
@@ -177,16 +177,8 @@ def test_hbsj_time_window_index_grows_and_retains() -> None:
     assert ix.cap >= n and len(ix.live_seqs()) == n
     s = ix.stats()[0]
     assert sum(s["table_inserts"]) + s["overflow_inserts"] == n and s["overflow_now"] == n - 6
-    keep = np.arange(2000, n)
-    ix.retain(keep)
-    assert ix.live_seqs().tolist() == keep.tolist()
-    s2 = ix.stats()[0]
-    assert s2["table_inserts"] == s["table_inserts"] and s2["overflow_inserts"] == s["overflow_inserts"]
-    assert s2["overflow_now"] == len(keep) - 6 and s2["overflow_peak"] == n - 6
     _, q = ix.probe(0, np.array([1]), np.array([True]))
-    assert q.tolist() == [x for x in keep.tolist() if x % 3 == 1]
-    with pytest.raises(PlanError, match="retain"):
-        HBSJIndex(1, 4).retain(keep)
+    assert q.tolist() == [x for x in range(n) if x % 3 == 1]
 
 
 # -- kernels against their plain-Python twins -------------------------------------------------------
@@ -532,9 +524,17 @@ def test_time_ring_kernels_equal_python_twins(monkeypatch: pytest.MonkeyPatch) -
     times = np.sort(rng.integers(0, 30, n))  # ~20 live tuples per side: the 16-slot ring grows
     got = time_join_sequence(sides, keys, valid, times, 3, True, 16)
     hb = time_join_sequence(sides, keys, valid, times, 3, True, 16, "hbsj", 4)
+    # out of time order after the first 100: walks stop at the window's edge, then no longer
+    shuffled = np.concatenate([times[:100], rng.permutation(times[100:])])
+    unsorted = time_join_sequence(sides, keys, valid, shuffled, 3, False, 16)
     monkeypatch.setattr(hwj, "fx_time_ring_sequence", hwj.fx_time_ring_sequence.py_func)
     monkeypatch.setattr(hwj, "fx_ring_relink", hwj.fx_ring_relink.py_func)
     monkeypatch.setattr(hwj, "hb_time_sequence", hwj.hb_time_sequence.py_func)
+    unsorted_twin = time_join_sequence(sides, keys, valid, shuffled, 3, False, 16)
+    assert all(np.array_equal(a, b) for a, b in zip(unsorted[:3], unsorted_twin[:3], strict=True))
+    want, _ = time_window_join([("row", int(s), int(k) if v else None, int(t))
+                                for s, k, v, t in zip(sides, keys, valid, shuffled, strict=True)], 3)
+    assert list(zip(unsorted[1].tolist(), unsorted[2].tolist(), strict=True)) == want
     twin = time_join_sequence(sides, keys, valid, times, 3, True, 16)
     assert all(np.array_equal(a, b) for a, b in zip(got[:3], twin[:3], strict=True))
     assert got[3] == twin[3] and got[3]["grows"] >= 1  # the twin grew the ring the same way
@@ -567,3 +567,258 @@ def test_time_sequence_retires_by_watermark_on_a_long_input(impl: str) -> None:
     pre = ai < m
     assert sorted(zip(ls[pre].tolist(), rs[pre].tolist(), strict=True)) == sorted(
         zip(ls2.tolist(), rs2.tolist(), strict=True))
+
+
+# -- the arrival order inside the operator -----------------------------------------------------------
+
+OSCHEMA = pa.schema([("k", pa.int64()), ("id", pa.int64()), ("t", pa.int64()), ("pos", pa.int64())])
+
+
+@st.composite
+def two_inputs(draw: st.DrawFn, max_rows: int = 90) -> list[dict[str, list]]:
+    """Two inputs as column lists: ``k`` (nulls and duplicates), ``id`` the row, ``t`` an event
+    time nondecreasing per input (ties within and across inputs), ``pos`` a global arrival
+    position (one random interleaving of the two inputs)."""
+    n = draw(st.integers(0, max_rows))
+    sides = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
+    keys = draw(st.lists(st.one_of(st.none(), st.integers(0, 5)), min_size=n, max_size=n))
+    steps = draw(st.lists(st.sampled_from([0, 0, 1, 2, 3]), min_size=n, max_size=n))
+    out = []
+    for s in (0, 1):
+        idx = [i for i in range(n) if sides[i] == s]
+        out.append({"k": [keys[i] for i in idx], "id": list(range(len(idx))),
+                    "t": np.cumsum([steps[i] for i in idx], dtype=np.int64).tolist(), "pos": idx})
+    return out
+
+
+def path(draw: st.DrawFn, inputs: list[dict[str, list]], watermarks: bool = False) -> list:
+    """Each input cut into batches (sizes 1, 2, 7, 49, 50, 51, 100 or random), the two inputs'
+    batches in a random interleaving; with ``watermarks``, now and then after a batch a
+    watermark of its input, lagging its newest time by a random amount (rows can be late)."""
+    cuts = []
+    for cols in inputs:
+        n = len(cols["id"])
+        split = draw(st.sampled_from([*SPLITS, 0]))  # 0: random sizes
+        sizes = draw(st.lists(st.integers(1, 12), min_size=n, max_size=n)) if split == 0 else [split] * n
+        bounds, at = [], 0
+        for size in sizes:
+            if at >= n:
+                break
+            bounds.append((at, min(n, at + size)))
+            at += size
+        cuts.append(bounds)
+    turns = draw(st.permutations([0] * len(cuts[0]) + [1] * len(cuts[1])))
+    recs: list = []
+    nxt = [0, 0]
+    for s in turns:
+        a, b = cuts[s][nxt[s]]
+        nxt[s] += 1
+        cols = inputs[s]
+        batch = pa.record_batch({c: pa.array(cols[c][a:b], pa.int64()) for c in OSCHEMA.names}, schema=OSCHEMA)
+        recs.append(Data(L if s == 0 else R, batch))
+        if watermarks and draw(st.booleans()):
+            recs.append(Watermark(L if s == 0 else R, int(cols["t"][b - 1]) - draw(st.integers(-1, 6))))
+    return recs
+
+
+def late_rows(recs: list) -> list[set[int]]:
+    """Per input, the ids of its rows that are late on this path (time <= its watermark then)."""
+    wm: dict[int, int] = {}
+    late: list[set[int]] = [set(), set()]
+    for r in recs:
+        if isinstance(r, Watermark):
+            wm[r.stream_id] = max(wm.get(r.stream_id, r.time), r.time)
+        elif isinstance(r, Data) and r.stream_id in wm:
+            s = 0 if r.stream_id == L else 1
+            late[s] |= {i for i, t in zip(r.batch.column("id").to_pylist(), r.batch.column("t").to_pylist(),
+                                          strict=True) if t <= wm[r.stream_id]}
+    return late
+
+
+def ordered_reference(inputs: list[dict[str, list]], order: str, window: CountWindow | TimeWindow,
+                      late: list[set[int]]) -> list[tuple[int, int]]:
+    """(left id, right id) of the nested-loop join over the rows that are not late, in the order
+    of ``order`` (ties left first)."""
+    kept = [[i for i in cols["id"] if i not in late[s]] for s, cols in enumerate(inputs)]
+    if order == POSITION:
+        seq = merged_order(None, None, (len(kept[0]), len(kept[1])))
+    else:
+        seq = merged_order([inputs[0][order][i] for i in kept[0]], [inputs[1][order][i] for i in kept[1]])
+    rows = [(s, kept[s][j]) for s, j in seq]
+    if isinstance(window, CountWindow):
+        pairs = count_window_join([(s, inputs[s]["k"][i]) for s, i in rows], window.size)
+    else:
+        pairs, none_late = time_window_join(
+            [("row", s, inputs[s]["k"][i], inputs[s]["t"][i]) for s, i in rows], window.length)
+        assert not none_late
+    return [(kept[0][a], kept[1][b]) for a, b in pairs]
+
+
+def id_pairs(t: pa.Table) -> list[tuple[int, int]]:
+    return list(zip(t.column("id").to_pylist(), t.column("id_right").to_pylist(), strict=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), inputs=two_inputs(), order=st.sampled_from(["t", "pos", POSITION]),
+       window=st.one_of(st.builds(CountWindow, st.integers(1, 40)),
+                        st.builds(TimeWindow, st.integers(0, 8), st.just("t"))),
+       impl=st.sampled_from(["fast", "hbsj"]), parallel=st.integers(1, 3),
+       table_size=st.sampled_from([None, 1, 4]))
+def test_order_inside_the_operator_equals_the_merged_sequence(data, inputs, order, window, impl, parallel,
+                                                               table_size) -> None:
+    """Whatever batches the path cuts and however it interleaves the two inputs, the operator
+    joins their rows in the order of ``order`` (ties left first) and emits exactly the rows, in
+    the order, of the join over that merged sequence; over time windows with watermarks, late
+    rows go to the late output with their stream id and the rest join as if they never came."""
+    recs = path(data.draw, inputs, watermarks=isinstance(window, TimeWindow))
+    spec = HashWindowJoin(L, R, "k", window, impl=impl, parallel=parallel, table_size=table_size, order=order)
+    h = OperatorHarness(spec, {L: OSCHEMA, R: OSCHEMA})
+    got = h.run([*recs, End()])
+    late = late_rows(recs)
+    assert id_pairs(got) == ordered_reference(inputs, order, window, late)
+    assert sorted((sid, i) for sid, b in zip(h.late_inputs, h.late, strict=True)
+                  for i in b.column("id").to_pylist()) == sorted(
+        (L if s == 0 else R, i) for s in (0, 1) for i in late[s])
+    st_ = h.logic.stats()  # type: ignore[attr-defined]
+    for s, name in enumerate(("left", "right")):
+        cols = inputs[s]
+        assert st_[name]["null_keys"] == sum(k is None for i, k in enumerate(cols["k"]) if i not in late[s])
+        assert st_[name]["late"] == len(late[s]) and st_[name]["waiting"] == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), inputs=two_inputs(), length=st.integers(0, 8), impl=st.sampled_from(["fast", "hbsj"]),
+       parallel=st.integers(1, 2), shuffle=st.booleans())
+def test_time_window_pairs_do_not_depend_on_the_interleaving(data, inputs, length, impl, parallel,
+                                                             shuffle) -> None:
+    """Path order (``order=None``), nothing late: the set of pairs is every pair with equal keys
+    and times at most D apart, however the inputs interleave; each input's watermark after a
+    batch is just below the earliest time still to come on it (times out of order too)."""
+    if shuffle:  # each input's rows out of time order
+        for cols in inputs:
+            perm = data.draw(st.permutations(range(len(cols["id"]))))
+            for c in ("k", "t"):
+                cols[c] = [cols[c][i] for i in perm]
+    recs = []
+    for r in path(data.draw, inputs):
+        recs.append(r)
+        s = 0 if r.stream_id == L else 1
+        last = r.batch.column("id").to_pylist()[-1]
+        rest = inputs[s]["t"][last + 1:]
+        if rest and data.draw(st.booleans()):
+            recs.append(Watermark(r.stream_id, min(rest) - 1))
+    spec = HashWindowJoin(L, R, "k", TimeWindow(length, "t"), impl=impl, parallel=parallel)
+    h = OperatorHarness(spec, {L: OSCHEMA, R: OSCHEMA})
+    got = h.run(recs)
+    whole, late = time_window_join(
+        [("row", s, inputs[s]["k"][i], inputs[s]["t"][i]) for s in (0, 1) for i in inputs[s]["id"]], length)
+    assert not late and not h.late
+    assert sorted(id_pairs(got)) == sorted(whole)
+
+
+@pytest.mark.parametrize("window", [CountWindow(5), TimeWindow(3, "t")], ids=["count", "time"])
+@pytest.mark.parametrize("order", ["t", POSITION])
+@pytest.mark.parametrize("impl,parallel", [("fast", 1), ("hbsj", 1), ("fast", 2)])
+def test_ordered_operator_contract(window: CountWindow | TimeWindow, order: str, impl: str, parallel: int) -> None:
+    """Snapshot/restore before every record (rows still waiting for their place included),
+    empty batches, reordered columns: the uninterrupted output, in order."""
+    rng = np.random.default_rng(17)
+    inputs = []
+    for _ in (0, 1):
+        n = 45
+        inputs.append({"k": [None if x == 4 else int(x) for x in rng.integers(0, 5, n)], "id": list(range(n)),
+                       "t": np.cumsum(rng.integers(0, 3, n)).tolist(), "pos": list(range(n))})
+    recs: list = []
+    at = [0, 0]
+    while at[0] < 45 or at[1] < 45:
+        s = int(rng.integers(0, 2)) if at[0] < 45 and at[1] < 45 else (0 if at[0] < 45 else 1)
+        b = int(rng.integers(1, 9))
+        cols = inputs[s]
+        hi = min(45, at[s] + b)
+        recs.append(Data(L if s == 0 else R, pa.record_batch(
+            {c: pa.array(cols[c][at[s]:hi], pa.int64()) for c in OSCHEMA.names}, schema=OSCHEMA)))
+        if isinstance(window, TimeWindow) and rng.random() < 0.3:
+            recs.append(Watermark(L if s == 0 else R, cols["t"][hi - 1] - 1))
+        at[s] = hi
+    recs.append(End())
+    spec = HashWindowJoin(L, R, "k", window, impl=impl, parallel=parallel, order=order)  # type: ignore[arg-type]
+    got = check_operator(spec, {L: OSCHEMA, R: OSCHEMA}, recs)
+    assert id_pairs(got) == ordered_reference(inputs, order, window, [set(), set()]) and got.num_rows > 10
+
+
+def test_ordered_snapshot_keeps_the_waiting_rows() -> None:
+    """A snapshot taken while rows wait for their place holds them, and the restored join
+    releases them where the uninterrupted one does."""
+    spec = HashWindowJoin(L, R, "k", CountWindow(8), order="t")
+    left = pa.record_batch({"k": [1, 1, 2], "id": [0, 1, 2], "t": [1, 4, 9], "pos": [0, 1, 2]}, schema=OSCHEMA)
+    right = pa.record_batch({"k": [1, 2], "id": [0, 1], "t": [4, 20], "pos": [0, 1]}, schema=OSCHEMA)
+    h = OperatorHarness(spec, {L: OSCHEMA, R: OSCHEMA})
+    assert h.push(L, left).num_rows == 0
+    assert h.logic.stats()["left"]["waiting"] == 3  # type: ignore[attr-defined]
+    h.snapshot_and_restore()
+    assert h.logic.stats()["left"]["waiting"] == 3  # type: ignore[attr-defined]
+    # left 1, left 4, right 4 (ties left first), left 9; right 20 waits for the end
+    assert id_pairs(h.push(R, right)) == [(0, 0), (1, 0)]
+    h.snapshot_and_restore()
+    assert id_pairs(h.end()) == [(2, 1)]
+
+
+def test_out_of_order_rows_name_the_stream_column_and_row() -> None:
+    spec = HashWindowJoin(L, R, "k", CountWindow(4), order="t")
+    h = OperatorHarness(spec, {L: OSCHEMA, R: OSCHEMA})
+    h.push(L, pa.record_batch({"k": [1, 2], "id": [0, 1], "t": [3, 5], "pos": [0, 1]}, schema=OSCHEMA))
+    bad = pa.record_batch({"k": [1, 2, 3], "id": [2, 3, 4], "t": [5, 7, 6], "pos": [2, 3, 4]}, schema=OSCHEMA)
+    with pytest.raises(SchemaError, match=r"stream 2 .*column 't'.*row 4 \(row 2 of this batch\) has 6 after 7"):
+        h.push(L, bad)
+    with pytest.raises(SchemaError, match=r"stream 2 .*row 2 \(row 0 of this batch\) has 2 after 5"):
+        h.push(L, pa.record_batch({"k": [1], "id": [2], "t": [2], "pos": [2]}, schema=OSCHEMA))
+    # nothing was taken from the refused batches
+    h.push(L, pa.record_batch({"k": [1], "id": [2], "t": [5], "pos": [2]}, schema=OSCHEMA))
+    assert h.logic.stats()["left"]["waiting"] == 3  # type: ignore[attr-defined]
+    with pytest.raises(SchemaError, match="stream 3 has no order column 'zz'"):
+        HashWindowJoin(L, R, "k", CountWindow(4), order="zz").build(
+            {L: OSCHEMA.append(pa.field("zz", pa.int64())), R: OSCHEMA})
+    with pytest.raises(SchemaError, match="order column 'k' has type string"):
+        HashWindowJoin(L, R, "id", CountWindow(4), order="k").build(
+            {L: pa.schema([("k", pa.string()), ("id", pa.int64())]), R: pa.schema([("k", pa.string()), ("id", pa.int64())])})
+    with pytest.raises(PlanError, match="order must name a column"):
+        HashWindowJoin(L, R, "k", CountWindow(4), order="")
+
+
+@pytest.mark.parametrize("impl", ["fast", "hbsj"])
+@pytest.mark.parametrize("parallel", [1, 2, 3])
+@pytest.mark.parametrize("order", [None, "t"])
+def test_time_rings_grow_and_retire_on_every_pu(impl: str, parallel: int, order: str | None) -> None:
+    """Long inputs through every PU's rings, retiring by watermark (from the path, where the
+    rings grow to hold batches; or each input's own times when ordered by them, where they stay
+    the size of a window): the pairs equal the whole sequence joined in one call."""
+    rng = np.random.default_rng(parallel)
+    n = 12_000
+    t = np.sort(rng.integers(0, n // 3, n))
+    sides = rng.integers(0, 2, n).astype(np.int8)
+    keys = rng.integers(0, 30, n)
+    valid = rng.random(n) > 0.05
+    _, want_l, want_r, _ = time_join_sequence(sides, keys, valid, t, 40, True)
+    recs: list = []
+    ids = [np.flatnonzero(sides == s) for s in (0, 1)]
+    at = [0, 0]
+    while at[0] < len(ids[0]) or at[1] < len(ids[1]):
+        # the input whose next batch starts earliest goes next, as the command's sources take turns
+        s = min((x for x in (0, 1) if at[x] < len(ids[x])), key=lambda x: (t[ids[x][at[x]]], x))
+        rows = ids[s][at[s]:at[s] + int(rng.integers(1, 2000))]
+        at[s] += len(rows)
+        b = pa.record_batch({"k": pa.array(np.where(valid[rows], keys[rows], 0), mask=~valid[rows]),
+                             "id": pa.array(at[s] - len(rows) + np.arange(len(rows))), "t": pa.array(t[rows]),
+                             "pos": pa.array(rows)}, schema=OSCHEMA)
+        recs.append(Data(L if s == 0 else R, b))
+        if order is None:
+            recs.append(Watermark(L if s == 0 else R, int(t[rows[-1]]) - 1))
+    spec = HashWindowJoin(L, R, "k", TimeWindow(40, "t"), impl=impl, parallel=parallel, order=order)  # type: ignore[arg-type]
+    h = OperatorHarness(spec, {L: OSCHEMA, R: OSCHEMA})
+    got = h.run([*recs, End()])
+    assert sorted(id_pairs(got)) == sorted(zip(want_l.tolist(), want_r.tolist(), strict=True))
+    core = h.logic.core  # type: ignore[attr-defined]
+    if order is None:  # a ring holds what came since the other input's last watermark: batches
+        assert all(r.grows >= 1 for r in core.pus) and core.slots() <= 2 * 8192
+    else:  # one window: ~60 tuples of each input
+        assert core.slots() == 2 * parallel * 256

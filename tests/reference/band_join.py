@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
+
+def _matchable(x: float | None) -> bool:
+    """A null, NaN or infinite key never matches (it still takes its window position)."""
+    return x is not None and math.isfinite(x)
+
 
 def nested_loop_band_join(
     sides: list[int],
@@ -17,11 +24,14 @@ def nested_loop_band_join(
     written (for float keys too), whichever of the two arrives first: a tuple of side 0 (key x)
     matches window tuples y of side 1 with it, a tuple of side 1 (key y) matches side-0 tuples x
     with it. Self-join: every tuple is side 0 and matches the earlier tuples b of its window with
-    ``x + lower <= b <= x + upper``.
+    ``x + lower <= b <= x + upper``. A key that is None, NaN or infinite matches nothing.
     """
     seen: list[list[float]] = [[], []]
     out: list[tuple[int, int]] = []
     for g, (s, x) in enumerate(zip(sides, keys, strict=True)):
+        if not _matchable(x):
+            seen[0 if self_join else s].append(x)
+            continue
         if self_join:
             s = 0
             other = seen[0]
@@ -31,6 +41,8 @@ def nested_loop_band_join(
             w = windows[1 - s]
         for pos in range(max(0, len(other) - w), len(other)):
             y = other[pos]
+            if not _matchable(y):
+                continue
             left, right = (x, y) if s == 0 else (y, x)
             if left + lower <= right <= left + upper:
                 out.append((g, pos))
@@ -51,7 +63,8 @@ def nested_loop_band_time_join(
 
     Tuple ``g`` pairs with every earlier tuple of the other stream (its own for a self-join)
     whose key satisfies the band predicate as in :func:`nested_loop_band_join` and whose time
-    differs from ``g``'s by at most ``length``. Positions count each stream's tuples.
+    differs from ``g``'s by at most ``length``. Positions count each stream's tuples. A key that
+    is None, NaN or infinite matches nothing.
     """
     seen: list[list[tuple[float, int]]] = [[], []]
     out: list[tuple[int, int]] = []
@@ -60,12 +73,13 @@ def nested_loop_band_time_join(
             s = 0
         other = seen[0] if self_join else seen[1 - s]
         for pos, (y, ty) in enumerate(other):
+            if not (_matchable(x) and _matchable(y)):
+                continue
             d = (y - x) if s == 0 else (x - y)
             if lower <= d <= upper and abs(t - ty) <= length:
                 out.append((g, pos))
         seen[s].append((x, t))
     return out
-
 
 
 def window_band_join(

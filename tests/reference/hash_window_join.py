@@ -65,3 +65,12 @@ def time_window_join(
                 out.append((seq, s) if side == 0 else (s, seq))
         stored[side].append((seq, key, t))
     return out, late
+
+
+def merged_order(left: Sequence[int] | None, right: Sequence[int] | None,
+                 n: tuple[int, int] = (0, 0)) -> list[tuple[int, int]]:
+    """Two inputs merged into one arrival order: ``(side, row)`` sorted by ``(value, side,
+    row)``, so ties go left first. ``left``/``right`` are each input's order values (``None``
+    for both: each row's own position, the ``n`` rows of each input)."""
+    values = [list(range(n[0])), list(range(n[1]))] if left is None or right is None else [left, right]
+    return [(s, i) for _, s, i in sorted((v, s, i) for s in (0, 1) for i, v in enumerate(values[s]))]
