@@ -12,11 +12,11 @@ sequence, the ``splice join`` path), int64 keys uniform in ``[0, 4 w)`` so a pro
   every implementation's output is asserted equal on a prefix.
 * ``ht_sweep``: HB-SJ at w = 2^10 with table sizes 2^5 .. 2^11: throughput and overflow inserts
   (Diba Figs. 14 and 17 for a two-way join); plotted to ``benchmarks/out/hash_join_ht_sweep.png``.
-* ``keys``: the command's path (:func:`splice.joins.hash_command.hash_join_tables`: key encoding,
-  join, equality check of hashed keys, output gather) at w = 2^10 with ``--keys-tuples`` tuples,
-  on the same keys as one ``int64`` column, one string column (``"k00001234"``) and two columns
-  (``int32``, string); and the time-window join (``hash_time_join_tables``, arrival by time) on
-  ``int64`` vs string keys. Every variant's output is asserted equal to the ``int64`` run's
+* ``keys``: the operator over two whole tables (:func:`splice.joins.hash_command.hash_join_tables`:
+  whole batches, key encoding, join, equality check of hashed keys, output gather) at w = 2^10
+  with ``--keys-tuples`` tuples, on the same keys as one ``int64`` column, one string column
+  (``"k00001234"``) and two columns (``int32``, string); and the time-window join
+  (``hash_time_join_tables``, arrival by time) on ``int64`` vs string keys. Every variant's output is asserted equal to the ``int64`` run's
   before timing; ``vs_int64`` is the throughput ratio to the ``int64`` run of the same bench.
 
 * ``multiway_keys``: the :class:`~splice.joins.multiway.MultiwayJoin` operator in Q3's shape
@@ -25,7 +25,20 @@ sequence, the ``splice join`` path), int64 keys uniform in ``[0, 4 w)`` so a pro
   keys uniform in ``[0, 4 w)`` as ``int64`` and as strings (``"k00001234"``). Outputs asserted
   equal before timing; ``vs_int64`` as above.
 
-``--cases`` picks among ``two_way,ht_sweep,keys,multiway_keys`` (default all).
+* ``engine``: the join operators driven as the engine's path carries a job's inputs: two inputs
+  of ``--engine-rows`` rows each, whole batches of 65,536 rows, left and right batches taking
+  turns, one ``on_batch`` per batch, the operator merging the two inputs into arrival order
+  itself (``order``). Joins: :class:`~splice.joins.hash_window_join.HashWindowJoin` with a count
+  window of 2^10 (``order=POSITION``: row i of the left just before row i of the right) and a
+  time window of 2,048 (``order="t"``, t = 2 i + side), and
+  :class:`~splice.joins.band_join.BandJoin` on a PIM-Tree with count windows of 2^10
+  (``order=POSITION``, float keys uniform in [0, 1), eps = 2^-10). Same-run baseline: the
+  whole-sequence path the ``splice join`` command took before it ran on the engine (the whole
+  arrival order computed up front with :func:`splice.io.arrival.arrival_positions`, the mixed
+  sequence through the sequence kernels in chunks of 65,536, the output gathered from the
+  inputs). Outputs asserted equal before timing; ``vs_whole_sequence`` is the throughput ratio.
+
+``--cases`` picks among ``two_way,ht_sweep,keys,multiway_keys,engine`` (default all).
 """
 
 from __future__ import annotations
@@ -120,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--keys-tuples", type=int, default=2_000_000)
     p.add_argument("--multiway-tuples", type=int, default=600_000)
-    p.add_argument("--cases", default="two_way,ht_sweep,keys,multiway_keys")
+    p.add_argument("--engine-rows", type=int, default=1_000_000, help="rows of each input (engine)")
+    p.add_argument("--cases", default="two_way,ht_sweep,keys,multiway_keys,engine")
     args = p.parse_args(argv)
     cases = set(args.cases.split(","))
     if "two_way" in cases:
@@ -131,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         key_types(args.keys_tuples)
     if "multiway_keys" in cases:
         multiway_keys(args.multiway_tuples)
+    if "engine" in cases:
+        engine(args.engine_rows)
     return 0
 
 
@@ -304,6 +320,112 @@ def plot_sweep(rows: list[dict], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def engine_tables(n: int, window: int = 1024, seed: int = 0) -> tuple[Any, Any]:
+    """Two inputs of ``n`` rows: ``k`` int64 uniform in [0, 4 w), ``x`` float uniform in [0, 1),
+    ``t`` = 2 i + side (the inputs alternate in time), ``id`` the row."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    return tuple(pa.table({"k": rng.integers(0, 4 * window, n), "x": rng.random(n),
+                           "t": 2 * np.arange(n, dtype=np.int64) + side, "id": np.arange(n)})
+                 for side in (0, 1))
+
+
+def engine_path(left: Any, right: Any, batch: int = 65_536) -> list[tuple[int, Any]]:
+    """Whole batches of both inputs, left and right taking turns."""
+    lb, rb = left.combine_chunks().to_batches(batch), right.combine_chunks().to_batches(batch)
+    out = []
+    for i in range(max(len(lb), len(rb))):
+        out += [(0, lb[i])] if i < len(lb) else []
+        out += [(1, rb[i])] if i < len(rb) else []
+    return out
+
+
+def on_engine(spec: Any, left: Any, right: Any, path: list[tuple[int, Any]]) -> Any:
+    """The operator over ``path``: one ``on_batch`` per batch, then ``on_end``."""
+    import pyarrow as pa
+
+    inputs = {0: left.schema, 1: right.schema}
+    logic = spec.build(inputs)
+    out = []
+    for side, b in path:
+        out += logic.on_batch(side, b)
+    out += logic.on_end()
+    return pa.Table.from_batches(out, schema=spec.output_schema(inputs))
+
+
+def _gather(left: Any, right: Any, lrows: np.ndarray, rrows: np.ndarray) -> Any:
+    import pyarrow as pa
+
+    from splice.joins.hash_window_join import join_output_schema
+
+    lt, rt = left.take(pa.array(lrows)), right.take(pa.array(rrows))
+    return pa.Table.from_arrays(lt.columns + rt.columns, schema=join_output_schema(left.schema, right.schema)[0])
+
+
+def whole_sequence(kind: str, left: Any, right: Any, arg: Any, chunk: int = 65_536) -> Any:
+    """The baseline: the whole arrival order up front, the mixed sequence through the sequence
+    kernels, the output gathered from the inputs (``kind``: count, time or band)."""
+    from splice.core.time import time_values
+    from splice.io.arrival import arrival_positions
+    from splice.joins.hash_window_join import time_join_sequence
+
+    sides, rows = arrival_positions(left, right, time="t" if kind == "time" else None)
+    is_left = sides == 0
+
+    def merged(col: str, dtype: Any) -> np.ndarray:
+        out = np.empty(len(sides), dtype)
+        out[is_left] = left.column(col).to_numpy()[rows[is_left]]
+        out[~is_left] = right.column(col).to_numpy()[rows[~is_left]]
+        return out
+
+    if kind == "band":
+        keys = merged("x", np.float64)
+        core = arg.make_core(np.dtype(np.float64))
+        gs, ps = [], []
+        for c0 in range(0, len(keys), chunk):
+            g, p = core.run(sides[c0:c0 + chunk], keys[c0:c0 + chunk])
+            gs.append(g + c0)
+            ps.append(p)
+        g, p = np.concatenate(gs), np.concatenate(ps)
+        lrows, rrows = rows[is_left], rows[~is_left]
+        probe_left = sides[g] == 0
+        return _gather(left, right, np.where(probe_left, rows[g], lrows[p]), np.where(probe_left, rrows[p], rows[g]))
+    keys, valid = merged("k", np.int64), np.ones(len(sides), np.bool_)
+    if kind == "count":
+        _, ls, rs, _ = join_sequence(sides, keys, valid, arg, chunk=chunk)
+    else:
+        times = np.empty(len(sides), np.int64)
+        times[is_left] = time_values(left, "t")[rows[is_left]]
+        times[~is_left] = time_values(right, "t")[rows[~is_left]]
+        _, ls, rs, _ = time_join_sequence(sides, keys, valid, times, arg, True, capacity=256)
+    return _gather(left, right, rows[is_left][ls], rows[~is_left][rs])
+
+
+def engine(n: int, repeat: int = 3) -> None:
+    from splice.joins.band_join import BandJoin
+    from splice.joins.hash_window_join import HashWindowJoin
+    from splice.joins.window import POSITION, CountWindow, TimeWindow
+
+    left, right = engine_tables(n)
+    path = engine_path(left, right)
+    band = BandJoin(0, 1, "x", eps=1 / 1024, window=1024, index="pimtree", order=POSITION)
+    joins = [("count 1024", HashWindowJoin(0, 1, "k", CountWindow(1024), order=POSITION), "count", 1024),
+             ("time 2048", HashWindowJoin(0, 1, "k", TimeWindow(2048, "t"), order="t"), "time", 2048),
+             ("band pimtree 1024", band, "band", band)]
+    for name, spec, kind, arg in joins:
+        runs = [("operator", lambda spec=spec: on_engine(spec, left, right, path)),
+                ("whole_sequence", lambda kind=kind, arg=arg: whole_sequence(kind, left, right, arg))]
+        got = {path_name: fn() for path_name, fn in runs}  # equal, row for row, before timing
+        ids = {k: (t.column("id").to_numpy(), t.column("id_right").to_numpy()) for k, t in got.items()}
+        assert all(np.array_equal(a, b) for a, b in zip(ids["operator"], ids["whole_sequence"], strict=True)), name
+        best = _best_interleaved(runs, repeat)
+        for path_name, (sec, res) in best.items():
+            emit({"bench": "engine", "join": name, "path": path_name, "tuples": 2 * n,
+                  "output_rows": res.num_rows, "seconds": round(sec, 4), "tuples_per_s": round(2 * n / sec),
+                  "vs_whole_sequence": round(best["whole_sequence"][0] / sec, 3)})
 
 
 if __name__ == "__main__":

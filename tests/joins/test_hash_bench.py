@@ -1,5 +1,6 @@
 """The hash join benchmark on a tiny workload: it asserts its implementations agree, prints the
-figures docs/benchmarks.md reports, and draws the table-size sweep (Diba Figs. 14, 17) as a PNG."""
+figures docs/benchmarks.md reports, and draws the table-size sweep (Diba Figs. 14, 17) as a PNG;
+the engine case drives the operators over whole batches against the whole-sequence path."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ def test_benchmark_runs_and_plots_the_sweep(tmp_path: Path, monkeypatch: pytest.
                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(bench, "OUT", tmp_path)
     assert bench.main(["--tuples", "6000", "--nl-tuples", "3000", "--min-exp", "4", "--max-exp", "6",
-                       "--keys-tuples", "3000", "--multiway-tuples", "30000",
-                       "--cases", "two_way,ht_sweep,keys,multiway_keys"]) == 0
+                       "--keys-tuples", "3000", "--multiway-tuples", "30000", "--engine-rows", "70000",
+                       "--cases", "two_way,ht_sweep,keys,multiway_keys,engine"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     two = {(r["impl"], r["window"]): r for r in rows if r["bench"] == "two_way"}
     assert set(two) == {(i, w) for i in ("fast", "hbsj", "nested_loop") for w in (16, 64)}
@@ -34,6 +35,11 @@ def test_benchmark_runs_and_plots_the_sweep(tmp_path: Path, monkeypatch: pytest.
     keys = [r for r in rows if r["bench"] == "keys"]
     assert {r["keys"] for r in keys} == {"int64", "string", "int32+string"}
     assert len({(r["window"], r["output_rows"]) for r in keys}) == 2  # each window: one answer
+    engine = {(r["join"], r["path"]): r for r in rows if r["bench"] == "engine"}
+    joins = ("count 1024", "time 2048", "band pimtree 1024")
+    assert set(engine) == {(j, p) for j in joins for p in ("operator", "whole_sequence")}
+    for j in joins:  # the operator over whole batches (two per input) gives the baseline's rows
+        assert engine[(j, "operator")]["output_rows"] == engine[(j, "whole_sequence")]["output_rows"] > 0
     multi = {r["keys"]: r for r in rows if r["bench"] == "multiway_keys"}
     assert set(multi) == {"int64", "string"} and multi["int64"]["output_rows"] == multi["string"]["output_rows"] > 0
 
