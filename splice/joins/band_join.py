@@ -33,7 +33,9 @@ carry, or :data:`~splice.joins.window.POSITION`: the join merges its two inputs 
 itself, ties left first (:class:`~splice.joins.window.ArrivalMerge`; each input nondecreasing in
 the column), and joins each merged prefix in one call of its core, whatever batches the path
 cuts. With a time window and ``order`` its time column, each input's watermark also trails its
-largest time by one, retiring the other input's tuples as the join goes.
+largest time by one, retiring the other input's tuples as the join goes: a long prefix goes
+through the core in slices of :data:`TIME_SLICE` tuples, retiring between them, so a probe meets
+about one window of candidates.
 
 Algorithm. Each window is indexed (``index``): ``nlwj`` scans it (nested loops, the baseline),
 ``bptree``, ``bchain``/``ibchain``, ``imtree``, ``pimtree`` are the structures of
@@ -556,6 +558,11 @@ class BandJoin(OperatorSpec):
         return BandJoinLogic(self, inputs, state)
 
 
+#: Tuples of a release that a time window ordered by its time column joins in one core call
+#: (between calls its inputs' times retire what is a window behind them).
+TIME_SLICE = 1 << 15
+
+
 class BandJoinLogic(OperatorLogic):
     """Runtime of :class:`BandJoin`: row stores per side, the join core, the arrival merge."""
 
@@ -657,10 +664,12 @@ class BandJoinLogic(OperatorLogic):
                 t = time_values(rows, self.time.column, str(self.ids[s]))
                 times[pos] = t
                 self._newest[s] = max(self._newest[s], int(t[-1]) if self.sorted_time else MIN_TIME)
-        if times is not None:
-            g, partner = self.core.run(rel.sides, keys, times)
-        else:
+        if times is None:
             g, partner = self.core.run(rel.sides, keys)
+        elif self.sorted_time and n > TIME_SLICE:
+            g, partner = self._run_time_slices(rel.sides, keys, times)
+        else:
+            g, partner = self.core.run(rel.sides, keys, times)
         out: list[pa.RecordBatch] = []
         if len(g):
             if self.spec.self_join:  # the arriving tuple, then its earlier partner
@@ -681,6 +690,27 @@ class BandJoinLogic(OperatorLogic):
             for s, store in enumerate(self.rows):
                 store.evict_before(store.end - self.windows[s])
         return out
+
+    def _run_time_slices(self, sides: np.ndarray, keys: np.ndarray, times: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """A long release of a time window ordered by its time column, in slices of
+        :data:`TIME_SLICE` tuples: between slices each input's times so far retire the other's
+        tuples a window behind them from the core (its rows leave after the release), so a
+        probe's range search meets about one window of candidates, however long the release."""
+        assert self.time is not None
+        gs, ps = [], []
+        for a in range(0, len(sides), TIME_SLICE):
+            b = min(len(sides), a + TIME_SLICE)
+            g, p = self.core.run(sides[a:b], keys[a:b], times[a:b])
+            gs.append(g + a)
+            ps.append(p)
+            if b < len(sides):
+                for s in range(len(self.rows)):
+                    mine = times[a:b][sides[a:b] == s]
+                    if len(mine):  # this input's later tuples come at or after its newest time
+                        upto = max(int(mine[-1]) - 1, self.applied[s]) - self.time.length
+                        self.core.evict(1 - s, max(upto, int(MIN_TIME)))
+        return np.concatenate(gs), np.concatenate(ps)
 
     def _matchable(self, rows: pa.Table, s: int) -> np.ndarray:
         """Which of ``rows`` (of input ``s``; the left input's for a self-join) have a key that

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,7 @@ from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data, End, Watermark
 from splice.index import INDEX_KINDS
 from splice.index._window import M_CHANGES, M_THRESH, new_descents
+from splice.joins import band_join as band_join_module
 from splice.joins._band_kernels import join_seq_run
 from splice.joins.band_command import run as band_run
 from splice.joins.band_join import BandCore, BandJoin, probe_offsets
@@ -712,16 +714,20 @@ def _ordered_reference(inputs, order, window, recs):
 @given(data=st.data(), inputs=_two_inputs(), order=st.sampled_from(["t", "pos", POSITION]),
        window=st.one_of(st.tuples(st.integers(1, 30), st.integers(1, 30)),
                         st.builds(TimeWindow, st.integers(0, 8), st.just("t"))),
-       index=st.sampled_from(["pimtree", "bptree", "ibchain", "nlwj", "pimtree/2", "imtree/3"]))
-def test_order_inside_the_operator_equals_the_merged_sequence(data, inputs, order, window, index):
+       index=st.sampled_from(["pimtree", "bptree", "ibchain", "nlwj", "pimtree/2", "imtree/3"]),
+       time_slice=st.sampled_from([1, 5, 1 << 15]))
+def test_order_inside_the_operator_equals_the_merged_sequence(data, inputs, order, window, index,
+                                                               time_slice):
     """Whatever batches the path cuts and however it interleaves the two inputs, the operator
     joins their rows in the order of ``order`` (ties left first): the rows, in the order, of the
-    nested-loop join over that merged sequence; late rows go to the late output."""
+    nested-loop join over that merged sequence; late rows go to the late output. (Time windows
+    ordered by time join long releases in slices, retiring between them.)"""
     index, _, threads = index.partition("/")
     recs = _path(data.draw, inputs, isinstance(window, TimeWindow))
     spec = BandJoin(left=2, right=3, on="x", eps=1.0, window=window, index=index, merge_ratio=0.25,
                     threads=int(threads or 1), order=order)
-    out, h = run_operator(spec, OSCHEMAS, [*recs, End()])
+    with mock.patch.object(band_join_module, "TIME_SLICE", time_slice):
+        out, h = run_operator(spec, OSCHEMAS, [*recs, End()])
     want, late = _ordered_reference(inputs, order, window, recs)
     assert list(zip(out.column("id").to_pylist(), out.column("id_right").to_pylist(), strict=True)) == want
     assert sorted((sid, i) for sid, b in zip(h.late_inputs, h.late, strict=True)
