@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 

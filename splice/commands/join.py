@@ -29,6 +29,7 @@ together; with neither, by the rows each has sent.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -94,6 +95,8 @@ def _check_options(args: argparse.Namespace) -> None:
                                 "--window-time), not to count windows")
     if args.how != "inner" and args.kind in ("hash", "band"):
         raise PlanError(f"--kind {args.kind} computes inner joins only, got --how {args.how}")
+    if args.window_time is not None and args.window_time < 0:
+        raise PlanError(f"--window-time must be >= 0, got {args.window_time}")
     if args.dead_letter is not None and args.bad_input != "dead-letter":
         raise PlanError("--dead-letter needs --bad-input dead-letter")
 
@@ -124,8 +127,10 @@ def join_spec(args: argparse.Namespace) -> BindInputs:
                                        "slide": args.slide, "how": args.how})
     from splice.joins.window import POSITION, CountWindow, TimeWindow, parse_count_window
 
-    # count windows follow an arrival order that the operator merges: a column, or positions
-    order = None if time_based(args) else (_order_column(args) or POSITION)
+    # count windows follow an arrival order that the operator merges (a column, or positions);
+    # a time window over time-ordered inputs is ordered by time, so each input's own times
+    # retire the other's tuples and a probe stops at the window's edge
+    order = _order_column(args) or (None if time_based(args) else POSITION)
     if args.window is not None and args.window_time is not None:
         raise PlanError("give either --window N (count) or --window-time D (time), not both")
     if args.kind == "hash":
@@ -209,7 +214,7 @@ def load_inputs(args: argparse.Namespace, sink: DeadLetterSink | None) -> list[J
                                     policy=policy, sink=sink,  # type: ignore[arg-type]
                                     batch_size=args.batch_size)
             inp = JoinInput(name, ordered.schema, ordered.num_rows,
-                            lambda o=ordered: o.batches(args.batch_size), ordered.close)
+                            functools.partial(ordered.batches, args.batch_size), ordered.close)
         else:
             table = read_input(path, name, time_column=args.time, policy=policy, sink=sink)  # type: ignore[arg-type]
             inp = _in_memory(name, table, args.batch_size)
@@ -322,6 +327,8 @@ def run_join(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - t1
         result = coord.publish("join", args.out)
         late = coord.late_outputs("join")
+        assert coord.engine is not None
+        figures = coord.engine.metrics()["queries"]["join"]["operators"].get("join", {})
     finally:
         for inp in inputs:
             inp.close()
@@ -337,6 +344,7 @@ def run_join(args: argparse.Namespace) -> int:
         "load_seconds": round(load_seconds, 6),
         "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
         "late_rows": {name: (late[name].num_rows if name in late else 0) for name in SIDES},
+        **{k: v for k, v in figures.items() if k != "late_rows"},
     }
     if sink is not None:
         metrics["dead_letter_rows"] = sink.total

@@ -68,8 +68,9 @@ class OperatorLogic(ABC):
         """Bytes of state this operator holds (cached totals, O(1))."""
         return 0
 
-    def metrics(self) -> dict[str, int]:
-        """Counters worth reporting (e.g. ``null_keys``: rows whose key matched nothing)."""
+    def metrics(self) -> dict[str, Any]:
+        """Figures worth reporting, JSON-able (e.g. ``null_keys``: rows whose key matched
+        nothing)."""
         return {}
 
 

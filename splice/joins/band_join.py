@@ -768,6 +768,11 @@ class BandJoinLogic(OperatorLogic):
 
     # -- state --------------------------------------------------------------------------------
 
+    def metrics(self) -> dict[str, Any]:
+        """``null_keys`` (null, NaN or infinite: they never match) and ``late_rows``."""
+        return {"null_keys": int(sum(self.nulls) + sum(self.infinite)),
+                "late_rows": int(sum(self.late))}
+
     def stats(self) -> dict[str, Any]:
         """Per input: null or NaN keys, infinite keys (neither ever matches), late rows, and
         rows waiting for their place in the arrival order."""

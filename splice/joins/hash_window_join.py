@@ -712,6 +712,10 @@ class TimeCore:
         return sum(r.nbytes() for r in self.pus)
 
 
+#: the HB-SJ figures of each input that the hash join reports (Diba Fig. 17)
+HBSJ_FIGURES = ("table_inserts", "overflow_inserts", "overflow_peak", "overflow_comparisons", "probes")
+
+
 # --------------------------------------------------------------------------------------------
 # the operator
 # --------------------------------------------------------------------------------------------
@@ -851,6 +855,8 @@ class _HashWindowJoinLogic(OperatorLogic):
         self.merge = (ArrivalMerge(spec.order, self.ids, (ls, rs), spec.name)
                       if spec.order is not None else None)
         self._late: list[tuple[int, pa.RecordBatch]] = []
+        #: the most ring slots a time window held after a batch (an upper bound on its tuples)
+        self.slots_max = 0
         if state is not None:
             self._restore(state)
 
@@ -881,10 +887,14 @@ class _HashWindowJoinLogic(OperatorLogic):
                     return []
         if self.merge is None:
             me.accepted += batch.num_rows
-            return self._join(Release.single(side, batch))
-        self.merge.add(side, batch)
-        me.accepted += batch.num_rows
-        return self._release()
+            out = self._join(Release.single(side, batch))
+        else:
+            self.merge.add(side, batch)
+            me.accepted += batch.num_rows
+            out = self._release()
+        if isinstance(self.core, TimeCore):
+            self.slots_max = max(self.slots_max, self.core.slots())
+        return out
 
     def _release(self, final: bool = False) -> list[pa.RecordBatch]:
         assert self.merge is not None
@@ -988,6 +998,20 @@ class _HashWindowJoinLogic(OperatorLogic):
         return out
 
     # -- state --------------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        """``null_keys`` and ``late_rows`` of both inputs; for time windows ``retained_max`` (the
+        most ring slots held after a batch); with HB-SJ each input's table figures (Diba Fig.
+        17: inserts per table, overflow inserts and peak, comparisons in the overflow buffer,
+        probes; SplitJoin units summed) under ``hbsj``."""
+        st = self.stats()
+        out: dict[str, Any] = {"null_keys": sum(st[n]["null_keys"] for n in ("left", "right")),
+                               "late_rows": sum(st[n]["late"] for n in ("left", "right"))}
+        if isinstance(self.core, TimeCore):
+            out["retained_max"] = int(max(self.slots_max, self.core.slots()))
+        if self.spec.impl == "hbsj":
+            out["hbsj"] = {n: {k: st[n]["index"][k] for k in HBSJ_FIGURES} for n in ("left", "right")}
+        return out
 
     def stats(self) -> dict[str, Any]:
         """Per side: null keys, late rows, tuples in the window now, rows waiting for their

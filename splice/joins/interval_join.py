@@ -714,7 +714,7 @@ class TwoSidedJoinLogic(OperatorLogic):
         """Rows whose key has a null (they match nothing) so far, per input stream id."""
         return {self.L.sid: self.L.null_keys, self.R.sid: self.R.null_keys}
 
-    def metrics(self) -> dict[str, int]:
+    def metrics(self) -> dict[str, Any]:
         return {"null_keys": self.L.null_keys + self.R.null_keys,
                 "late_rows": self.L.late_rows + self.R.late_rows}
 

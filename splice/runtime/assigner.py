@@ -29,6 +29,7 @@ from splice.core.row_checks import RowCheck
 from splice.core.stream import Stream, StreamCatalog
 from splice.core.time import WatermarkStrategy
 from splice.runtime.decomposer import ROW_ID
+from splice.runtime.naming import name_streams
 from splice.runtime.plan import BindInputs, Node, Query
 from splice.runtime.switch import ONWARD, TAP
 from splice.runtime.synchronizer import RoundRobin
@@ -219,7 +220,8 @@ class QueryAssigner:
                 try:
                     logic = spec.build(narrowed, state.get(node.name))
                 except SchemaError as exc:
-                    raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
+                    raise SchemaError(f"query {query.name!r}, node {node.name!r}: "
+                                      f"{self._named(exc)}") from exc
                 b = self._place(dep, query, node.name, logic, routes, out_stream, views, after,
                                 installs, state, node.inputs)
                 produced[node.name] = (out_stream, b)
@@ -280,7 +282,8 @@ class QueryAssigner:
                 used = spec.columns_used(full)
                 schemas[node.name] = (-1 - i, spec.output_schema(full))
             except SchemaError as exc:
-                raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
+                raise SchemaError(f"query {query.name!r}, node {node.name!r}: "
+                                  f"{self._named(exc)}") from exc
             # a node reading all of its inputs reads every column name they hold
             read = set().union(*used.values()) if used else set()
             if used is None:
@@ -303,7 +306,12 @@ class QueryAssigner:
             narrowed = {s.id: _view_schema(s.schema, views[s.id]) for s, _ in inputs}
             return views, narrowed, spec.output_schema(narrowed)
         except SchemaError as exc:
-            raise SchemaError(f"query {query.name!r}, node {node.name!r}: {exc}") from exc
+            raise SchemaError(f"query {query.name!r}, node {node.name!r}: "
+                              f"{self._named(exc)}") from exc
+
+    def _named(self, exc: Exception) -> str:
+        """The message with stream ids written as the streams' names."""
+        return name_streams(str(exc), {s.id: s.name for s in self.catalog})
 
     def _define(self, dep: Deployment, name: str, schema: pa.Schema,
                 watermark: WatermarkStrategy | None = None) -> Stream:

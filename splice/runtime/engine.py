@@ -44,6 +44,7 @@ from splice.core.time import BoundedOutOfOrderness, WatermarkStrategy, time_valu
 from splice.runtime.assigner import Deployment, QueryAssigner
 from splice.runtime.decomposer import ROW_ID, Decomposer
 from splice.runtime.executor import Executor, PipelinedExecutor, SerialExecutor
+from splice.runtime.naming import name_streams
 from splice.runtime.plan import Query
 from splice.runtime.topology import Topology
 from splice.runtime.unit import UnitEvents, UnitStats
@@ -341,7 +342,11 @@ class Engine:
         if self._unreported:
             name = self._unreported.pop(0)
             err = self.queries[name].error
-            raise StateError(f"query {name!r} failed: {err} (the other queries go on)") from err
+            raise StateError(f"query {name!r} failed: {self._named(err)} (the other queries go "
+                             "on)") from err
+
+    def _named(self, exc: BaseException | None) -> str:
+        return name_streams(str(exc), {s.id: s.name for s in self.catalog})
 
     def _submit(self, rec: Record) -> None:
         self.position += 1
@@ -476,14 +481,14 @@ class Engine:
         except KeyError:
             raise PlanError(f"unknown query {name!r}") from None
         if result.error is not None and not partial:
-            raise StateError(f"query {name!r} failed: {result.error}") from result.error
+            raise StateError(f"query {name!r} failed: {self._named(result.error)}") from result.error
         return pa.Table.from_batches(result.batches, schema=result.schema)
 
-    def _operator_metrics(self, name: str) -> dict[str, dict[str, int]]:
+    def _operator_metrics(self, name: str) -> dict[str, dict[str, Any]]:
         dep = self.assigner.deployed.get(name)
         if dep is None:
             return {}
-        out: dict[str, dict[str, int]] = {}
+        out: dict[str, dict[str, Any]] = {}
         for b, u in dep.units:
             program = self.topology.bricks[b].units[u].loaded
             if program is not None:

@@ -442,7 +442,7 @@ def test_opposite_key_and_time_columns_equal_the_reference(kind, rows, threshold
     # the opposite key column of a pair is the arriving row's key (one exact key column of one
     # type: integers, booleans, temporal types) and an indexed side's time column comes from its
     # index; floats are gathered (-0.0 and 0.0 match but differ): outputs equal the reference
-    from splice.core.records import Data, End, Watermark
+    from splice.core.records import Data, End
     from tests.joins.test_interval_join import _run_both
 
     key_type, conv = _KEY_TYPES[kind]

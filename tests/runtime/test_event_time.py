@@ -22,7 +22,10 @@ from hypothesis import strategies as st
 
 from splice.core.errors import SchemaError
 from splice.core.time import WatermarkStrategy
+from splice.joins.band_join import BandJoin
+from splice.joins.hash_window_join import HashWindowJoin
 from splice.joins.interval_join import IntervalJoin
+from splice.joins.window import TimeWindow
 from splice.joins.window_join import WindowJoin
 from splice.ops.aggregate import Agg
 from splice.ops.window_aggregate import WindowAggregate
@@ -210,6 +213,43 @@ def test_window_aggregate_on_a_disordered_source(c):
     want = _sql(f"SELECT ts // {size} * {size} AS window_start, ts // {size} * {size} + {size} "
                 "AS window_end, k, count(*) AS n, sum(v) AS s FROM l GROUP BY ALL", l=kept["l"])
     assert _rows(eng.results("a")) == _rows(want)
+
+
+@FAST
+@given(case, st.sampled_from(["fast", "hbsj"]))
+def test_hash_join_over_a_time_window_on_disordered_sources(c, impl):
+    seed, delay, beyond, nl, nr = c
+    tables = _tables(seed, delay, beyond, nl, nr)
+    spec = BindInputs(HashWindowJoin, {"on": "k", "window": TimeWindow(9, "ts"), "impl": impl})
+    eng = _engine(tables, delay, Query("j", (Node("join", spec, ("l", "r")),)))
+    feed = Feed(seed, tables, delay)
+    feed.run(eng)
+    want_late = _late_ids(tables, feed, lambda name, t, m: t <= m[name])
+    if not beyond:
+        assert not any(want_late.values())
+    kept = _check_accounting(eng, "j", tables, want_late)
+    want = _sql("SELECT l.*, r.* FROM l JOIN r ON l.k = r.k AND abs(l.ts - r.ts) <= 9",
+                l=kept["l"], r=kept["r"])
+    assert _rows(eng.results("j")) == _rows(want)
+
+
+@FAST
+@given(case, st.sampled_from(["pimtree", "bptree"]))
+def test_band_join_over_a_time_window_on_disordered_sources(c, index):
+    seed, delay, beyond, nl, nr = c
+    tables = _tables(seed, delay, beyond, nl, nr)
+    spec = BindInputs(BandJoin, {"on": "v", "eps": 3, "window": TimeWindow(12, "ts"),
+                                 "index": index})
+    eng = _engine(tables, delay, Query("j", (Node("join", spec, ("l", "r")),)))
+    feed = Feed(seed, tables, delay)
+    feed.run(eng)
+    want_late = _late_ids(tables, feed, lambda name, t, m: t <= m[name])
+    if not beyond:
+        assert not any(want_late.values())
+    kept = _check_accounting(eng, "j", tables, want_late)
+    want = _sql("SELECT l.*, r.* FROM l JOIN r ON abs(l.v - r.v) <= 3 AND abs(l.ts - r.ts) <= 12",
+                l=kept["l"], r=kept["r"])
+    assert _rows(eng.results("j")) == _rows(want)
 
 
 def test_an_idle_input_is_moved_along_and_its_late_rows_are_kept():
