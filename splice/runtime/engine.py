@@ -471,15 +471,19 @@ class Engine:
             result.error = exc
             self._unreported.append(query)
 
-    def results(self, name: str, partial: bool = False) -> pa.Table:
-        """Query ``name``'s results so far; raises its failure unless ``partial``."""
+    def _result(self, name: str) -> QueryResult:
+        """Query ``name``'s result with every record submitted so far through the path."""
         with self._lock:
             if isinstance(self.executor, PipelinedExecutor) and not self._ended:
                 self.executor.drain()
         try:
-            result = self.queries[name]
+            return self.queries[name]
         except KeyError:
             raise PlanError(f"unknown query {name!r}") from None
+
+    def results(self, name: str, partial: bool = False) -> pa.Table:
+        """Query ``name``'s results so far; raises its failure unless ``partial``."""
+        result = self._result(name)
         if result.error is not None and not partial:
             raise StateError(f"query {name!r} failed: {self._named(result.error)}") from result.error
         return pa.Table.from_batches(result.batches, schema=result.schema)
@@ -500,13 +504,7 @@ class Engine:
     def late(self, name: str) -> dict[str, pa.Table]:
         """Rows query ``name`` refused as late (its late side output), per input: the source
         stream's name, or the name of the query's node they came from."""
-        with self._lock:
-            if isinstance(self.executor, PipelinedExecutor) and not self._ended:
-                self.executor.drain()
-        try:
-            result = self.queries[name]
-        except KeyError:
-            raise PlanError(f"unknown query {name!r}") from None
+        result = self._result(name)
         return {k: pa.Table.from_batches(v) for k, v in result.late.items() if v}
 
     def metrics(self) -> dict[str, Any]:

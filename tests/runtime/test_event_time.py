@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -148,108 +149,79 @@ def _tables(seed: int, delay: int, beyond: bool, nl: int, nr: int) -> dict[str, 
     return {"l": _stream(rng, nl, 0, 300, disorder), "r": _stream(rng, nr, 10_000, 300, disorder)}
 
 
+def _check(c: tuple, query: Query, is_late: Callable[[str, int, dict[str, int]], bool],
+           sql: str, inputs: tuple[str, ...] = ("l", "r")) -> None:
+    """Run ``query`` on the case's sources: nothing late within the bound, each late row
+    accounted for beyond it, and the output SQL's over the rows that were not late."""
+    seed, delay, beyond, nl, nr = c
+    tables = {k: v for k, v in _tables(seed, delay, beyond, nl, nr).items() if k in inputs}
+    eng = _engine(tables, delay, query)
+    feed = Feed(seed, tables, delay)
+    feed.run(eng)
+    want_late = _late_ids(tables, feed, is_late)
+    if not beyond:
+        assert not any(want_late.values())
+    kept = _check_accounting(eng, query.name, tables, want_late)
+    assert _rows(eng.results(query.name)) == _rows(_sql(sql, **kept))
+
+
+def _join(factory: Any, **params: Any) -> Query:
+    return Query("j", (Node("join", BindInputs(factory, params), ("l", "r")),))
+
+
+def _behind_own(name: str, t: int, m: dict[str, int]) -> bool:
+    """Late for an operator that judges each input by its own watermark."""
+    return t <= m[name]
+
+
+def _window_closed(size: int, *inputs: str) -> Callable[[str, int, dict[str, int]], bool]:
+    """Late for a tumbling window of ``size`` closed by the least watermark of ``inputs``."""
+
+    def late(name: str, t: int, m: dict[str, int]) -> bool:
+        w = min(m[i] for i in inputs)
+        return w != MIN and (t // size) * size + size - 1 <= w
+
+    return late
+
+
 @FAST
 @given(case, st.sampled_from(["inner", "left", "right", "full"]))
 def test_interval_join_on_disordered_sources(c, how):
-    seed, delay, beyond, nl, nr = c
-    tables = _tables(seed, delay, beyond, nl, nr)
-    spec = BindInputs(IntervalJoin, {"on": "k", "time": "ts", "lower": -7, "upper": 4, "how": how})
-    eng = _engine(tables, delay, Query("j", (Node("join", spec, ("l", "r")),)))
-    feed = Feed(seed, tables, delay)
-    feed.run(eng)
-    # a row is late when its time is at or behind its own stream's watermark
-    want_late = _late_ids(tables, feed, lambda name, t, m: t <= m[name])
-    if not beyond:
-        assert not any(want_late.values())
-    kept = _check_accounting(eng, "j", tables, want_late)
-    sql_how = {"inner": "INNER", "left": "LEFT", "right": "RIGHT", "full": "FULL"}[how]
-    want = _sql(f"SELECT l.*, r.* FROM l {sql_how} JOIN r ON l.k = r.k "
-                "AND r.ts BETWEEN l.ts - 7 AND l.ts + 4", l=kept["l"], r=kept["r"])
-    assert _rows(eng.results("j")) == _rows(want)
+    _check(c, _join(IntervalJoin, on="k", time="ts", lower=-7, upper=4, how=how), _behind_own,
+           f"SELECT l.*, r.* FROM l {how.upper()} JOIN r ON l.k = r.k "
+           "AND r.ts BETWEEN l.ts - 7 AND l.ts + 4")
 
 
 @FAST
 @given(case, st.sampled_from(["inner", "full"]))
 def test_window_join_on_disordered_sources(c, how):
-    seed, delay, beyond, nl, nr = c
-    tables = _tables(seed, delay, beyond, nl, nr)
-    size = 20
-    spec = BindInputs(WindowJoin, {"on": "k", "time": "ts", "size": size, "how": how})
-    eng = _engine(tables, delay, Query("j", (Node("join", spec, ("l", "r")),)))
-    feed = Feed(seed, tables, delay)
-    feed.run(eng)
-
-    # the join's watermark is the lesser of the two; a row is late when its window has closed
-    def late(name: str, t: int, m: dict[str, int]) -> bool:
-        w = min(m.values())
-        return w != MIN and (t // size) * size + size - 1 <= w
-
-    want_late = _late_ids(tables, feed, late)
-    if not beyond:
-        assert not any(want_late.values())
-    kept = _check_accounting(eng, "j", tables, want_late)
-    sql_how = "INNER" if how == "inner" else "FULL"
-    want = _sql(f"SELECT l.*, r.* FROM l {sql_how} JOIN r ON l.k = r.k "
-                f"AND l.ts // {size} = r.ts // {size}", l=kept["l"], r=kept["r"])
-    assert _rows(eng.results("j")) == _rows(want)
+    _check(c, _join(WindowJoin, on="k", time="ts", size=20, how=how), _window_closed(20, "l", "r"),
+           f"SELECT l.*, r.* FROM l {how.upper()} JOIN r ON l.k = r.k AND l.ts // 20 = r.ts // 20")
 
 
 @FAST
 @given(case)
 def test_window_aggregate_on_a_disordered_source(c):
-    seed, delay, beyond, n, _ = c
-    tables = {"l": _tables(seed, delay, beyond, n, 0)["l"]}
-    size = 25
-    spec = WindowAggregate("ts", size, keys=["k"], aggregates=[Agg("n", "count"),
-                                                                Agg("s", "sum", "v")])
-    eng = _engine(tables, delay, Query.chain("a", "l", spec))
-    feed = Feed(seed, tables, delay)
-    feed.run(eng)
-    want_late = _late_ids(tables, feed, lambda name, t, m: m[name] != MIN
-                          and (t // size) * size + size - 1 <= m[name])
-    if not beyond:
-        assert not any(want_late.values())
-    kept = _check_accounting(eng, "a", tables, want_late)
-    want = _sql(f"SELECT ts // {size} * {size} AS window_start, ts // {size} * {size} + {size} "
-                "AS window_end, k, count(*) AS n, sum(v) AS s FROM l GROUP BY ALL", l=kept["l"])
-    assert _rows(eng.results("a")) == _rows(want)
+    spec = WindowAggregate("ts", 25, keys=["k"], aggregates=[Agg("n", "count"),
+                                                              Agg("s", "sum", "v")])
+    _check(c, Query.chain("a", "l", spec), _window_closed(25, "l"),
+           "SELECT ts // 25 * 25 AS window_start, ts // 25 * 25 + 25 AS window_end, k, "
+           "count(*) AS n, sum(v) AS s FROM l GROUP BY ALL", inputs=("l",))
 
 
 @FAST
 @given(case, st.sampled_from(["fast", "hbsj"]))
 def test_hash_join_over_a_time_window_on_disordered_sources(c, impl):
-    seed, delay, beyond, nl, nr = c
-    tables = _tables(seed, delay, beyond, nl, nr)
-    spec = BindInputs(HashWindowJoin, {"on": "k", "window": TimeWindow(9, "ts"), "impl": impl})
-    eng = _engine(tables, delay, Query("j", (Node("join", spec, ("l", "r")),)))
-    feed = Feed(seed, tables, delay)
-    feed.run(eng)
-    want_late = _late_ids(tables, feed, lambda name, t, m: t <= m[name])
-    if not beyond:
-        assert not any(want_late.values())
-    kept = _check_accounting(eng, "j", tables, want_late)
-    want = _sql("SELECT l.*, r.* FROM l JOIN r ON l.k = r.k AND abs(l.ts - r.ts) <= 9",
-                l=kept["l"], r=kept["r"])
-    assert _rows(eng.results("j")) == _rows(want)
+    _check(c, _join(HashWindowJoin, on="k", window=TimeWindow(9, "ts"), impl=impl), _behind_own,
+           "SELECT l.*, r.* FROM l JOIN r ON l.k = r.k AND abs(l.ts - r.ts) <= 9")
 
 
 @FAST
 @given(case, st.sampled_from(["pimtree", "bptree"]))
 def test_band_join_over_a_time_window_on_disordered_sources(c, index):
-    seed, delay, beyond, nl, nr = c
-    tables = _tables(seed, delay, beyond, nl, nr)
-    spec = BindInputs(BandJoin, {"on": "v", "eps": 3, "window": TimeWindow(12, "ts"),
-                                 "index": index})
-    eng = _engine(tables, delay, Query("j", (Node("join", spec, ("l", "r")),)))
-    feed = Feed(seed, tables, delay)
-    feed.run(eng)
-    want_late = _late_ids(tables, feed, lambda name, t, m: t <= m[name])
-    if not beyond:
-        assert not any(want_late.values())
-    kept = _check_accounting(eng, "j", tables, want_late)
-    want = _sql("SELECT l.*, r.* FROM l JOIN r ON abs(l.v - r.v) <= 3 AND abs(l.ts - r.ts) <= 12",
-                l=kept["l"], r=kept["r"])
-    assert _rows(eng.results("j")) == _rows(want)
+    _check(c, _join(BandJoin, on="v", eps=3, window=TimeWindow(12, "ts"), index=index),
+           _behind_own,
+           "SELECT l.*, r.* FROM l JOIN r ON abs(l.v - r.v) <= 3 AND abs(l.ts - r.ts) <= 12")
 
 
 def test_an_idle_input_is_moved_along_and_its_late_rows_are_kept():
