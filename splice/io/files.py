@@ -59,10 +59,12 @@ splice.core.errors.SchemaError: input 'left' (...left.csv), data row 2: column '
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -377,10 +379,34 @@ def _parquet_batches(src: _Input, declared: pa.Schema | None, time_column: str |
 # CSV: the fast path
 
 
+@contextmanager
+def undecodable_rows_unprinted() -> Iterator[None]:
+    """Arrow decodes a malformed CSV row's text before it calls the invalid-row handler; for a
+    row that is not UTF-8 that raises inside the callback, which Python would print as
+    "Exception ignored ... UnicodeDecodeError". The read then fails with a parse error naming the
+    row, and that error is what the user sees, once."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, UnicodeDecodeError):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
 def _csv_header(src: _Input) -> pa.Schema:
     """The header's columns with the types Arrow infers from the first rows: the first
     ``_INFER_ROWS`` lines after the header, at most ``_INFER_BYTES`` bytes (the read costs about
     a thirtieth of reading a million rows, so the fast path stays as fast as a plain read)."""
+    with undecodable_rows_unprinted():
+        return _csv_inferred(src)
+
+
+def _csv_inferred(src: _Input) -> pa.Schema:
     skip_bad = pacsv.ParseOptions(invalid_row_handler=lambda _: "skip")
     with open(src.path, "rb") as f:
         head = f.read(_INFER_BYTES)
@@ -448,11 +474,13 @@ def _majority_types(sample: pa.Buffer, inferred: pa.Schema) -> pa.Schema:
     return pa.schema([fields[f.name] for f in inferred])
 
 
-def _csv_types(src: _Input, header: pa.Schema, declared: pa.Schema | None) -> dict[str, pa.DataType]:
+def _csv_types(src: _Input, header: pa.Schema, declared: pa.Schema | None,
+               time_column: str | None) -> dict[str, pa.DataType]:
     """The column types to read with: the declared ones, or those inferred from the first rows
-    (a column empty there is read as strings)."""
+    (a column empty there is read as strings, the time column as integers)."""
     if declared is None:
-        return {f.name: pa.string() if pa.types.is_null(f.type) else f.type for f in header}
+        return {f.name: (pa.int64() if f.name == time_column else pa.string())
+                if pa.types.is_null(f.type) else f.type for f in header}
     types = {}
     for f in declared:
         if f.name not in header.names:
@@ -472,7 +500,7 @@ def _csv_types(src: _Input, header: pa.Schema, declared: pa.Schema | None) -> di
 def _csv_read(src: _Input, declared: pa.Schema | None, time_column: str | None,
               policy: BadInputPolicy, sink: DeadLetterSink | None) -> pa.Table:
     header = _csv_header(src)
-    types = _csv_types(src, header, declared)
+    types = _csv_types(src, header, declared, time_column)
     schema = pa.schema(list(types.items()))
     _require_time(src, schema, time_column)
     options = pacsv.ConvertOptions(column_types=types, include_columns=list(types))
@@ -491,7 +519,7 @@ def _csv_batches(src: _Input, declared: pa.Schema | None, time_column: str | Non
                  policy: BadInputPolicy, sink: DeadLetterSink | None
                  ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     header = _csv_header(src)
-    types = _csv_types(src, header, declared)
+    types = _csv_types(src, header, declared, time_column)
     schema = pa.schema(list(types.items()))
     _require_time(src, schema, time_column)
 
@@ -692,6 +720,13 @@ def _csv_checked(src: _Input, header: pa.Schema, types: dict[str, pa.DataType], 
                  policy: BadInputPolicy, sink: DeadLetterSink | None, skip: int) -> Iterator[pa.RecordBatch]:
     """The error path: the good rows typed, batch by batch, after the first ``skip`` rows (all
     good: rows a fast stream already passed on); bad rows are routed as they are met."""
+    with undecodable_rows_unprinted():
+        yield from _csv_checked_rows(src, header, types, time_column, policy, sink, skip)
+
+
+def _csv_checked_rows(src: _Input, header: pa.Schema, types: dict[str, pa.DataType],
+                      time_column: str | None, policy: BadInputPolicy, sink: DeadLetterSink | None,
+                      skip: int) -> Iterator[pa.RecordBatch]:
     checker = _CsvChecker(src, types, time_column)
     raw_types = {f.name: pa.binary() for f in header}
     try:

@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 
 from splice.core.errors import PlanError
 from splice.core.time import time_values
-from splice.io.files import FORMATS, iter_input, read_input, rebatch
+from splice.io.files import FORMATS, iter_input, read_input, rebatch, undecodable_rows_unprinted
 
 if TYPE_CHECKING:
     from splice.state.deadletter import BadInputPolicy, DeadLetterSink
@@ -153,14 +153,16 @@ def _arrow_bytes(path: Path) -> int:
             return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         if fmt == "csv":
             block = 1 << 20
-            reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(use_threads=False, block_size=block),
-                                    parse_options=pacsv.ParseOptions(invalid_row_handler=lambda _: "skip"))
-            try:
-                first = reader.read_next_batch().nbytes
-            except StopIteration:
-                return size
-            finally:
-                reader.close()
+            with undecodable_rows_unprinted():
+                reader = pacsv.open_csv(
+                    path, read_options=pacsv.ReadOptions(use_threads=False, block_size=block),
+                    parse_options=pacsv.ParseOptions(invalid_row_handler=lambda _: "skip"))
+                try:
+                    first = reader.read_next_batch().nbytes
+                except StopIteration:
+                    return size
+                finally:
+                    reader.close()
             return int(size * first / max(min(size, block), 1))
         return size
     except (OSError, pa.ArrowException, UnicodeDecodeError):
