@@ -178,3 +178,14 @@ def test_bad_rows_fail_with_one_clear_line_or_are_dead_lettered(tmp_path, capsys
     assert m["dead_letter_rows"] == 2 == len(letters)
     assert {d["stream"] for d in letters} == {"left"}
     assert m["input_rows"] == 258 + 200  # every other row was read and joined
+
+
+def test_inputs_larger_than_the_memory_budget_are_sorted_on_disk(tmp_path, capsys):
+    # a 20 KB budget: each input is sorted in runs on disk and merged, same answer
+    lp, rp, left, right = _files(tmp_path, 4_000, 30, seed=6)
+    out = tmp_path / "o.parquet"
+    _run(capsys, ["join", "--kind", "interval", "--left", str(lp), "--right", str(rp), "--on", "k",
+                  "--time", "ts", "--how", "full", "--out", str(out), "--memory-budget", "20000",
+                  "--batch-size", "1000", "--json", *OPTS["interval"]])
+    want = _sql(SQL["interval"].format(how="FULL"), l=left, r=right)
+    assert _rows(pq.read_table(out)) == _rows(want)
