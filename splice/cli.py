@@ -46,6 +46,8 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint store: Arrow IPC files (default) or RocksDB (incremental)")
     parser.add_argument("--state-budget", type=_positive_int, default=None,
                         help="bytes of operator state allowed; more fails with a clear error")
+    parser.add_argument("--restart", action="store_true",
+                        help="discard what --checkpoint-dir holds of an earlier job, then run")
 
 
 def build_parser() -> argparse.ArgumentParser:

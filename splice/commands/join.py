@@ -32,6 +32,7 @@ import argparse
 import functools
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,9 @@ from splice.core.errors import PlanError
 from splice.core.time import WatermarkStrategy, time_values
 from splice.runtime.plan import BindInputs, Node, Query
 from splice.state.checkpoint import CheckpointCoordinator, Job, ReplayableSource, SourceStream
-from splice.state.deadletter import DeadLetterSink
+from splice.state.deadletter import BadInputPolicy, DeadLetterSink
+from splice.state.fingerprint import job_fingerprint
+from splice.state.sink import publish_json_lines, publish_table
 
 __all__ = ["run_join", "join_spec", "JoinInput", "interleave", "late_table", "add_arguments"]
 
@@ -293,6 +296,17 @@ def late_table(late: dict[str, pa.Table], out_schema: pa.Schema, left_width: int
     return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
+#: options that say where results go or how a run is paced, not what it computes
+_NOT_SHAPING = {"command", "out", "json", "late_output", "dead_letter", "checkpoint_dir",
+                "checkpoint_interval", "checkpoint_backend", "state_budget", "restart",
+                "memory_budget"}
+
+
+def shaping_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options a resumed run must share with the one it resumes (its fingerprint)."""
+    return {k: v for k, v in vars(args).items() if k not in _NOT_SHAPING}
+
+
 def _emit(metrics: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps({"metrics": metrics}))
@@ -306,7 +320,8 @@ def run_join(args: argparse.Namespace) -> int:
     _check_options(args)
     spec = join_spec(args)
     spec.bind([0, 1])  # options checked before any file is read
-    sink = DeadLetterSink(args.dead_letter) if args.bad_input == "dead-letter" else None
+    policy: BadInputPolicy = "dead_letter" if args.bad_input == "dead-letter" else "fail"
+    sink = DeadLetterSink() if policy == "dead_letter" else None
     t0 = time.perf_counter()
     inputs = load_inputs(args, sink)
     load_seconds = time.perf_counter() - t0
@@ -315,13 +330,17 @@ def run_join(args: argparse.Namespace) -> int:
         strategy = (WatermarkStrategy(args.max_out_of_orderness or 0, args.idle_timeout)
                     if timed else None)
         streams = [SourceStream(inp.name, inp.schema, args.time if timed else None,
-                                watermark=strategy) for inp in inputs]
-        job = Job(streams, [Query("join", (Node("join", spec, SIDES),))],
-                  interleave(inputs, _order_column(args)))
+                                watermark=strategy, bad_input=policy) for inp in inputs]
+        queries = [Query("join", (Node("join", spec, SIDES),))]
+        job = Job(streams, queries, interleave(inputs, _order_column(args)),
+                  fingerprint=job_fingerprint(queries, dict(zip(SIDES, (args.left, args.right),
+                                                                strict=True)),
+                                              shaping_options(args)))
         coord = CheckpointCoordinator(
             job, args.checkpoint_dir,
             interval_seconds=args.checkpoint_interval if args.checkpoint_dir else None,
-            backend=args.checkpoint_backend, state_budget=args.state_budget)
+            backend=args.checkpoint_backend, state_budget=args.state_budget,
+            restart=args.restart)
         t1 = time.perf_counter()
         coord.run(collect=False)
         seconds = time.perf_counter() - t1
@@ -333,9 +352,12 @@ def run_join(args: argparse.Namespace) -> int:
         for inp in inputs:
             inp.close()
     if args.late_output is not None:
-        from splice.state.sink import publish_table
-
         publish_table(late_table(late, result.schema, len(inputs[0].schema)), args.late_output)
+    letters = None
+    if sink is not None:
+        letters = pa.concat_tables([sink.table(), coord.dead_letters()])
+        if args.dead_letter is not None:
+            publish_json_lines(letters, args.dead_letter)
     rows = sum(inp.num_rows for inp in inputs)
     metrics: dict[str, Any] = {
         "input_rows": rows,
@@ -346,9 +368,9 @@ def run_join(args: argparse.Namespace) -> int:
         "late_rows": {name: (late[name].num_rows if name in late else 0) for name in SIDES},
         **{k: v for k, v in figures.items() if k != "late_rows"},
     }
-    if sink is not None:
-        metrics["dead_letter_rows"] = sink.total
-        metrics["dead_letter_reasons"] = dict(sink.counts)
+    if letters is not None:
+        metrics["dead_letter_rows"] = letters.num_rows
+        metrics["dead_letter_reasons"] = dict(Counter(letters.column("reason").to_pylist()))
     if args.checkpoint_dir is not None:
         s = coord.stats
         metrics.update({"checkpoints": s.checkpoints, "resumed_from": s.resumed_from,

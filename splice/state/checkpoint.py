@@ -49,6 +49,7 @@ Fault injection for tests: ``SPLICE_FAULT=<point>:<n>`` kills the process with S
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -59,14 +60,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from splice.core.dead_letters import DEAD_LETTER_SCHEMA, BadInputPolicy
 from splice.core.errors import PlanError, StateError
 from splice.core.time import WatermarkStrategy
 from splice.runtime.engine import Engine
 from splice.runtime.plan import Query
+from splice.state.fingerprint import refuse_another_job
 from splice.state.sink import MemorySink, OutputSink, TransactionalSink
 from splice.state.store import BackendKind, CheckpointStore, open_store
 
 __all__ = [
+    "discard_job",
     "SourceStream",
     "Job",
     "CheckpointCoordinator",
@@ -89,15 +93,21 @@ class SourceStream:
     time_column: str | None = None
     max_out_of_orderness: int | None = None
     watermark: WatermarkStrategy | None = None
+    bad_input: BadInputPolicy = "fail"
 
 
 @dataclass
 class Job:
-    """What the coordinator runs: source streams, queries, and the replayable source."""
+    """What the coordinator runs: source streams, queries, and the replayable source.
+
+    ``fingerprint`` (:mod:`splice.state.fingerprint`) identifies the job: its plan, the options
+    that shape its stream and its inputs. A checkpoint is resumed only by a job with the same
+    fingerprint (without one, the query names must match)."""
 
     streams: Sequence[SourceStream]
     queries: Sequence[Query]
     source: ReplayableSource
+    fingerprint: dict[str, Any] | None = None
 
 
 @dataclass
@@ -129,7 +139,8 @@ class CheckpointCoordinator:
     Exactly one of ``interval_seconds`` / ``interval_batches`` sets the checkpoint cadence
     (neither: only the final checkpoint). ``backend`` is ``"local"`` (Arrow IPC files) or
     ``"rocksdb"``; ``keep`` checkpoints are kept. ``checkpoint_dir=None`` runs the job without
-    checkpoints, its outputs in memory.
+    checkpoints, its outputs in memory. ``restart`` discards what the directory holds of an
+    earlier job (checkpoints, staged and published parts, keyed state) before it runs.
     """
 
     def __init__(
@@ -141,6 +152,7 @@ class CheckpointCoordinator:
         backend: BackendKind = "local",
         keep: int = 3,
         state_budget: int | None = None,
+        restart: bool = False,
     ) -> None:
         if interval_seconds is not None and interval_seconds <= 0:
             raise PlanError(f"checkpoint interval must be > 0 seconds, got {interval_seconds}")
@@ -150,6 +162,8 @@ class CheckpointCoordinator:
             raise PlanError(f"state budget must be >= 1 byte, got {state_budget}")
         self.job = job
         self.directory = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        if restart and self.directory is not None:
+            discard_job(self.directory)
         self.interval_seconds = interval_seconds if self.directory is not None else None
         self.interval_batches = interval_batches if self.directory is not None else None
         self.state_budget = state_budget
@@ -160,6 +174,11 @@ class CheckpointCoordinator:
         self.sinks: dict[str, OutputSink] = {}
         #: per query, per input: the sink of its late rows
         self.late_sinks: dict[str, dict[str, OutputSink]] = {}
+        #: rows the engine refused at the edge (the sources' dead-letter policy)
+        self.dead_letter_sink: OutputSink | None = None
+        #: (epoch, position, final) of parts published by an earlier run after the checkpoint
+        #: it resumed from: the replay checkpoints exactly there
+        self.replay: list[tuple[int, int, bool]] = []
         self.epoch = 0
         self.position = 0
         self._fault = _fault_point()
@@ -182,7 +201,7 @@ class CheckpointCoordinator:
         eng = Engine()
         for s in self.job.streams:
             eng.define_stream(s.name, s.schema, s.time_column, s.max_out_of_orderness,
-                              watermark=s.watermark)
+                              watermark=s.watermark, bad_input=s.bad_input)
         for q in self.job.queries:
             saved = None if state is None else state.get(q.name)
             if state is not None and saved is None:
@@ -200,6 +219,7 @@ class CheckpointCoordinator:
                 label: self._sink(f"{q.name}.late.{label.replace('/', '~')}",
                                   eng.catalog.by_id(sid).schema)
                 for sid, label in eng.assigner.deployed[q.name].late}
+        self.dead_letter_sink = self._sink("dead-letters", DEAD_LETTER_SCHEMA)
         if sources:
             eng.restore_source_state(sources)
         return eng
@@ -224,22 +244,31 @@ class CheckpointCoordinator:
                 raise StateError(f"query {name!r} failed: {q.error}") from q.error
 
     # -- checkpoints --------------------------------------------------------------------------
-    def _stage_outputs(self, eng: Engine, epoch: int) -> None:
+    def _all_sinks(self) -> list[OutputSink]:
+        sinks = list(self.sinks.values())
+        for per_input in self.late_sinks.values():
+            sinks.extend(per_input.values())
+        if self.dead_letter_sink is not None:
+            sinks.append(self.dead_letter_sink)
+        return sinks
+
+    def _stage_outputs(self, eng: Engine, epoch: int, final: bool) -> None:
+        at = (self.position, final)
         for name, sink in self.sinks.items():
             result = eng.queries[name]
-            sink.stage(epoch, result.batches)
+            sink.stage(epoch, result.batches, *at)
             result.batches.clear()
             for label, late_sink in self.late_sinks[name].items():
-                late_sink.stage(epoch, result.late.get(label, []))
+                late_sink.stage(epoch, result.late.get(label, []), *at)
                 result.late.pop(label, None)
+        if self.dead_letter_sink is not None:
+            self.dead_letter_sink.stage(epoch, eng.dead_letters.batches, *at)
+            eng.dead_letters.batches.clear()
         self._reach("staged")
 
     def _commit(self, epoch: int) -> None:
-        for sink in self.sinks.values():
+        for sink in self._all_sinks():
             sink.commit(epoch)
-        for per_input in self.late_sinks.values():
-            for sink in per_input.values():
-                sink.commit(epoch)
 
     def checkpoint(self, finished: bool = False) -> None:
         """Take checkpoint ``epoch + 1`` now: snapshot, stage outputs, store, commit (without a
@@ -250,9 +279,10 @@ class CheckpointCoordinator:
         state = eng.snapshot() if not finished and self.store is not None else {}
         self._check_failures(eng)
         epoch = self.epoch + 1
-        self._stage_outputs(eng, epoch)
+        self._stage_outputs(eng, epoch, finished)
         meta = {"position": self.position, "epoch": epoch, "sources": eng.source_state(),
-                "finished": finished, "queries": [q.name for q in self.job.queries]}
+                "finished": finished, "queries": [q.name for q in self.job.queries],
+                "fingerprint": self.job.fingerprint}
         nbytes = self.store.save(epoch, state, meta) if self.store is not None else 0
         self._reach("saved")
         self._commit(epoch)
@@ -272,13 +302,7 @@ class CheckpointCoordinator:
         state: dict[str, Any] | None = None
         sources: dict[str, dict[str, int]] | None = None
         if latest is not None:
-            saved_queries = latest.meta.get("queries")
-            wanted = [q.name for q in self.job.queries]
-            if saved_queries is not None and saved_queries != wanted:
-                raise StateError(
-                    f"checkpoint directory {str(self.directory)!r} belongs to queries {saved_queries}, "
-                    f"not {wanted}: use another --checkpoint-dir"
-                )
+            self._check_same_job(latest.meta)
             self.stats.resumed_from = latest.checkpoint_id
             self.epoch = latest.checkpoint_id
             self.position = int(latest.meta["position"])
@@ -291,11 +315,9 @@ class CheckpointCoordinator:
                 state = latest.state
         eng = self._build(state, sources)
         self.engine = eng
-        for sink in self.sinks.values():
+        for sink in self._all_sinks():
             sink.recover(self.epoch)
-        for per_input in self.late_sinks.values():
-            for sink in per_input.values():
-                sink.recover(self.epoch)
+        self.replay = self._published_after(self.epoch)
         self.stats.restore_seconds = time.perf_counter() - t0
         if not self.stats.finished_before:
             try:
@@ -309,6 +331,39 @@ class CheckpointCoordinator:
             eng.close()
         return self.outputs() if collect else {}
 
+    def _check_same_job(self, meta: dict[str, Any]) -> None:
+        """Refuse a checkpoint that another job wrote (see :class:`Job`)."""
+        where = f"checkpoint directory {str(self.directory)!r}"
+        saved = meta.get("fingerprint")
+        if self.job.fingerprint is not None and saved is not None:
+            refuse_another_job(str(self.directory), saved, self.job.fingerprint)
+            return
+        saved_queries = meta.get("queries")
+        wanted = [q.name for q in self.job.queries]
+        if saved_queries is not None and saved_queries != wanted:
+            raise StateError(f"{where} belongs to queries {saved_queries}, not {wanted}: use "
+                             "another --checkpoint-dir, or --restart to discard it")
+
+    def _published_after(self, epoch: int) -> list[tuple[int, int, bool]]:
+        """The epochs an earlier run published after ``epoch`` (every sink publishes the same
+        epochs at the same positions), in order."""
+        seen: dict[int, tuple[int, bool]] = {}
+        for sink in self._all_sinks():
+            for e, pos, final in sink.published(epoch):
+                if seen.setdefault(e, (pos, final)) != (pos, final):
+                    raise StateError(f"checkpoint directory {str(self.directory)!r}: the parts "
+                                     f"published for epoch {e} disagree on where it ended")
+        epochs = sorted(seen)
+        if epochs and epochs != list(range(epoch + 1, epoch + 1 + len(epochs))):
+            raise StateError(f"checkpoint directory {str(self.directory)!r}: published epochs "
+                             f"{epochs} do not follow checkpoint {epoch}")
+        return [(e, *seen[e]) for e in epochs]
+
+    def dead_letters(self) -> pa.Table:
+        """The committed rows the engine refused at the edge, with their stream and reason."""
+        assert self.dead_letter_sink is not None
+        return self.dead_letter_sink.committed()
+
     def outputs(self) -> dict[str, pa.Table]:
         """Each query's committed output."""
         return {name: sink.committed() for name, sink in self.sinks.items()}
@@ -320,6 +375,9 @@ class CheckpointCoordinator:
     def _stream(self, eng: Engine) -> None:
         last = time.monotonic()
         since = 0
+        # epochs an earlier run published end where they ended then (the last at END), and no
+        # other checkpoint comes between them
+        pending = list(self.replay)
         for stream, batch in self.job.source(self.position):
             eng.push(stream, batch)
             self.position += 1
@@ -328,18 +386,40 @@ class CheckpointCoordinator:
             self._reach("batch")
             if self.state_budget is not None:
                 self._check_budget(eng)
-            due = (self.interval_batches is not None and since >= self.interval_batches) or (
-                self.interval_seconds is not None and time.monotonic() - last >= self.interval_seconds)
+            if pending:
+                _, at, final = pending[0]
+                due = not final and self.position == at
+                if due:
+                    pending.pop(0)
+            else:
+                due = (self.interval_batches is not None and since >= self.interval_batches) or (
+                    self.interval_seconds is not None
+                    and time.monotonic() - last >= self.interval_seconds)
             if due:
                 self.checkpoint()
                 last = time.monotonic()
                 since = 0
+        if pending and not pending[0][2]:
+            raise StateError(f"checkpoint directory {str(self.directory)!r}: epochs were "
+                             f"published up to position {pending[-1][1]}, but the source ended at "
+                             f"{self.position}: the input changed since")
 
     def publish(self, query: str, out: str | Path) -> pa.Table:
         """Write query ``query``'s committed output to ``out`` atomically."""
         table = self.sinks[query].publish(out)
         self._reach("publish")
         return table
+
+
+def discard_job(directory: Path) -> None:
+    """Remove what a job keeps in ``directory``: checkpoints, sinks (staged and published
+    parts) and keyed state; other files there are left alone."""
+    for name in ("checkpoints", "checkpoints.rocksdb", "sink", "keyed-state"):
+        path = directory / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
 
 
 def arrival_source(

@@ -26,7 +26,14 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError
 from splice.runtime.plan import Query
-from splice.state.checkpoint import CheckpointCoordinator, Job, SourceStream, arrival_source
+from splice.state.checkpoint import (
+    CheckpointCoordinator,
+    Job,
+    SourceStream,
+    arrival_source,
+    discard_job,
+)
+from splice.state.fingerprint import job_fingerprint, refuse_another_job
 
 __all__ = ["run_checkpointed", "run_tpch_checkpointed", "run_txn_checkpointed", "tpch_job",
            "coordinator_for"]
@@ -40,7 +47,32 @@ def coordinator_for(job: Job, args: argparse.Namespace) -> CheckpointCoordinator
         interval_seconds=args.checkpoint_interval,
         backend=getattr(args, "checkpoint_backend", "local"),
         state_budget=getattr(args, "state_budget", None),
+        restart=getattr(args, "restart", False),
     )
+
+
+def _tpch_fingerprint(args: argparse.Namespace, names: tuple[str, ...], plan: list[Any]
+                      ) -> dict[str, Any]:
+    """What identifies a ``splice tpch`` job: the plan, the options that shape its stream, and
+    the table files it reads."""
+    from splice.io.tpch import tpch_dir
+
+    d = tpch_dir(args.sf, args.data_dir)
+    options = {k: getattr(args, k, None) for k in ("query", "sf", "window", "order", "batch_size",
+                                                    "state_backend", "bad_input", "dedupe_on",
+                                                    "max_row_bytes")}
+    return job_fingerprint(plan, {n: d / f"{n}.parquet" for n in names}, options)
+
+
+def _open_checkpoints(args: argparse.Namespace) -> Any:
+    """The command's checkpoint store, emptied first with ``--restart``."""
+    from pathlib import Path
+
+    from splice.state.store import open_store
+
+    if getattr(args, "restart", False):
+        discard_job(Path(args.checkpoint_dir))
+    return open_store(args.checkpoint_dir, args.checkpoint_backend)
 
 
 def tpch_job(tables: dict[str, pa.Table], query: str, window: int | None, order: str,
@@ -114,20 +146,17 @@ def _run_q3_checkpointed(args: argparse.Namespace, tables: dict[str, pa.Table], 
     answer is printed once, at the end: a rerun after a crash prints what an uninterrupted run does.
     """
     from splice.core.errors import SchemaError, StateError
-    from splice.state.store import open_store
     from splice.workloads.tpch_q3 import q3_answer, q3_fast_run
 
-    identity = {"query": "q3", "sf": args.sf, "window": window, "order": args.order,
-                "rows": [t.num_rows for t in tables.values()]}
+    identity = _tpch_fingerprint(args, ("customer", "orders", "lineitem"),
+                                 [f"fused Q3 join, window {window}, order {args.order}"])
     q, join = q3_fast_run(tables, window, args.order)
-    store = open_store(args.checkpoint_dir, args.checkpoint_backend)
+    store = _open_checkpoints(args)
     t0 = time.perf_counter()
     cp = store.load_latest()
     epoch = 0
     if cp is not None:
-        if cp.meta.get("workload") != identity:
-            raise StateError(f"checkpoint directory {args.checkpoint_dir!r} belongs to {cp.meta.get('workload')}, "
-                             f"not {identity}: use another --checkpoint-dir")
+        refuse_another_job(args.checkpoint_dir, cp.meta.get("workload"), identity)
         join.restore(cp.state)
         epoch = cp.checkpoint_id
     restore_seconds = time.perf_counter() - t0
@@ -188,6 +217,7 @@ def run_tpch_checkpointed(args: argparse.Namespace) -> int:
         return _run_q3_checkpointed(args, tables, window, load_seconds, bad)
     state_dir = str(Path(args.checkpoint_dir) / "keyed-state" / args.query)
     job = tpch_job(tables, args.query, window, args.order, args.batch_size, backend, state_dir)
+    job.fingerprint = _tpch_fingerprint(args, names, list(job.queries))
     _, out, metrics = run_checkpointed(job, args)
     answer = out[args.query]
     if args.query == "q3":  # the column order of the fused command's answer
@@ -235,7 +265,6 @@ def run_txn_checkpointed(args: argparse.Namespace) -> int:
     ``committed``, ``aborted`` and ``state_checksum`` equal an uninterrupted run's.
     """
     from splice.core.errors import StateError
-    from splice.state.store import open_store
     from splice.txn.engine import TxnEngine
     from splice.workloads.txn_apps import TxnWorkload, batches, make_app, run_app
 
@@ -245,17 +274,16 @@ def run_txn_checkpointed(args: argparse.Namespace) -> int:
                     punctuation=args.punctuation, seed=args.seed)
     app = make_app(args.app, w)
     ranges = list(batches(app, args.punctuation))
-    store = open_store(args.checkpoint_dir, args.checkpoint_backend)
+    store = _open_checkpoints(args)
     eng = TxnEngine(app.tables, threads=args.threads, scheduler=args.scheduler, complexity_us=args.complexity)
-    identity = {"app": args.app, "events": args.events, "keys": args.keys, "skew": args.skew,
-                "abort_ratio": args.abort_ratio, "punctuation": args.punctuation, "seed": args.seed}
+    identity = job_fingerprint([f"txn {args.app}"], None, {
+        "app": args.app, "events": args.events, "keys": args.keys, "skew": args.skew,
+        "abort_ratio": args.abort_ratio, "punctuation": args.punctuation, "seed": args.seed})
     position = committed = aborted = epoch = 0
     cp = store.load_latest()
     t0 = time.perf_counter()
     if cp is not None:
-        if cp.meta.get("workload") != identity:
-            raise StateError(f"checkpoint directory {args.checkpoint_dir!r} belongs to workload "
-                             f"{cp.meta.get('workload')}, not {identity}: use another --checkpoint-dir")
+        refuse_another_job(args.checkpoint_dir, cp.meta.get("workload"), identity)
         _txn_restore(eng, cp.state)
         position, committed, aborted = (int(cp.meta[k]) for k in ("position", "committed", "aborted"))
         epoch = cp.checkpoint_id

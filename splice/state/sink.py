@@ -9,24 +9,33 @@ so staging costs little more than the fsync). For epoch ``e`` (the results betwe
 2. **commit** (:meth:`TransactionalSink.commit`, after checkpoint ``e`` is saved): the staged file is
    renamed to ``committed/part-<e>.arrow``.
 
+A committed part is published: it is never deleted or changed. Each part records the source
+position its epoch ended at (and whether it was the last epoch, flushed at END).
+
 Recovery from checkpoint ``c`` (:meth:`TransactionalSink.recover`) finishes commits the crash
-interrupted (staged epochs ``<= c``: their checkpoint completed), discards staged epochs ``> c``
-(their checkpoint never completed: the replay produces them again) and committed parts ``> c``
-(possible only when checkpoint ``c + 1`` was found corrupt and ``c`` restored instead).
+interrupted (staged epochs ``<= c``: their checkpoint completed) and discards staged epochs ``> c``
+(their checkpoint never completed: the replay produces them again). Committed parts ``> c``
+exist only when checkpoint ``c + 1`` or later was found corrupt and ``c`` restored instead; they
+stay. The coordinator replays to the positions they record (:meth:`TransactionalSink.published`)
+and checkpoints exactly there, so each replayed epoch holds the same rows; committing an epoch
+whose part is already published compares the two byte for byte: equal, the staged copy is
+dropped; different (the input or the job changed), the run fails loudly and the part stays.
 :meth:`TransactionalSink.publish` concatenates the committed parts in epoch order into the final
 output file, atomically. Parts hold the rows in production order, so the published file equals
 the one an uninterrupted run publishes, byte for byte.
 
 >>> import tempfile, pyarrow as pa
 >>> sink = TransactionalSink(tempfile.mkdtemp(), "q", pa.schema([("x", pa.int64())]))
->>> sink.stage(1, [pa.record_batch({"x": [1, 2]})]); sink.commit(1)
->>> sink.stage(2, [pa.record_batch({"x": [3]})])         # crash before checkpoint 2 completes
+>>> sink.stage(1, [pa.record_batch({"x": [1, 2]})], position=4); sink.commit(1)
+>>> sink.stage(2, [pa.record_batch({"x": [3]})], position=9)   # crash before checkpoint 2 completes
 >>> sink.recover(1); sink.committed().to_pydict()
 {'x': [1, 2]}
 """
 
 from __future__ import annotations
 
+import filecmp
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -38,11 +47,13 @@ import pyarrow as pa
 
 from splice.core.errors import StateError
 from splice.io.files import write_table
-from splice.state.store import _fsync_dir
+from splice.state.store import _fsync_dir, write_atomic
 
-__all__ = ["TransactionalSink", "MemorySink", "OutputSink", "publish_table"]
+__all__ = ["TransactionalSink", "MemorySink", "OutputSink", "publish_table", "publish_json_lines"]
 
 _EPOCH = re.compile(r"^(?:epoch|part)-(\d+)\.arrow$")
+#: where a part records the source position its epoch ended at, and whether it was the last
+_POSITION, _FINAL = b"splice.position", b"splice.final"
 
 
 def publish_table(table: pa.Table, out: str | Path) -> None:
@@ -58,16 +69,28 @@ def publish_table(table: pa.Table, out: str | Path) -> None:
     _fsync_dir(target.parent)
 
 
+def publish_json_lines(table: pa.Table, out: str | Path) -> None:
+    """Write ``table``'s rows to ``out`` as JSON lines, atomically (values as JSON has them;
+    the rest as text)."""
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(row, default=str) + "\n" for row in table.to_pylist())
+    write_atomic(target, text.encode("utf-8"))
+
+
 class OutputSink(Protocol):
     """Where a job's query results go, epoch by epoch (see :class:`TransactionalSink`)."""
 
     schema: pa.Schema
 
-    def stage(self, epoch: int, batches: Sequence[pa.RecordBatch]) -> None: ...
+    def stage(self, epoch: int, batches: Sequence[pa.RecordBatch], position: int = 0,
+              final: bool = False) -> None: ...
 
     def commit(self, epoch: int) -> None: ...
 
     def recover(self, checkpoint_epoch: int) -> None: ...
+
+    def published(self, after: int) -> list[tuple[int, int, bool]]: ...
 
     def committed(self) -> pa.Table: ...
 
@@ -84,7 +107,8 @@ class MemorySink:
     schema: pa.Schema
     batches: list[pa.RecordBatch] = field(default_factory=list)
 
-    def stage(self, epoch: int, batches: Sequence[pa.RecordBatch]) -> None:
+    def stage(self, epoch: int, batches: Sequence[pa.RecordBatch], position: int = 0,
+              final: bool = False) -> None:
         self.batches.extend(batches)
 
     def commit(self, epoch: int) -> None:
@@ -92,6 +116,9 @@ class MemorySink:
 
     def recover(self, checkpoint_epoch: int) -> None:
         return None
+
+    def published(self, after: int) -> list[tuple[int, int, bool]]:
+        return []
 
     def committed(self) -> pa.Table:
         return pa.Table.from_batches(self.batches, schema=self.schema)
@@ -128,12 +155,16 @@ class TransactionalSink:
     def _part(self, epoch: int) -> Path:
         return self.committed_dir / f"part-{epoch:012d}.arrow"
 
-    def stage(self, epoch: int, batches: Sequence[pa.RecordBatch]) -> None:
-        """Pre-commit: write epoch ``epoch``'s ``batches`` durably, invisible until :meth:`commit`."""
+    def stage(self, epoch: int, batches: Sequence[pa.RecordBatch], position: int = 0,
+              final: bool = False) -> None:
+        """Pre-commit: write epoch ``epoch``'s ``batches`` durably, invisible until :meth:`commit`;
+        the epoch ended at source position ``position`` (``final``: at END)."""
         target = self._staged(epoch)
         tmp = target.with_name(target.name + ".tmp")
+        schema = self.schema.with_metadata({_POSITION: str(int(position)).encode(),
+                                            _FINAL: b"1" if final else b"0"})
         with open(tmp, "wb") as f:
-            with pa.ipc.new_file(f, self.schema) as writer:
+            with pa.ipc.new_file(f, schema) as writer:
                 for b in batches:
                     if b.num_rows:
                         writer.write_batch(b)
@@ -143,28 +174,47 @@ class TransactionalSink:
         _fsync_dir(self.staged_dir)
 
     def commit(self, epoch: int) -> None:
-        """Make epoch ``epoch`` visible; idempotent (a commit repeated after recovery is a no-op)."""
-        staged = self._staged(epoch)
+        """Make epoch ``epoch`` visible; idempotent (a commit repeated after recovery is a
+        no-op). A part already published for the epoch is never replaced: the staged copy must
+        equal it byte for byte, or :class:`StateError`."""
+        staged, part = self._staged(epoch), self._part(epoch)
         if staged.exists():
-            os.replace(staged, self._part(epoch))
+            if part.exists():
+                if not filecmp.cmp(staged, part, shallow=False):
+                    raise StateError(
+                        f"sink {self.name!r}: epoch {epoch} was published as {str(part)!r}, and "
+                        "its replay differs: the input or the job changed since; the published "
+                        "part is kept (run with --restart to discard this job's output)")
+                staged.unlink()
+            else:
+                os.replace(staged, part)
             _fsync_dir(self.committed_dir)
-        elif not self._part(epoch).exists():
+        elif not part.exists():
             raise StateError(f"sink {self.name!r}: epoch {epoch} was never staged")
 
     def recover(self, checkpoint_epoch: int) -> None:
-        """Bring the sink to the state checkpoint ``checkpoint_epoch`` committed (see module doc)."""
+        """Bring the sink to the state checkpoint ``checkpoint_epoch`` committed (see module doc);
+        published parts are kept, whatever their epoch."""
         for p in sorted(self.staged_dir.iterdir()):
             e = _epoch_of(p)
             if e is not None and e <= checkpoint_epoch:
                 self.commit(e)
             else:
                 p.unlink()
-        for p in self.committed_dir.iterdir():
-            e = _epoch_of(p)
-            if e is None or e > checkpoint_epoch:
-                p.unlink()
         _fsync_dir(self.staged_dir)
         _fsync_dir(self.committed_dir)
+
+    def published(self, after: int) -> list[tuple[int, int, bool]]:
+        """``(epoch, position, final)`` of each published part after epoch ``after``."""
+        out = []
+        for p in sorted(self.committed_dir.iterdir()):
+            e = _epoch_of(p)
+            if e is None or e <= after:
+                continue
+            with pa.memory_map(str(p)) as source:
+                meta = pa.ipc.open_file(source).schema.metadata or {}
+            out.append((e, int(meta.get(_POSITION, b"0")), meta.get(_FINAL) == b"1"))
+        return out
 
     def committed(self) -> pa.Table:
         """Every committed row, in epoch order."""

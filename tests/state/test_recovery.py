@@ -4,6 +4,7 @@ uninterrupted run byte for byte. Also in-process resume, the state budget, and m
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -189,3 +190,52 @@ def test_every_join_kind_checkpointed_equals_the_plain_command(tmp_path: Path, k
     want, got = pq.read_table(tmp_path / "plain.parquet"), pq.read_table(tmp_path / "ck.parquet")
     assert want.num_rows > 0 and got.schema == want.schema
     assert_same_rows(got, want, ordered=False, what=" ".join(kind))
+
+
+def test_a_resume_by_another_job_is_refused_naming_what_differs(tmp_path: Path, capsys) -> None:
+    from splice.cli import main
+
+    _inputs(tmp_path, 300)
+    ckpt = tmp_path / "ckpt"
+    base = ["join", "--kind", "interval", "--lower", "-30", "--upper", "30", "--on", "k", "--left",
+            str(tmp_path / "l.parquet"), "--right", str(tmp_path / "r.parquet"), "--time", "ts",
+            "--out", str(tmp_path / "o.parquet"), "--checkpoint-dir", str(ckpt)]
+    assert main([*base, "--batch-size", "32"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--batch-size", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "another job's state" in err and "options.batch_size: 32 then, 64 now" in err
+    assert main([*base, "--batch-size", "32", "--upper", "40"]) == 2
+    assert "plan.join" in capsys.readouterr().err  # the operator's parameters differ
+    t = pq.read_table(tmp_path / "l.parquet")
+    pq.write_table(t.slice(1), tmp_path / "l.parquet")  # the input changed since
+    assert main([*base, "--batch-size", "32"]) == 2
+    assert "inputs.left.size" in capsys.readouterr().err
+    assert main([*base, "--batch-size", "32", "--restart"]) == 0  # discards the old state
+
+
+def test_published_epochs_replay_to_the_same_parts_after_an_older_checkpoint(tmp_path: Path) -> None:
+    """Checkpoints past the first are lost, their epochs already published: the replay
+    checkpoints where those epochs ended and finds the same parts, byte for byte."""
+    rng = np.random.default_rng(9)
+    ts = np.arange(3000) + rng.integers(-5, 1, 3000)
+    t = pa.table({"k": rng.integers(0, 5, 3000), "ts": ts})
+    want = CheckpointCoordinator(_windowed_job(t), tmp_path / "a", interval_batches=4).run()["w"]
+    cut = Job(_windowed_job(t).streams, _windowed_job(t).queries,
+              lambda pos: (x for i, x in enumerate(_windowed_job(t).source(pos)) if pos + i < 40))
+    partial = CheckpointCoordinator(cut, tmp_path / "b", interval_batches=4)
+    partial.engine = partial._build(None, None)
+    partial._stream(partial.engine)  # checkpoints 1..10 taken, epochs 1..10 published
+    parts = sorted((tmp_path / "b" / "sink" / "w" / "committed").iterdir())
+    published = {p.name: p.read_bytes() for p in parts}
+    assert len(published) == 10
+    kept = sorted((tmp_path / "b" / "checkpoints").iterdir())  # the last three: 8, 9 and 10
+    for chk in kept[1:]:
+        shutil.rmtree(chk)  # 9 and 10 lost: the run resumes from 8
+    resumed = CheckpointCoordinator(_windowed_job(t), tmp_path / "b", interval_batches=4)
+    got = resumed.run()["w"]
+    assert resumed.stats.resumed_from == 8
+    assert [(e, pos) for e, pos, _ in resumed.replay] == [(9, 36), (10, 40)]
+    assert got.equals(want)
+    for name, data in published.items():
+        assert (tmp_path / "b" / "sink" / "w" / "committed" / name).read_bytes() == data

@@ -31,13 +31,24 @@ def test_recover_finishes_completed_and_discards_uncompleted_epochs(tmp_path: Pa
     assert not list(again.staged_dir.iterdir())
 
 
-def test_recover_to_an_older_checkpoint_drops_later_parts(tmp_path: Path) -> None:
+def test_recovery_to_an_older_checkpoint_keeps_published_parts(tmp_path: Path) -> None:
     sink = TransactionalSink(tmp_path, "q", SCHEMA)
     for e in (1, 2, 3):
-        sink.stage(e, [_b(e)])
+        sink.stage(e, [_b(e)], position=10 * e, final=e == 3)
         sink.commit(e)
-    sink.recover(1)  # checkpoint 3 and 2 corrupt: their epochs will be produced again
-    assert sink.committed().to_pydict() == {"x": [1]}
+    before = {p.name: p.read_bytes() for p in sink.committed_dir.iterdir()}
+    sink.recover(1)  # checkpoints 3 and 2 corrupt: their epochs are replayed, not unpublished
+    assert sink.committed().to_pydict() == {"x": [1, 2, 3]}
+    assert sink.published(1) == [(2, 20, False), (3, 30, True)]
+    # the replay of epoch 2 equals what was published: the staged copy is dropped
+    sink.stage(2, [_b(2)], position=20)
+    sink.commit(2)
+    assert {p.name: p.read_bytes() for p in sink.committed_dir.iterdir()} == before
+    # a replay that differs fails loudly, and the published part stays as it was
+    sink.stage(3, [_b(99)], position=30, final=True)
+    with pytest.raises(StateError, match="epoch 3 was published.*replay differs"):
+        sink.commit(3)
+    assert {p.name: p.read_bytes() for p in sink.committed_dir.iterdir()} == before
 
 
 def test_publish_is_atomic_and_commit_idempotent(tmp_path: Path) -> None:
