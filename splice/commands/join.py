@@ -47,7 +47,7 @@ from splice.runtime.plan import BindInputs, Node, Query
 from splice.state.checkpoint import CheckpointCoordinator, Job, ReplayableSource, SourceStream
 from splice.state.deadletter import BadInputPolicy, DeadLetterSink
 from splice.state.fingerprint import job_fingerprint
-from splice.state.sink import publish_json_lines, publish_table
+from splice.state.sink import publish_table
 
 __all__ = ["run_join", "join_spec", "JoinInput", "interleave", "late_table", "add_arguments"]
 
@@ -356,8 +356,7 @@ def run_join(args: argparse.Namespace) -> int:
     letters = None
     if sink is not None:
         letters = pa.concat_tables([sink.table(), coord.dead_letters()])
-        if args.dead_letter is not None:
-            publish_json_lines(letters, args.dead_letter)
+        DeadLetterSink(args.dead_letter, letters.to_batches()).publish()
     rows = sum(inp.num_rows for inp in inputs)
     metrics: dict[str, Any] = {
         "input_rows": rows,

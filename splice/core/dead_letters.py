@@ -14,6 +14,7 @@ reason and counted. Never dropped silently.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,18 +39,13 @@ def check_policy(policy: str) -> None:
 
 @dataclass
 class DeadLetterSink:
-    """Bad records with their reason, counted per reason; optionally appended to a JSON-lines file."""
+    """Bad records with their reason, counted per reason; with ``path``, written there as JSON
+    lines by :meth:`publish`, atomically (a reader sees the previous file or the whole new one,
+    never a run's partial letters)."""
 
     path: str | Path | None = None
     batches: list[pa.RecordBatch] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        # a run reads its inputs whole, so its dead letters are the file's whole content: a rerun
-        # (after a crash) writes them again instead of appending a second copy
-        if self.path is not None:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            Path(self.path).write_text("", encoding="utf-8")
 
     def add(self, stream: str, reason: str, records: Sequence[str]) -> None:
         """Route ``records`` (JSON text or raw lines) of ``stream``, bad for ``reason``."""
@@ -60,10 +56,21 @@ class DeadLetterSink:
         batch = pa.record_batch([pa.array([stream] * n, pa.string()), pa.array([reason] * n, pa.string()),
                                  pa.array(list(records), pa.string())], schema=DEAD_LETTER_SCHEMA)
         self.batches.append(batch)
-        if self.path is not None:
-            with open(self.path, "a", encoding="utf-8") as f:
-                for r in records:
-                    f.write(json.dumps({"stream": stream, "reason": reason, "record": r}) + "\n")
+
+    def publish(self) -> None:
+        """Write every letter so far to ``path`` (JSON lines of ``stream``, ``reason``,
+        ``record``), replacing the file atomically; nothing without a path."""
+        if self.path is None:
+            return
+        target = Path(self.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(json.dumps(row) + "\n" for row in self.table().to_pylist())
+        tmp = target.with_name(f".{target.name}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
 
     @property
     def total(self) -> int:

@@ -163,5 +163,6 @@ def load_tables_checked(
         tables[n] = pa.Table.from_batches(good, schema=schema).combine_chunks()
     metrics: dict[str, Any] = {}
     if sink is not None:
+        sink.publish()
         metrics = {"dead_letter_rows": sink.total, "dead_letter_reasons": dict(sink.counts)}
     return tables, metrics

@@ -35,7 +35,6 @@ the one an uninterrupted run publishes, byte for byte.
 from __future__ import annotations
 
 import filecmp
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -47,9 +46,9 @@ import pyarrow as pa
 
 from splice.core.errors import StateError
 from splice.io.files import write_table
-from splice.state.store import _fsync_dir, write_atomic
+from splice.state.store import _fsync_dir
 
-__all__ = ["TransactionalSink", "MemorySink", "OutputSink", "publish_table", "publish_json_lines"]
+__all__ = ["TransactionalSink", "MemorySink", "OutputSink", "publish_table"]
 
 _EPOCH = re.compile(r"^(?:epoch|part)-(\d+)\.arrow$")
 #: where a part records the source position its epoch ended at, and whether it was the last
@@ -67,15 +66,6 @@ def publish_table(table: pa.Table, out: str | Path) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, target)
     _fsync_dir(target.parent)
-
-
-def publish_json_lines(table: pa.Table, out: str | Path) -> None:
-    """Write ``table``'s rows to ``out`` as JSON lines, atomically (values as JSON has them;
-    the rest as text)."""
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(row, default=str) + "\n" for row in table.to_pylist())
-    write_atomic(target, text.encode("utf-8"))
 
 
 class OutputSink(Protocol):

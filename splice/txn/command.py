@@ -114,6 +114,7 @@ def _app_with_events(args: argparse.Namespace, w: TxnWorkload) -> tuple[TxnApp, 
     app.events = events
     extra: dict[str, Any] = {}
     if sink is not None:
+        sink.publish()
         extra = {"dead_letter_rows": sink.total, "dead_letter_reasons": dict(sink.counts)}
     return app, extra
 

@@ -65,6 +65,7 @@ def test_malformed_csv_rows(tmp_path: Path) -> None:
     sink = DeadLetterSink(tmp_path / "dead.jsonl")
     t = read_csv_checked(p, "s", "dead_letter", sink)
     assert t.to_pydict() == {"k": [1, 6], "t": [2, 7]}
+    sink.publish()
     assert sink.counts == {"malformed CSV row": 1} and "3,4,5" in (tmp_path / "dead.jsonl").read_text()
 
 
@@ -142,8 +143,12 @@ def test_rows_over_the_byte_limit_fail_or_are_dead_lettered() -> None:
         EdgeValidator("docs", schema, max_row_bytes=0)
 
 
-def test_dead_letter_file_is_rewritten_by_each_run(tmp_path: Path) -> None:
+def test_dead_letter_file_is_written_whole_by_each_run(tmp_path: Path) -> None:
     path = tmp_path / "dl.jsonl"
     for _ in range(2):  # a rerun after a crash writes the same lines again, not twice
-        DeadLetterSink(path).add("s", "reason", ['{"k": 1}', '{"k": 2}'])
+        sink = DeadLetterSink(path)
+        sink.add("s", "reason", ['{"k": 1}', '{"k": 2}'])
+        assert not path.exists() or len(path.read_text().splitlines()) == 2  # never partial
+        sink.publish()
     assert len(path.read_text().splitlines()) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dl.jsonl"]  # no temporary left
