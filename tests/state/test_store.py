@@ -1,4 +1,5 @@
-"""Checkpoint stores: round trip, keep-K, corrupted and partial checkpoints, RocksDB increments."""
+"""Checkpoint stores: round trip, keep-K, corrupted and partial checkpoints, RocksDB increments
+(the data-only format and tampering: ``test_safe_checkpoints.py``)."""
 
 from __future__ import annotations
 
@@ -17,22 +18,24 @@ from splice.state.store import LocalCheckpointStore, decode_state, encode_state,
 def _state(i: int) -> dict:
     return {"q": {"join": {"left": [pa.record_batch({"k": np.arange(i + 3)})],
                            "table": pa.table({"s": ["a", None, "c"]}), "empty": pa.table({"x": pa.array([], pa.int8())}),
-                           "arr": np.arange(i), "n": i}}}
+                           "arr": np.arange(i), "n": i, 2: (i, "x")}}}
 
 
 def _eq(a: dict, b: dict) -> None:
     x, y = a["q"]["join"], b["q"]["join"]
     assert x["left"][0].equals(y["left"][0]) and x["table"].equals(y["table"]) and x["empty"].equals(y["empty"])
-    assert np.array_equal(x["arr"], y["arr"]) and x["n"] == y["n"]
+    assert np.array_equal(x["arr"], y["arr"]) and x["n"] == y["n"] and x[2] == y[2]
 
 
-def test_codec_round_trip_keeps_arrow_objects_and_sharing() -> None:
+def test_codec_round_trip_keeps_arrow_objects_grouped_by_schema() -> None:
     t = pa.table({"k": [1, 2]})
     back = decode_state(encode_state({"a": t, "b": t, "s": _state(2)}))
     assert back["a"].equals(t) and back["b"].equals(t)
     _eq(back["s"], _state(2))
     files = encode_state({"a": t, "b": pa.table({"k": [3]})})
-    assert sorted(files) == ["arrow-000.arrow", "state.arrow"]  # one IPC file per schema
+    assert sorted(files) == ["arrow-000.arrow", "state.arrow"]  # one IPC stream per schema
+    assert sorted(encode_state(_state(2))) == ["arrays.arrow", "arrow-000.arrow", "arrow-001.arrow",
+                                               "arrow-002.arrow", "state.arrow"]
 
 
 @pytest.mark.parametrize("backend", ["local", "rocksdb"])
