@@ -19,7 +19,9 @@ object accesses on its own (object functions are Python, called once per access,
 of the value). Correctness equals serial execution by construction; throughput is that of Python
 (about a microsecond or more per object access). A transaction aborted by an object function
 reports the pre-values for its numeric accesses, as one aborted by a failed condition. Batches without object accesses keep the
-parallel schedulers. Object values are not versioned (no window reads) and snapshots pickle them.
+parallel schedulers. Object values are not versioned (no window reads); they are JSON-like data
+(dicts, lists, tuples, str, int, float, bool, None), which snapshots hold as JSON (see
+:mod:`splice.txn.state`): a value of another type is refused when the store is snapshotted.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ Each input row is an event; ``fn(row) -> [Access, ...]`` declares its transactio
 events form one batch (a punctuation interval) that runs with the engine's scheduler. Output rows
 are the input rows in arrival order plus ``committed`` (bool), ``abort_reason`` (string, empty when
 committed) and ``results`` (the value each access read or wrote; null for object accesses), i.e.
-the post-processing input. Snapshots hold the tables (object columns pickled) and pending rows.
+the post-processing input. Snapshots hold the tables (object columns as JSON, see
+:meth:`~splice.txn.state.StateStore.snapshot`) and the pending rows as an Arrow batch.
 
 >>> import pyarrow as pa
 >>> from splice.testing.harness import OperatorHarness
@@ -42,6 +43,7 @@ _OUT_FIELDS = [
     pa.field("abort_reason", pa.string()),
     pa.field("results", pa.list_(pa.float64())),
 ]
+_OUT_NAMES = frozenset(f.name for f in _OUT_FIELDS)
 
 
 def _example_debit(row: dict[str, Any]) -> list[Access]:
@@ -89,12 +91,19 @@ class _TransactionalLogic(OperatorLogic):
         if state is not None:
             self._restore(state)
 
+    def _input_schema(self) -> pa.Schema:
+        return pa.schema([f for f in self.schema if f.name not in _OUT_NAMES])
+
     def _restore(self, state: Any) -> None:
         try:
             self.engine.store.restore(state)
-            self.engine.last_punctuation = state["last_punctuation"]
-            self.pending = list(state["pending"])
-        except (KeyError, TypeError, ValueError, StateError) as exc:
+            last = state["last_punctuation"]
+            self.engine.last_punctuation = None if last is None else int(last)
+            pending = state["pending"]
+            if not isinstance(pending, pa.RecordBatch):
+                raise TypeError(f"pending rows are a {type(pending).__name__}, not an Arrow batch")
+            self.pending = pending.select(self._input_schema().names).to_pylist()
+        except (KeyError, TypeError, ValueError, StateError, pa.ArrowException) as exc:
             raise StateError(f"{self.spec.name}: cannot restore state: {exc}") from exc
 
     def _run(self, rows: list[dict[str, Any]]) -> pa.RecordBatch:
@@ -129,8 +138,11 @@ class _TransactionalLogic(OperatorLogic):
         return out
 
     def snapshot(self) -> Any:
+        """The tables, the last punctuation and the rows waiting for the next one (as a batch
+        of the input's schema: whatever Python values its columns hold, a checkpoint holds)."""
+        pending = pa.RecordBatch.from_pylist(self.pending, schema=self._input_schema())
         return {**self.engine.store.snapshot(), "last_punctuation": self.engine.last_punctuation,
-                "pending": list(self.pending)}
+                "pending": pending}
 
     def state_bytes(self) -> int:
         return self.engine.store.nbytes()

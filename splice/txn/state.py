@@ -6,7 +6,10 @@ addressed globally as ``table_index << 40 | key * len(columns) + column``, so on
 cell of any table and the TPG builder sorts them directly.
 
 Object columns (``objects``, with ``object_initial`` making a key's first value) hold one Python
-object per key, kept in a dict per column: the slow path of :mod:`splice.txn.objects`.
+value per key, kept in a dict per column: the slow path of :mod:`splice.txn.objects`. The values
+are data that snapshots and the checksum hold as JSON (dicts, lists, tuples, str, int, float, bool,
+None; see :func:`~splice.state.store.encode_value`): a table whose ``object_initial`` makes
+anything else is refused when declared, a key holding anything else when the store is snapshotted.
 
 Multi-version: while a batch executes, each write's result is a version of its cell, ordered by
 timestamp along the cell's operation chain (the TPG keeps them; rollback recomputes them). After
@@ -17,7 +20,7 @@ version log, kept for ``history`` timestamps, which window reads query.
 from __future__ import annotations
 
 import hashlib
-import pickle
+import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from splice.core.errors import PlanError, StateError
+from splice.state.store import decode_value, encode_value, paused_gc
 from splice.txn._kernels import gather_cells, scatter_cells, window_history
 
 __all__ = ["StateTable", "StateStore", "CELL_SHIFT", "MAX_KEY"]
@@ -37,12 +41,38 @@ _LOCAL_MASK = (1 << CELL_SHIFT) - 1
 MAX_KEY = 1 << 31
 
 
+#: ``object_initial`` types whose values are JSON-like data
+_DATA_TYPES = (list, dict, tuple, str, int, float, bool)
+
+
+def _check_object_initial(table: str, init: Any) -> None:
+    """Refuse, at declaration, an ``object_initial`` whose values no snapshot could hold."""
+    if not callable(init):
+        raise PlanError(f"table {table!r}: object_initial must be callable (e.g. list)")
+    if isinstance(init, type):
+        if init not in _DATA_TYPES:
+            raise PlanError(f"table {table!r}: object_initial {init.__qualname__} makes values that "
+                            "state cannot hold: object values must be JSON-like data (dict, list, "
+                            "tuple, str, int, float, bool or None)")
+        return
+    try:
+        first = init()
+    except Exception as exc:
+        raise PlanError(f"table {table!r}: object_initial() raised {type(exc).__name__}: {exc}") from exc
+    try:
+        encode_value(first, f"table {table!r}: object_initial()")
+    except StateError as exc:
+        raise PlanError(str(exc)) from None
+
+
 @dataclass(frozen=True)
 class StateTable:
     """Declaration of a shared table: ``keys`` preallocated, ``columns`` per key, ``initial`` value,
     and ``history``, the span of timestamps of versions retained for window reads (0: none);
     ``objects`` names Python-object columns, whose keys start as ``object_initial()`` (``None``
-    without it; a picklable callable such as ``list`` or ``dict``)."""
+    without it; a picklable callable such as ``list`` or ``dict``). Object values are JSON-like
+    data (dict, list, tuple, str, int, float, bool, None), what a checkpoint holds: an
+    ``object_initial`` that makes anything else (``set``, a class of one's own) is refused here."""
 
     name: str
     keys: int
@@ -62,8 +92,8 @@ class StateTable:
         if len(set(self.objects)) != len(self.objects) or set(self.objects) & set(self.columns):
             raise PlanError(f"table {self.name!r}: object columns must be distinct from each other "
                             "and from the numeric columns")
-        if self.object_initial is not None and not callable(self.object_initial):
-            raise PlanError(f"table {self.name!r}: object_initial must be callable (e.g. list)")
+        if self.object_initial is not None:
+            _check_object_initial(self.name, self.object_initial)
         if self.history < 0:
             raise PlanError(f"table {self.name!r}: history must be >= 0")
 
@@ -222,14 +252,62 @@ class StateStore:
         return self.get_object(ti, column or cols[0], key)
 
     def snapshot(self) -> dict[str, Any]:
-        """An immutable copy of every table: values, versions and (pickled) objects."""
+        """An immutable copy of every table: values, versions and the objects as JSON text.
+
+        A key whose object is not JSON-like data raises :class:`StateError` naming the table,
+        column and key (nothing is snapshotted then)."""
         return {
             "values": [v[: int(u)].copy() for v, u in zip(self.values, self.used, strict=True)],
             "used": self.used.copy(),
             "logs": [(lg.cell.copy(), lg.ts.copy(), lg.value.copy()) for lg in self.logs],
-            "objects": pickle.dumps(self.objects, protocol=pickle.HIGHEST_PROTOCOL)
-            if self.has_objects else None,
+            "objects": self._objects_json() if self.has_objects else None,
         }
+
+    def _objects_json(self) -> str:
+        """``[{column: [[key, value], ...]} per table]`` as JSON (values through
+        :func:`~splice.state.store.encode_value`, so tuples stay tuples)."""
+        with paused_gc():
+            out = [{col: self._encoded(ti, col, list(self.objects[ti][col])) for col in t.objects}
+                   for ti, t in enumerate(self.tables)]
+            return json.dumps(out, separators=(",", ":"), allow_nan=False)
+
+    def _encoded(self, ti: int, col: str, keys: list[int]) -> list[list[Any]]:
+        """``[[key, encode_value(object)], ...]`` of ``keys``; :class:`StateError` naming the
+        table, column and key of an object that is not data."""
+        items = self.objects[ti][col]
+        out = []
+        for key in keys:
+            try:
+                out.append([key, encode_value(items[key])])
+            except StateError as exc:
+                raise StateError(f"{_where(self.tables[ti].name, col, key)}: {exc}") from None
+        return out
+
+    def _objects_from(self, text: Any) -> list[dict[str, dict[int, Any]]]:
+        """Inverse of :meth:`_objects_json`; ``ValueError`` for anything it never writes."""
+        if not isinstance(text, str):
+            raise ValueError(f"the object columns are a {type(text).__name__}, not JSON text (pickled "
+                             "objects of an older format are never loaded)")
+        saved = json.loads(text, parse_constant=_not_json)
+        if not isinstance(saved, list) or len(saved) != len(self.tables) or not all(
+                isinstance(cols, dict) and sorted(cols) == sorted(t.objects)
+                for cols, t in zip(saved, self.tables, strict=False)):
+            raise ValueError("object columns differ from the declared tables")
+        out: list[dict[str, dict[int, Any]]] = []
+        for t, cols in zip(self.tables, saved, strict=True):
+            per: dict[str, dict[int, Any]] = {}
+            for col, items in cols.items():
+                if not isinstance(items, list) or not all(
+                        isinstance(kv, list) and len(kv) == 2 and type(kv[0]) is int for kv in items):
+                    raise ValueError(f"table {t.name!r}, object column {col!r}: not [key, value] pairs")
+                per[col] = {}
+                for key, v in items:
+                    try:
+                        per[col][key] = decode_value(v)
+                    except StateError as exc:
+                        raise ValueError(f"{_where(t.name, col, key)}: {exc}") from None
+            out.append(per)
+        return out
 
     def restore(self, state: dict[str, Any]) -> None:
         """Load a :meth:`snapshot` into this (freshly declared) store."""
@@ -244,11 +322,9 @@ class StateStore:
             for log, (cell, ts, value) in zip(self.logs, state["logs"], strict=True):
                 log.append(cell, ts, value, np.iinfo(np.int64).min)
             if state.get("objects") is not None:
-                objects = pickle.loads(state["objects"])
-                if [sorted(o) for o in objects] != [sorted(o) for o in self.objects]:
-                    raise ValueError("object columns differ from the declared tables")
-                self.objects = objects
-        except (KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:
+                with paused_gc():
+                    self.objects = self._objects_from(state["objects"])
+        except (KeyError, TypeError, ValueError, RecursionError, StateError) as exc:
             raise StateError(f"cannot restore the state tables: {exc}") from exc
 
     def value(self, table: str, key: int, column: str | None = None) -> float:
@@ -259,15 +335,17 @@ class StateStore:
         return float(vals[key, ci]) if key < vals.shape[0] else self.tables[ti].initial
 
     def checksum(self) -> str:
-        """A digest of every table's used cells: equal for any correct schedule of the same input."""
+        """A digest of every table's used cells and objects (as the JSON a snapshot holds, dict
+        keys sorted): equal for any correct schedule of the same input, in any process."""
         h = hashlib.blake2b(digest_size=8)
         for ti, table in enumerate(self.tables):
             h.update(table.name.encode())
             h.update((self.values[ti][: int(self.used[ti])] + 0.0).tobytes())
             for col in table.objects:
-                items = self.objects[ti][col]
-                for key in sorted(items):
-                    h.update(pickle.dumps((key, items[key]), protocol=4))
+                with paused_gc():
+                    pairs = self._encoded(ti, col, sorted(self.objects[ti][col]))
+                    text = json.dumps(pairs, sort_keys=True, separators=(",", ":"), allow_nan=False)
+                h.update(text.encode())
         return h.hexdigest()
 
     def nbytes(self) -> int:
@@ -275,3 +353,11 @@ class StateStore:
         objs = sum(sys.getsizeof(v) for t in self.objects for col in t.values()
                    for v in col.values()) if self.has_objects else 0
         return int(self.flat.nbytes + sum(lg.nbytes() for lg in self.logs) + objs)
+
+
+def _where(table: str, column: str, key: int) -> str:
+    return f"table {table!r}, object column {column!r}, key {key}"
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")

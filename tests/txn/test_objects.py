@@ -1,8 +1,10 @@
-"""Python-object state: the serial slow path equals the access-level reference; snapshots."""
+"""Python-object state: the serial slow path equals the access-level reference; snapshots hold the
+objects as data (JSON), and values a checkpoint cannot hold are refused, naming table and key."""
 
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +14,9 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, StateError
 from splice.core.records import Data, End, Watermark
+from splice.state.store import decode_state, encode_state
 from splice.testing.contract import check_operator
+from splice.testing.harness import OperatorHarness
 from splice.txn import StateTable, TxnEngine
 from splice.txn.api import Access, add, read, read_object, run_events, update_object
 from splice.txn.objects import Abort
@@ -126,13 +130,15 @@ def test_snapshot_mid_stream_restores_objects() -> None:
     events = _events(4, 120, 3, 0.3)
     straight, eng = _run_engine(events, [0, 40, 80, 120], "auto", 2)
     half, eng1 = _run_engine(events[:40], [0, 40], "auto", 2)
-    snap = pickle.loads(pickle.dumps(eng1.store.snapshot()))
+    snap = decode_state(encode_state(eng1.store.snapshot()))
     eng2 = TxnEngine(tables(), threads=2)
     eng2.store.restore(snap)
     rest = run_events(eng2, events[40:80], order_event) + run_events(eng2, events[80:], order_event)
     assert [o.committed for o in half + rest] == [o.committed for o in straight]
     assert eng2.store.checksum() == eng.store.checksum()
     assert eng2.store.objects == eng.store.objects
+    books = [eng2.store.object_value("books", k) for k in range(3)]
+    assert any(books) and all(type(o) is tuple for b in books for o in b)  # tuples stay tuples
     with pytest.raises(StateError):
         TxnEngine([StateTable("books", keys=4, objects=("other",))]).store.restore(snap)
     for e in (eng, eng1, eng2):
@@ -167,3 +173,71 @@ def test_transactional_operator_with_objects_passes_the_contract() -> None:
     out = check_operator(spec, {1: SCHEMA}, records)
     want = AccessReference(tables()).run(events, order_event)
     assert out.column("committed").to_pylist() == [w[0] for w in want]
+
+
+def _store_set(value: object, item: int) -> set:
+    return {item}
+
+
+def test_values_that_state_cannot_hold_are_refused_at_declaration() -> None:
+    with pytest.raises(PlanError, match="table 't': object_initial set makes values that state cannot hold"):
+        StateTable("t", keys=2, objects=("a",), object_initial=set)
+    with pytest.raises(PlanError, match=r"table 't': object_initial\(\): value\['b'\] is a set"):
+        StateTable("t", keys=2, objects=("a",), object_initial=lambda: {"b": {1}})
+    with pytest.raises(PlanError, match="object_initial\\(\\) raised ZeroDivisionError"):
+        StateTable("t", keys=2, objects=("a",), object_initial=lambda: 1 / 0)
+    fine: list[Any] = [list, dict, tuple, lambda: {"bids": [], "asks": []}, lambda: (0, 1.5, None)]
+    for ok in fine:
+        StateTable("t", keys=2, objects=("a",), object_initial=ok)
+
+
+def test_a_value_that_state_cannot_hold_is_refused_at_the_snapshot_naming_its_key() -> None:
+    eng = TxnEngine(tables())
+    out = run_events(eng, [{"k": 2}], lambda e: [update_object("books", e["k"], _store_set, 5)])
+    assert out[0].committed  # the engine itself holds any object
+    where = "table 'books', object column 'orders', key 2: value is a set"
+    with pytest.raises(StateError, match=where):
+        eng.store.snapshot()
+    with pytest.raises(StateError, match=where):
+        eng.store.checksum()
+    eng.close()
+    spec = TransactionalOperator(tuple(tables()), lambda row: [update_object("books", row["k"], _store_set, 1)],
+                                 punctuation=1)
+    h = OperatorHarness(spec, {1: SCHEMA})
+    h.push(1, pa.RecordBatch.from_pylist([{"type": "x", "k": 3, "qty": 1.0, "ts": 0}], schema=SCHEMA))
+    with pytest.raises(StateError, match="table 'books', object column 'orders', key 3: value is a set"):
+        h.snapshot_and_restore()
+
+
+def test_pickled_objects_are_never_loaded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    class CreatesFile:
+        def __reduce__(self) -> tuple:
+            return (open, (str(tmp_path / "pwned"), "w"))
+
+    eng = TxnEngine(tables())
+    snap = eng.store.snapshot()
+    snap["objects"] = pickle.dumps([{"orders": {0: CreatesFile()}, "log": {}}, {}])
+    with pytest.raises(StateError, match="pickled objects of an older format are never loaded"):
+        TxnEngine(tables()).store.restore(snap)
+    snap["objects"] = '[{}, {"orders": [[0, {"$": "set", "v": [1]}]], "log": []}]'
+    with pytest.raises(StateError, match="key 0: value is a 'set' node, which a plain value cannot hold"):
+        TxnEngine(tables()).store.restore(snap)
+    assert not (tmp_path / "pwned").exists()
+    eng.close()
+
+
+def test_checksum_holds_objects_as_data() -> None:
+    def state(order: list[str]) -> str:
+        eng = TxnEngine(tables())
+        for k in order:
+            value = {k: [1, (2, 3.5)], "z": None} if order[0] == "a" else {"z": None, k: [1, (2, 3.5)]}
+            eng.store.set_object(1, "orders", 0 if k == "a" else 1, value)
+        out = eng.store.checksum()
+        eng.close()
+        return out
+
+    assert state(["a", "b"]) == state(["b", "a"])  # keys are hashed in order, dicts by key
+    eng = TxnEngine(tables())
+    eng.store.set_object(1, "orders", 0, {"a": [1, [2, 3.5]], "z": None})  # a list, not a tuple
+    assert eng.store.checksum() != state(["a"])
+    eng.close()
