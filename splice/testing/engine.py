@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
 from splice.runtime import Engine, Query
+from splice.state.store import decode_state, encode_state
 
 __all__ = ["EngineHarness"]
 
@@ -15,8 +15,9 @@ __all__ = ["EngineHarness"]
 class EngineHarness:
     """An engine with ``streams`` (name -> schema, or (schema, time column)) and ``queries``.
 
-    :meth:`snapshot_and_restore` snapshots every query mid-stream, pickles the state, and goes
-    on in a fresh engine restored from it; results produced before carry over, so a test can
+    :meth:`snapshot_and_restore` snapshots every query mid-stream, round-trips the state
+    through the checkpoint encoding (:func:`~splice.state.store.encode_state`), and goes on in
+    a fresh engine restored from it; results produced before carry over, so a test can
     compare the interrupted run with an uninterrupted one.
     """
 
@@ -51,7 +52,7 @@ class EngineHarness:
         self.engine.end()
 
     def snapshot_and_restore(self) -> None:
-        states = pickle.loads(pickle.dumps(self.engine.snapshot()))
+        states = decode_state(encode_state(self.engine.snapshot()))
         for q in self.queries:
             self.carried[q.name] += self.engine.results(q.name).to_batches()
         self.engine.close()

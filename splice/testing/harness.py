@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -10,6 +9,7 @@ import pyarrow as pa
 
 from splice.core.operator import OperatorLogic, OperatorSpec
 from splice.core.records import Barrier, Data, End, Watermark
+from splice.state.store import decode_state, encode_state
 
 __all__ = ["OperatorHarness", "Step", "run_operator", "rebatch", "concat"]
 
@@ -91,8 +91,10 @@ class OperatorHarness:
         return self.result()
 
     def snapshot_and_restore(self) -> None:
-        """Snapshot the logic, pickle it, and continue in a fresh logic built from the copy."""
-        state = pickle.loads(pickle.dumps(self.logic.snapshot()))
+        """Snapshot the logic, round-trip it through the checkpoint encoding
+        (:func:`~splice.state.store.encode_state`, data only), and continue in a fresh logic
+        built from the copy: a snapshot that a checkpoint cannot hold fails here."""
+        state = decode_state(encode_state(self.logic.snapshot()))
         self.logic = self.spec.build(self.inputs, state)
 
     def result(self) -> pa.Table:
