@@ -10,7 +10,9 @@ so undeploying one query never cuts another's stream.
 
 Deploying emits ``Install`` records, then switch instructions; undeploying emits the switch
 instructions first, then ``Uninstall``. Both travel the path in order with the data, so a query
-deployed at position p sees exactly the records after p.
+deployed at position p sees exactly the records after p. An undeployed query's units and route
+counts are free at once (a later ``Install`` reaches a unit after its ``Uninstall``); its streams
+are the engine's to drop, once the units report the ``Uninstall`` passed.
 """
 
 from __future__ import annotations
@@ -206,14 +208,14 @@ class QueryAssigner:
                         {src.id: narrowed[src.id]}, state.get(key))
                     rb = self._place(dep, query, key, splitter, [(src, src_brick)], out_stream,
                                      {src.id: views[src.id]}, after, installs, state,
-                                     (node.inputs[0],))
+                                     (node.inputs[0],), stateless=True)
                     bricks = []
                     for i, sub in enumerate(subs):
                         key = f"{node.name}#{i}"
                         logic = spec.build({sub.id: narrowed[src.id]}, state.get(key))
                         bricks.append(self._place(dep, query, key, logic, [(sub, rb)], out_stream,
                                                   {sub.id: None}, rb, installs, state,
-                                                  (node.inputs[0],)))
+                                                  (node.inputs[0],), stateless=True))
                     produced[node.name] = (out_stream, max(bricks))
                     first_brick[node.name] = min(bricks)
                     continue
@@ -223,7 +225,7 @@ class QueryAssigner:
                     raise SchemaError(f"query {query.name!r}, node {node.name!r}: "
                                       f"{self._named(exc)}") from exc
                 b = self._place(dep, query, node.name, logic, routes, out_stream, views, after,
-                                installs, state, node.inputs)
+                                installs, state, node.inputs, stateless=spec.stateless)
                 produced[node.name] = (out_stream, b)
             out_stream, out_brick = produced[query.output_node.name]
             dep.output = out_stream
@@ -320,7 +322,7 @@ class QueryAssigner:
         return stream
 
     def _place(self, dep, query, key, logic, inputs, out_stream, views, after, installs,
-               state=None, labels=()) -> int:
+               state=None, labels=(), stateless=False) -> int:
         """Put ``logic`` on a free unit after brick ``after``; route its inputs; return the brick.
 
         Each input gets a late stream of its own schema, tapped after the brick, labelled by the
@@ -340,8 +342,9 @@ class QueryAssigner:
             self._tap(dep, b, lst.id)
         block = self.topology.bricks[b].units[u].block_id
         idle = {s.id: (s.watermark.idle_timeout if s.watermark is not None else None) for s, _ in inputs}
+        row_ids = any(ROW_ID in (views.get(s.id) or ()) or ROW_ID in s.schema.names for s, _ in inputs)
         program = UnitProgram(query.name, logic, tuple(s.id for s, _ in inputs), out_stream.id, late,
-                              dict(views), key, idle)
+                              dict(views), key, idle, stateless=stateless, row_ids=row_ids)
         program.restore_progress((state or {}).get(key + WATERMARKS))
         installs.append(Install(block, program))
         for s, p in inputs:

@@ -22,15 +22,41 @@ nothing of it enters the path; under ``"dead_letter"`` the bad rows go to :attr:
 with their reason, counted, and the rest is pushed. A query whose operator fails anyway fails
 alone: the error is raised once from the next :meth:`push`, :meth:`watermark` or :meth:`end`
 (naming the query), the other queries go on, and :meth:`results` raises it again.
+
+Outputs. A query deployed with ``on_output=f`` hands each result batch (composed) to ``f`` and
+``on_late=g`` each late batch to ``g(input, batch)``, in path order, from the thread that taps
+the path (the caller's with the serial executor, a brick thread with the pipelined one); the
+engine keeps none of them. A callback must not call the engine; one that raises fails its
+query (raised from the next call, naming the query and the callback). Without a sink the engine
+buffers the query's results and late rows for :meth:`results` and :meth:`late`, at most
+``result_buffer_rows`` rows per query (results and late rows together): the batch that would
+go beyond fails the query with an error that says to give it a sink; no row is dropped
+silently. ``None`` lifts the bound.
+
+>>> seen = []
+>>> eng = Engine()
+>>> _ = eng.define_stream("s", pa.schema([("v", pa.float64())]))
+>>> _ = eng.deploy(Query.chain("big", "s", Select(pc.field("v") > 1.0)), on_output=seen.append)
+>>> eng.push("s", pa.record_batch({"v": [0.5, 2.0, 3.0]}))
+>>> [b.num_rows for b in seen]
+[2]
+
+Undeploying. :meth:`undeploy` takes effect at its position: the query sees no later record. Its
+records already on the path still reach its sinks and buffers (composed); what it holds on the
+path (its streams, sinks and parse-table rows) is freed once the ``Uninstall`` has passed each of
+its units (they report it), without draining the path. An undeployed query's buffered results
+stay readable until :meth:`forget`; one deployed with ``on_output`` (and no buffered late rows)
+is forgotten as soon as it has left the path.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, SupportsIndex
 
 import numpy as np
 import pyarrow as pa
@@ -42,26 +68,95 @@ from splice.core.row_checks import RowCheck, not_null
 from splice.core.stream import Stream, StreamCatalog
 from splice.core.time import BoundedOutOfOrderness, WatermarkStrategy, time_values
 from splice.runtime.assigner import Deployment, QueryAssigner
+from splice.runtime.brick import Brick
 from splice.runtime.decomposer import ROW_ID, Decomposer
 from splice.runtime.executor import Executor, PipelinedExecutor, SerialExecutor
 from splice.runtime.naming import name_streams
 from splice.runtime.plan import Query
 from splice.runtime.topology import Topology
-from splice.runtime.unit import UnitEvents, UnitStats
+from splice.runtime.unit import KEEPS_NONE, UnitEvents, UnitStats
 
-__all__ = ["Engine", "QueryResult", "ExecutorKind"]
+__all__ = ["Engine", "QueryResult", "ResultBatches", "ExecutorKind", "RESULT_BUFFER_ROWS"]
 
 ExecutorKind = Literal["serial", "pipelined"]
+
+#: Rows of results and late rows the engine buffers per query without a sink (the default bound).
+RESULT_BUFFER_ROWS = 5_000_000
+
+#: With the pipelined executor, a fence follows every this many batches of a composed stream.
+_FENCE_EVERY = 8
+
+
+class ResultBatches(list[pa.RecordBatch]):
+    """A list of batches that keeps its row count (``rows``) whatever is added or removed, and
+    counts the changes other than appending (``edits``) so that readers can cache."""
+
+    def __init__(self, batches: Iterable[pa.RecordBatch] = ()):
+        super().__init__(batches)
+        self.rows = sum(b.num_rows for b in self)
+        self.edits = 0
+
+    def _recount(self) -> None:
+        self.rows = sum(b.num_rows for b in self)
+        self.edits += 1
+
+    def append(self, batch: pa.RecordBatch) -> None:
+        super().append(batch)
+        self.rows += batch.num_rows
+
+    def extend(self, batches: Iterable[pa.RecordBatch]) -> None:
+        batches = list(batches)
+        super().extend(batches)
+        self.rows += sum(b.num_rows for b in batches)
+
+    def __iadd__(self, batches: Iterable[pa.RecordBatch]) -> ResultBatches:  # type: ignore[override,misc]
+        self.extend(batches)
+        return self
+
+    def clear(self) -> None:
+        super().clear()
+        self.rows = 0
+        self.edits += 1
+
+    def insert(self, index: SupportsIndex, batch: pa.RecordBatch) -> None:
+        super().insert(index, batch)
+        self._recount()
+
+    def pop(self, index: SupportsIndex = -1) -> pa.RecordBatch:
+        batch = super().pop(index)
+        self._recount()
+        return batch
+
+    def remove(self, batch: pa.RecordBatch) -> None:
+        super().remove(batch)
+        self._recount()
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        super().__setitem__(index, value)
+        self._recount()
+
+    def __delitem__(self, index: Any) -> None:
+        super().__delitem__(index)
+        self._recount()
+
+
+def _held(batches: list[pa.RecordBatch]) -> int:
+    return batches.rows if isinstance(batches, ResultBatches) else sum(b.num_rows for b in batches)
 
 
 @dataclass
 class QueryResult:
     """What a query has produced: result batches, late rows per input, and its failure if it
-    failed."""
+    failed.
+
+    ``batches`` and ``late`` hold what the engine buffers for a query without a sink (a reader
+    may take batches out of them: the checkpoint coordinator does); ``rows_out`` and
+    ``late_rows`` count everything the query produced, sinks and taken batches included.
+    """
 
     name: str
     schema: pa.Schema
-    batches: list[pa.RecordBatch] = field(default_factory=list)
+    batches: list[pa.RecordBatch] = field(default_factory=ResultBatches)
     #: late rows by the input they came on (a source stream, or a node of the query)
     late: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
     error: BaseException | None = None
@@ -71,15 +166,70 @@ class QueryResult:
     rows_seen: int = 0
     busy_seconds: float = 0.0
     first_block: int = -1
+    #: result rows produced so far (handed to a sink, buffered, or taken from ``batches``)
+    rows_out: int = 0
+    #: late rows produced so far, per input
+    late_counts: dict[str, int] = field(default_factory=dict)
+    _cache: tuple[int, int, pa.Table, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def rows(self) -> int:
-        return sum(b.num_rows for b in self.batches)
+        """Result rows buffered now."""
+        return _held(self.batches)
+
+    @property
+    def buffered_rows(self) -> int:
+        """Result and late rows buffered now (what ``result_buffer_rows`` bounds)."""
+        return _held(self.batches) + sum(_held(v) for v in self.late.values())
 
     @property
     def late_rows(self) -> dict[str, int]:
         """Late rows so far, per input."""
-        return {k: sum(b.num_rows for b in v) for k, v in self.late.items()}
+        return dict(self.late_counts)
+
+    def table(self) -> pa.Table:
+        """The buffered results as one table, appended to the last call's table when only
+        batches were added since (no rebuild from every batch on every call), its chunks
+        combined as it doubles."""
+        buf = self.batches
+        edits = buf.edits if isinstance(buf, ResultBatches) else -1
+        cache = self._cache
+        if cache is not None and edits >= 0 and cache[1] == edits and len(buf) >= cache[0]:
+            n, _, table, combined = cache
+            if len(buf) > n:
+                table = pa.concat_tables([table, pa.Table.from_batches(buf[n:], schema=self.schema)])
+        else:
+            table, combined = pa.Table.from_batches(buf, schema=self.schema), 0
+        chunks = table.column(0).num_chunks if table.num_columns else 0
+        if chunks > 64 and table.num_rows >= 2 * combined:
+            # fewer, larger chunks; the rows double between two combines, so each row is
+            # copied O(1) times however often the results are read
+            table = table.combine_chunks()
+            combined = table.num_rows
+        self._cache = (len(buf), edits, table, combined)
+        return table
+
+
+@dataclass(eq=False)
+class _Deployed:
+    """A deployment as the engine follows it, from deploy until it has left the path."""
+
+    result: QueryResult
+    dep: Deployment
+    #: the source stream it composes from and the columns, or None
+    compose: tuple[Stream, list[str]] | None
+    on_output: Callable[[pa.RecordBatch], None] | None
+    on_late: Callable[[str, pa.RecordBatch], None] | None
+    #: block ids of its units still to retire (None while deployed)
+    retiring: set[int] | None = None
+    forget: bool = False
+    #: the engine failed it (a sink raised, its buffer is full): its output is taken no more
+    cut_off: bool = False
+    finished: bool = False
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
 class Engine:
@@ -88,6 +238,11 @@ class Engine:
     ``bricks`` x ``units_per_brick`` processing units; ``grow`` adds bricks when a plan does not
     fit; ``executor`` is ``"serial"`` (all stages in the caller's thread) or ``"pipelined"`` (a
     thread per brick, units of a brick in parallel; same results in the same order).
+
+    ``switch_interval`` (pipelined only; seconds) sets the interpreter's GIL switch interval, a
+    setting of the whole process, until :meth:`close`; by default the engine leaves it alone
+    (see :class:`~splice.runtime.executor.PipelinedExecutor`). ``result_buffer_rows`` bounds the
+    rows buffered per query without a sink (module docstring); ``None`` lifts the bound.
     """
 
     def __init__(
@@ -98,15 +253,33 @@ class Engine:
         executor: ExecutorKind = "serial",
         in_flight: int = 4,
         dead_letters: DeadLetterSink | None = None,
+        *,
+        switch_interval: float | None = None,
+        result_buffer_rows: int | None = RESULT_BUFFER_ROWS,
     ):
+        if executor not in ("serial", "pipelined"):
+            raise PlanError(f"executor must be 'serial' or 'pipelined', got {executor!r}")
+        if switch_interval is not None and executor != "pipelined":
+            raise PlanError("switch_interval applies to the pipelined executor only")
+        if result_buffer_rows is not None and result_buffer_rows < 0:
+            raise PlanError(f"result_buffer_rows must be >= 0 or None, got {result_buffer_rows}")
+        self.result_buffer_rows = result_buffer_rows
         self.catalog = StreamCatalog()
         #: where rows refused at the edge go, with their reason (streams with ``"dead_letter"``)
         self.dead_letters = dead_letters if dead_letters is not None else DeadLetterSink()
         self._policy: dict[int, BadInputPolicy] = {}
-        self._unreported: list[str] = []  # failed queries not yet raised to the caller
+        # failed queries not yet raised to the caller, with their errors
+        self._unreported: list[tuple[str, BaseException]] = []
         self._lock = threading.RLock()
-        self._sinks: dict[int, tuple[QueryResult, str | None]] = {}  # (query, late input or None)
+        # result or late stream id -> (its deployment, the late input or None)
+        self._sinks: dict[int, tuple[_Deployed, str | None]] = {}
+        #: every query's results, deployed or not yet forgotten
         self.queries: dict[str, QueryResult] = {}
+        # deployments until they have left the path (undeployed ones until their units retired)
+        self._deployments: dict[str, _Deployed] = {}
+        self._retired: deque[_Deployed] = deque()  # left the path, to be freed by the caller
+        self._retire_lock = threading.Lock()
+        self._since_fence = 0
         events = UnitEvents(error=self._on_error, retired=self._on_retired, snapshot=self._on_snapshot)
         self._snapshots: dict[int, dict[str, dict[str, Any]]] = {}
         self._next_checkpoint = 1
@@ -114,7 +287,7 @@ class Engine:
         self.assigner = QueryAssigner(self.topology, self.catalog, grow=grow)
         self.decomposer = Decomposer()
         self.executor: Executor = (
-            PipelinedExecutor(self.topology, in_flight=in_flight)
+            PipelinedExecutor(self.topology, in_flight=in_flight, switch_interval=switch_interval)
             if executor == "pipelined" else SerialExecutor(self.topology)
         )
         self.position = 0  # records submitted so far: where deploys and undeploys take effect
@@ -162,7 +335,7 @@ class Engine:
             if watermark is not None:
                 self._watermarks[stream.id] = BoundedOutOfOrderness(watermark.max_out_of_orderness)
             self._sources.add(stream.id)
-            self.decomposer.configure(stream, [], [])
+            self.decomposer.configure(stream, [], {})
             self.rows_in[name] = 0
             return stream
 
@@ -180,15 +353,17 @@ class Engine:
         return cols
 
     def _reconfigure(self) -> None:
+        """What travels from now on, for the queries deployed now (parse-table rows stay with
+        undeployed queries until they have left the path)."""
         for sid in self._sources:
             stream = self.catalog.by_id(sid)
             used: list[set[str] | None] = []
-            composing: list[bool] = []
+            composing: dict[str, list[str]] = {}
             for dep in self.assigner.deployed.values():
                 if sid in dep.source_columns:
                     used.append(dep.source_columns[sid])
                     if stream.name in dep.query.compose:
-                        composing.append(not dep.stateless)
+                        composing[dep.query.name] = list(dep.query.compose[stream.name])
             self.decomposer.configure(stream, used, composing)
 
     def _check_compose(self, query: Query) -> None:
@@ -205,12 +380,30 @@ class Engine:
             if ROW_ID in cols or len(set(cols)) != len(cols):
                 raise PlanError(f"query {query.name!r}: compose columns must be distinct stream columns")
 
-    def deploy(self, query: Query, state: dict[str, Any] | None = None) -> QueryResult:
+    def deploy(
+        self,
+        query: Query,
+        state: dict[str, Any] | None = None,
+        *,
+        on_output: Callable[[pa.RecordBatch], None] | None = None,
+        on_late: Callable[[str, pa.RecordBatch], None] | None = None,
+    ) -> QueryResult:
         """Deploy ``query`` now: it sees exactly the records pushed after this call.
 
         ``state`` (one query's entry of :meth:`snapshot`) restores its operators' state.
+        ``on_output(batch)`` receives each result batch (composed), ``on_late(input, batch)``
+        each batch of late rows with the name of the input it came on, in path order, from the
+        thread that taps the path; the engine then keeps none of them (module docstring).
         """
+        for label, fn in (("on_output", on_output), ("on_late", on_late)):
+            if fn is not None and not callable(fn):
+                raise PlanError(f"query {query.name!r}: {label} must be callable, got {fn!r}")
         with self._lock:
+            self._reap()
+            if query.name in self._deployments and query.name not in self.assigner.deployed:
+                # its earlier deployment is still on the path: let it leave first
+                self.executor.drain()
+                self._reap()
             self._check_compose(query)
             dep, program = self.assigner.deploy(query, self._view, state)
             assert dep.output is not None
@@ -226,20 +419,23 @@ class Engine:
                     "(aggregates and projections without __row_id lose them)"
                 )
             schema = dep.output.schema
+            compose: tuple[Stream, list[str]] | None = None
             if query.compose:
                 (sname, cols), = query.compose.items()
                 src = self.catalog[sname]
+                compose = (src, list(cols))
                 schema = pa.schema([f for f in schema if f.name != ROW_ID] + [src.schema.field(c) for c in cols])
             first = dep.units[0]
             result = QueryResult(query.name, schema, deployed_at=self.position,
                                  first_block=self.topology.bricks[first[0]].units[first[1]].block_id)
+            deployed = _Deployed(result, dep, compose, on_output, on_late)
             self.queries[query.name] = result
-            self._sinks[dep.output.id] = (result, None)
+            self._deployments[query.name] = deployed
+            self._sinks[dep.output.id] = (deployed, None)
             for late, label in dep.late:
-                self._sinks[late] = (result, label)
+                self._sinks[late] = (deployed, label)
             self._reconfigure()
-            for rec in program:
-                self.executor.submit(rec)
+            self.executor.submit_all(program)
             return result
 
     def stats(self, name: str) -> tuple[int, float]:
@@ -254,29 +450,80 @@ class Engine:
                     q.busy_seconds + sum(u.stats.busy_seconds for u in units))
 
     def _on_retired(self, query: str, block: int, stats: UnitStats) -> None:
-        # units report when uninstalled; the first unit of a plan counts the query's input rows
-        q = self.queries.get(query)
-        if q is None:
+        # a unit's Uninstall passed it (on the thread that runs the unit): count its figures
+        # (the first unit of a plan counts the query's input rows); once the last unit of an
+        # undeployed query has retired, nothing of it is left on the path
+        deployed = self._deployments.get(query)
+        if deployed is None:
             return
+        q = deployed.result
         q.busy_seconds += stats.busy_seconds
         if block == q.first_block:
             q.rows_seen += stats.rows_in
+        with self._retire_lock:
+            if deployed.retiring is not None and block in deployed.retiring:
+                deployed.retiring.discard(block)
+                if not deployed.retiring:
+                    self._retired.append(deployed)
 
     def undeploy(self, name: str) -> QueryResult:
-        """Remove query ``name`` now; what it produced so far stays readable."""
+        """Remove query ``name`` now: it sees no record pushed after this call.
+
+        Its records already on the path still reach its sinks (or buffers); its streams and
+        parse-table rows are freed once they have left the path. Buffered results stay
+        readable until :meth:`forget`.
+        """
         with self._lock:
+            self._reap()
             dep, program = self.assigner.undeploy(name)
-            for rec in program:
-                self.executor.submit(rec)
-            self._reconfigure()
-            self._drop_streams(dep)
-            result = self.queries[name]
+            deployed = self._deployments[name]
+            result = deployed.result
             result.undeployed_at = self.position
+            with self._retire_lock:
+                deployed.retiring = {self.topology.bricks[b].units[u].block_id for b, u in dep.units}
+                if not deployed.retiring:
+                    self._retired.append(deployed)
+            self.executor.submit_all(program)
+            self._reconfigure()
+            self._reap()
             return result
 
-    def _drop_streams(self, dep: Deployment) -> None:
-        for s in dep.streams:
-            self.catalog.drop(s.name)
+    def forget(self, name: str) -> None:
+        """Free what the engine keeps of undeployed query ``name``: its buffered results and
+        late rows, its figures. A query still on the path is freed once it has left it."""
+        with self._lock:
+            self._reap()
+            if name in self.assigner.deployed:
+                raise PlanError(f"query {name!r} is deployed: undeploy it before forgetting it")
+            if name not in self.queries:
+                raise PlanError(f"unknown query {name!r}")
+            deployed = self._deployments.get(name)
+            if deployed is not None:
+                deployed.forget = True
+            del self.queries[name]
+
+    def _reap(self) -> None:
+        """Free the undeployed queries that have left the path (the caller's thread)."""
+        while self._retired:
+            self._free(self._retired.popleft())
+
+    def _free(self, deployed: _Deployed) -> None:
+        if deployed.finished:
+            return
+        deployed.finished = True
+        result = deployed.result
+        for s in deployed.dep.streams:
+            self._sinks.pop(s.id, None)
+            if s.name in self.catalog and self.catalog[s.name].id == s.id:
+                self.catalog.drop(s.name)
+        if deployed.compose is not None:
+            self.decomposer.release(deployed.compose[0], result.name)
+        if self._deployments.get(result.name) is deployed:
+            del self._deployments[result.name]
+        # a query that hands its output to a sink keeps nothing worth reading
+        sunk = deployed.on_output is not None and not any(result.late.values())
+        if (deployed.forget or sunk) and self.queries.get(result.name) is result:
+            del self.queries[result.name]
 
     # -- data --------------------------------------------------------------------------------
     def push(self, stream: str, batch: pa.RecordBatch | pa.Table) -> None:
@@ -289,6 +536,7 @@ class Engine:
                 for b in batch.combine_chunks().to_batches():
                     self.push(stream, b)
                 return
+            self._reap()
             batch = src.check_batch(batch)
             batch = self._admit(src, batch)
             self.rows_in[stream] += batch.num_rows
@@ -296,14 +544,49 @@ class Engine:
             before = gen.current() if gen is not None else None
             if gen is not None and src.time_column is not None:
                 gen.observe(time_values(batch, src.time_column, src.name))
+            numbered = self.decomposer.numbered.get(src.id, False)
             self._submit(Data(src.id, self.decomposer.split(src, batch)))
             if gen is not None and gen.current() != before:
                 self._submit(Watermark(src.id, gen.current()))
-            if not self.decomposer.retain.get(src.id, False) and self.decomposer.tables.get(src.id) \
-                    and len(self.decomposer.tables[src.id].batches) > 64:
-                self.executor.drain()
-                self.decomposer.passed(src.id)
+            if numbered:
+                self._since_fence += 1
+                if isinstance(self.executor, SerialExecutor) or self._since_fence >= _FENCE_EVERY:
+                    self._fence()
             self._raise_failures()
+
+    def _fence(self) -> None:
+        """Learn how far each composing query's units have got and which rows they keep: a
+        fence follows the records submitted so far; as it passes, each unit of such a query
+        says the least row id it keeps (:meth:`~splice.runtime.unit.ProcessingUnit.retained_floor`);
+        once it has left the path, no result of the query tapped later has a row id below the
+        least of those and of the next row id at the fence, and the decomposer frees the parse
+        table below it. A unit that cannot tell holds its query's rows where they are."""
+        self._since_fence = 0
+        queries = {name: d.compose[0] for name, d in self._deployments.items()
+                   if d.compose is not None and not d.finished}
+        if not queries:
+            return
+        next_row = {s.id: self.decomposer.next_row.get(s.id, 0) for s in queries.values()}
+        floors: dict[str, int] = {}
+        blind: set[str] = set()
+
+        def probe(brick: Brick) -> None:
+            for unit in brick.units:
+                query = unit.query
+                if query in queries:
+                    floor = unit.retained_floor()
+                    if floor is None:
+                        blind.add(query)
+                    else:
+                        floors[query] = min(floors.get(query, KEEPS_NONE), floor)
+
+        def done() -> None:
+            for query, stream in queries.items():
+                if query not in blind:
+                    low = min(next_row[stream.id], floors.get(query, KEEPS_NONE))
+                    self.decomposer.hold(stream, query, low)
+
+        self.executor.fence(probe, done)
 
     def _admit(self, src: Stream, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` without its bad rows, under the stream's policy (module docstring)."""
@@ -340,8 +623,7 @@ class Engine:
     def _raise_failures(self) -> None:
         """Raise, once, the failure of a query that failed since the last call."""
         if self._unreported:
-            name = self._unreported.pop(0)
-            err = self.queries[name].error
+            name, err = self._unreported.pop(0)
             raise StateError(f"query {name!r} failed: {self._named(err)} (the other queries go "
                              "on)") from err
 
@@ -351,12 +633,11 @@ class Engine:
     def _submit(self, rec: Record) -> None:
         self.position += 1
         self.executor.submit(rec)
-        if isinstance(self.executor, SerialExecutor) and isinstance(rec, Data):
-            self.decomposer.passed(rec.stream_id)
 
     def watermark(self, stream: str, time_value: int) -> None:
         """Event time of ``stream`` reached ``time_value`` (no later row has time <= it)."""
         with self._lock:
+            self._reap()
             self._submit(Watermark(self._source(stream).id, int(time_value)))
             self._raise_failures()
 
@@ -427,6 +708,8 @@ class Engine:
             self._submit(End())
             self.executor.drain()
             self._ended = True
+            self._reap()
+            self.decomposer.clear()  # every result has been tapped: nothing left to compose
             self._raise_failures()
 
     def close(self) -> None:
@@ -441,12 +724,15 @@ class Engine:
             self.end()
         else:
             self.executor.drain()
+            with self._lock:
+                self._reap()
         return time.perf_counter() - started
 
     # -- results -----------------------------------------------------------------------------
     def _tap(self, rec: Record) -> None:
+        # runs on the thread that taps the path: the caller's (serial) or a brick thread
         if isinstance(rec, End):
-            for q in self.queries.values():
+            for q in list(self.queries.values()):
                 q.ended = True
             return
         if not isinstance(rec, Data):
@@ -454,39 +740,85 @@ class Engine:
         sink = self._sinks.get(rec.stream_id)
         if sink is None:
             return
-        result, late_input = sink
-        if late_input is not None:
-            result.late.setdefault(late_input, []).append(rec.batch)
+        deployed, late_input = sink
+        if deployed.cut_off:
             return
+        result = deployed.result
         batch = rec.batch
-        dep = self.assigner.deployed.get(result.name)
-        if dep is not None and dep.query.compose:
-            (sname, cols), = dep.query.compose.items()
-            batch = self.decomposer.compose(self.catalog[sname], batch, list(cols), result.name)
-        result.batches.append(batch)
+        if late_input is not None:
+            result.late_counts[late_input] = result.late_counts.get(late_input, 0) + batch.num_rows
+            if deployed.on_late is not None:
+                self._deliver(deployed, "on_late", deployed.on_late, late_input, batch)
+            elif self._room(deployed, batch.num_rows):
+                buf = result.late.get(late_input)
+                if buf is None:
+                    buf = result.late[late_input] = ResultBatches()
+                buf.append(batch)
+            return
+        if deployed.compose is not None:
+            stream, cols = deployed.compose
+            batch = self.decomposer.compose(stream, batch, cols, result.name)
+        result.rows_out += batch.num_rows
+        if deployed.on_output is not None:
+            self._deliver(deployed, "on_output", deployed.on_output, batch)
+        elif self._room(deployed, batch.num_rows):
+            result.batches.append(batch)
+
+    def _deliver(self, deployed: _Deployed, label: str, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:
+            err = StateError(f"its {label} callback {_callable_name(fn)} raised "
+                             f"{type(exc).__name__}: {exc}")
+            err.__cause__ = exc
+            self._cut_off(deployed, err)
+
+    def _room(self, deployed: _Deployed, rows: int) -> bool:
+        """Whether ``rows`` more rows fit the query's buffer; fail the query when not."""
+        bound = self.result_buffer_rows
+        if bound is None:
+            return True
+        held = deployed.result.buffered_rows
+        if held + rows <= bound:
+            return True
+        self._cut_off(deployed, StateError(
+            f"it would buffer more than {bound:,} rows of results and late rows (holds {held:,}, "
+            f"{rows:,} more came), the engine's bound (Engine(result_buffer_rows=...)): deploy it "
+            "with on_output= (and on_late=) to hand its rows to a sink as they come"))
+        return False
+
+    def _cut_off(self, deployed: _Deployed, err: BaseException) -> None:
+        # the engine fails the query: the error is raised once from the caller's next call
+        deployed.cut_off = True
+        result = deployed.result
+        if result.error is None:
+            result.error = err
+            self._unreported.append((result.name, err))
 
     def _on_error(self, query: str, block: int, exc: BaseException) -> None:
-        result = self.queries.get(query)
+        deployed = self._deployments.get(query)
+        result = deployed.result if deployed is not None else self.queries.get(query)
         if result is not None and result.error is None:
             result.error = exc
-            self._unreported.append(query)
+            self._unreported.append((query, exc))
 
     def _result(self, name: str) -> QueryResult:
         """Query ``name``'s result with every record submitted so far through the path."""
         with self._lock:
             if isinstance(self.executor, PipelinedExecutor) and not self._ended:
                 self.executor.drain()
-        try:
-            return self.queries[name]
-        except KeyError:
-            raise PlanError(f"unknown query {name!r}") from None
+            self._reap()
+            try:
+                return self.queries[name]
+            except KeyError:
+                raise PlanError(f"unknown query {name!r}") from None
 
     def results(self, name: str, partial: bool = False) -> pa.Table:
-        """Query ``name``'s results so far; raises its failure unless ``partial``."""
+        """Query ``name``'s buffered results so far; raises its failure unless ``partial``."""
         result = self._result(name)
         if result.error is not None and not partial:
             raise StateError(f"query {name!r} failed: {self._named(result.error)}") from result.error
-        return pa.Table.from_batches(result.batches, schema=result.schema)
+        return result.table()
 
     def _operator_metrics(self, name: str) -> dict[str, dict[str, Any]]:
         dep = self.assigner.deployed.get(name)
@@ -502,18 +834,22 @@ class Engine:
         return out
 
     def late(self, name: str) -> dict[str, pa.Table]:
-        """Rows query ``name`` refused as late (its late side output), per input: the source
-        stream's name, or the name of the query's node they came from."""
+        """Rows query ``name`` refused as late (its late side output) buffered so far, per
+        input: the source stream's name, or the name of the query's node they came from (none
+        for a query deployed with ``on_late``)."""
         result = self._result(name)
         return {k: pa.Table.from_batches(v) for k, v in result.late.items() if v}
 
     def metrics(self) -> dict[str, Any]:
+        with self._lock:
+            self._reap()
         return {
             "position": self.position,
             "rows_in": dict(self.rows_in),
-            "queries": {n: {"rows_out": q.rows, "late_rows": q.late_rows,
-                            "failed": q.error is not None, "operators": self._operator_metrics(n)}
-                        for n, q in self.queries.items()},
+            "queries": {n: {"rows_out": q.rows_out, "late_rows": q.late_rows,
+                            "buffered_rows": q.buffered_rows, "failed": q.error is not None,
+                            "operators": self._operator_metrics(n)}
+                        for n, q in list(self.queries.items())},
             "dead_letter_rows": self.dead_letters.total,
             "dead_letter_reasons": dict(self.dead_letters.counts),
             "parse_table_bytes": self.decomposer.nbytes,

@@ -8,6 +8,12 @@
   :class:`~splice.runtime.synchronizer.Synchronizer` releases results in record order, so the
   path keeps exactly the serial executor's order. Arrow kernels and splice's numba kernels
   release the GIL, so the threads really run in parallel.
+
+Fences. :meth:`Executor.fence` sends a marker down the path behind every record submitted so
+far: each brick, once it has finished every record before the marker and before it starts any
+record after it, hands itself to ``probe``; when the marker has left the last brick, ``done``
+runs. The engine uses fences to learn, without draining the path, how far every composing
+query's units have got and which rows they still keep (the decomposer's low-water row ids).
 """
 
 from __future__ import annotations
@@ -15,10 +21,10 @@ from __future__ import annotations
 import queue
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from splice.core.errors import InternalError
+from splice.core.errors import InternalError, PlanError
 from splice.core.records import End, Install, Instruction, Record, Uninstall
 from splice.runtime.brick import Brick, collect
 from splice.runtime.synchronizer import Synchronizer
@@ -35,6 +41,19 @@ class Executor:
 
     def submit(self, rec: Record) -> None:
         raise NotImplementedError
+
+    def submit_all(self, records: Sequence[Record]) -> None:
+        """Submit ``records`` in order, as one step (a reconfiguration's program)."""
+        for rec in records:
+            self.submit(rec)
+
+    def fence(self, probe: Callable[[Brick], None], done: Callable[[], None]) -> None:
+        """Behind every record submitted so far: ``probe`` each brick between two records (the
+        one before the fence finished, the one after not begun), then ``done`` (module
+        docstring). Both may run on an executor thread."""
+        for brick in self.topology.bricks:
+            probe(brick)
+        done()
 
     def drain(self) -> None:
         """Return once every submitted record has left the path."""
@@ -64,25 +83,42 @@ class SerialExecutor(Executor):
 _STOP = object()
 
 
+class _Fence:
+    """The marker :meth:`PipelinedExecutor.fence` sends down the brick threads' queues."""
+
+    __slots__ = ("probe", "done")
+
+    def __init__(self, probe: Callable[[Brick], None], done: Callable[[], None]):
+        self.probe = probe
+        self.done = done
+
+
 class PipelinedExecutor(Executor):
     """One thread per brick (+ the global switch after it); units of a brick on a thread pool.
 
     ``in_flight`` bounds how many records a brick works on at once; their results pass through a
     synchronizer so they leave the brick in arrival order.
 
-    ``switch_interval`` lowers the interpreter's GIL switch interval while the executor runs
-    (restored by :meth:`close`): its threads hand the GIL back and forth between short Python
-    steps and long GIL-free kernels, and with the default 5 ms a thread coming back from a kernel
-    can wait that long for the GIL (two queries over one stream ran 2x slower at 5 ms than at
-    1 ms). ``None`` leaves the interval alone.
+    ``switch_interval`` (seconds; ``None``, the default, leaves it alone) sets the interpreter's
+    GIL switch interval, a setting of the whole process, from now until :meth:`close` restores
+    the one it found. Ask for it explicitly: the executor's threads hand the GIL back and forth
+    between short Python steps and long GIL-free kernels, and with Python's default 5 ms a thread
+    coming back from a kernel can wait that long for the GIL, so some plans run faster at 1 ms
+    (docs/architecture.md has the figures), at the price of more switching for every thread of
+    the process.
     """
 
     def __init__(self, topology: Topology, in_flight: int = 4, queue_size: int = 8,
-                 switch_interval: float | None = 0.001):
+                 switch_interval: float | None = None):
         super().__init__(topology)
-        self._saved_interval = sys.getswitchinterval()
-        if switch_interval is not None and switch_interval < self._saved_interval:
+        if switch_interval is not None and not switch_interval > 0:
+            raise PlanError(f"switch_interval must be > 0 seconds, got {switch_interval}")
+        self._saved_interval: float | None = None
+        self._set_interval: float | None = None
+        if switch_interval is not None:
+            self._saved_interval = sys.getswitchinterval()
             sys.setswitchinterval(switch_interval)
+            self._set_interval = sys.getswitchinterval()
         self.in_flight = max(1, in_flight)
         self.queue_size = queue_size
         # one worker per unit: a unit sees its records one at a time and in order
@@ -138,6 +174,14 @@ class PipelinedExecutor(Executor):
                         outbox.put(_STOP)
                     return
                 for rec in item:
+                    if isinstance(rec, _Fence):
+                        emit(0)  # every record before the fence has left this brick
+                        rec.probe(brick)
+                        if outbox is not None:
+                            outbox.put([rec])
+                        else:
+                            rec.done()
+                        continue
                     if isinstance(rec, Instruction | Install | Uninstall) and brick.owns(rec.block_id):
                         emit(0)  # a program change applies exactly between two records
                         brick.apply(rec)
@@ -183,6 +227,21 @@ class PipelinedExecutor(Executor):
         if first:
             self._queues[0].put(first)
 
+    def submit_all(self, records: Sequence[Record]) -> None:
+        # one queue slot for the whole program: a reconfiguration waits for one slot at most
+        self._check()
+        if len(self.topology.bricks) != self._bricks_started:
+            self.drain()
+        first = [r for rec in records for r in self.topology.gswitches[0].process(rec)]
+        if first:
+            self._queues[0].put(first)
+
+    def fence(self, probe: Callable[[Brick], None], done: Callable[[], None]) -> None:
+        self._check()
+        if len(self.topology.bricks) != self._bricks_started:  # the topology grew
+            self.drain()
+        self._queues[0].put([_Fence(probe, done)])
+
     def _stop(self) -> None:
         self._queues[0].put(_STOP)  # flows down behind every record already submitted
         for t in self._threads:
@@ -197,5 +256,9 @@ class PipelinedExecutor(Executor):
         self._stop()
         for pool in self._unit_pools.values():
             pool.shutdown()
-        sys.setswitchinterval(self._saved_interval)
+        if self._saved_interval is not None:
+            # give back the interval found, unless someone changed it since
+            if sys.getswitchinterval() == self._set_interval:
+                sys.setswitchinterval(self._saved_interval)
+            self._saved_interval = None
         self._check()

@@ -12,6 +12,18 @@ each input's *effective* watermark whenever it advances: the delivered one, rais
 with an idle timeout ``I`` to ``max(other inputs' watermarks) - I`` (see
 :mod:`splice.core.time`). Its output watermark is the operator's :meth:`output_watermark`, or
 the least effective input watermark.
+
+Retirement. A unit reports its program retired (:attr:`UnitEvents.retired`) exactly when the
+``Uninstall`` that clears it passes, also when its operator failed earlier: by then every record
+before the ``Uninstall`` has left the unit, so the engine frees what the query held on the path
+(its streams, sinks and parse-table rows) only once each of its units has reported.
+
+Row retention. A unit tells, on request (:meth:`ProcessingUnit.retained_floor`), the least row
+id (``__row_id``, numbered by the decomposer) that it may still emit from rows it keeps: none for
+a stateless operator or one whose inputs carry no row ids; what the operator says for one that
+implements ``retained_min(column) -> int | None`` (the least value of ``column`` among the input
+rows it keeps and may still emit, ``None`` when it keeps none); otherwise it cannot tell, and the
+decomposer keeps every row the query has seen.
 """
 
 from __future__ import annotations
@@ -26,11 +38,15 @@ import pyarrow as pa
 from splice.core.operator import OperatorLogic
 from splice.core.records import Barrier, Data, End, Install, Record, Uninstall, Watermark
 from splice.core.time import MIN_TIME
+from splice.runtime.decomposer import ROW_ID
 
-__all__ = ["ProcessingUnit", "UnitStats", "UnitProgram", "UnitEvents", "WATERMARKS"]
+__all__ = ["ProcessingUnit", "UnitStats", "UnitProgram", "UnitEvents", "WATERMARKS", "KEEPS_NONE"]
 
 #: Suffix of the snapshot entry that holds a unit's watermark progress (next to its operator's).
 WATERMARKS = "@watermarks"
+
+#: :meth:`ProcessingUnit.retained_floor` of a unit that keeps no row it may still emit.
+KEEPS_NONE = 2**63 - 1
 
 
 @dataclass
@@ -43,7 +59,10 @@ class UnitStats:
 
 @dataclass
 class UnitEvents:
-    """What units report to their engine: a query's failure, a snapshot, a retired program."""
+    """What units report to their engine: a query's failure, a snapshot, a retired program.
+
+    ``retired(query, block, stats)`` comes once per installed program, when its ``Uninstall``
+    passes the unit (also after a failure), from the thread that runs the unit."""
 
     error: Callable[[str, int, BaseException], None] | None = None
     snapshot: Callable[[int, str, str, Any], None] | None = None
@@ -55,7 +74,8 @@ class UnitProgram:
     """What an Install loads into a unit: query ``query``'s operator ``logic``, the input stream
     ids it consumes, the columns it reads of each (``None``: all), its output stream id, the late
     stream id of each input, each input's idle timeout (``None``: never idle), and ``key``, the
-    operator's name within its query (where its snapshots are filed)."""
+    operator's name within its query (where its snapshots are filed). ``stateless`` and
+    ``row_ids`` (some input carries the decomposer's row ids) tell what it can retain."""
 
     query: str
     logic: OperatorLogic
@@ -70,6 +90,8 @@ class UnitProgram:
     #: each input's effective watermark as last handed to the operator
     effective: dict[int, int] = field(default_factory=dict)
     forwarded: int = MIN_TIME
+    stateless: bool = False
+    row_ids: bool = False
 
     def progress(self) -> dict[str, list[int] | int]:
         """The watermark progress a snapshot keeps, by input position (a restored plan's
@@ -107,6 +129,7 @@ class ProcessingUnit:
         self.stats = UnitStats()
         self.error: BaseException | None = None
         self.events = events or UnitEvents()
+        self._failed: str | None = None  # the query whose operator failed here, until Uninstall
 
     @property
     def query(self) -> str | None:
@@ -120,21 +143,41 @@ class ProcessingUnit:
             self.loaded.effective = dict(self.loaded.watermarks)
         self.stats = UnitStats()
         self.error = None
+        self._failed = None
 
     def uninstall(self, rec: Uninstall) -> None:
-        if self.loaded is not None and self.events.retired is not None:
-            self.events.retired(self.loaded.query, self.block_id, self.stats)
+        """Drop the program (its operator's logic with it) and report it retired."""
+        query = self.loaded.query if self.loaded is not None else self._failed
         self.loaded = None
+        self._failed = None
+        if query is not None and self.events.retired is not None:
+            self.events.retired(query, self.block_id, self.stats)
 
     def _fail(self, exc: BaseException) -> list[Record]:
         assert self.loaded is not None
         self.error = exc
+        self._failed = self.loaded.query
         if self.events.error is not None:
             self.events.error(self.loaded.query, self.block_id, exc)
-        if self.events.retired is not None:
-            self.events.retired(self.loaded.query, self.block_id, self.stats)
-        self.loaded = None
+        self.loaded = None  # the operator is fed no more; the query retires at its Uninstall
         return []
+
+    def retained_floor(self) -> int | None:
+        """The least row id this unit may still emit from rows it keeps (module docstring):
+        :data:`KEEPS_NONE` when it keeps none, ``None`` when it cannot tell.
+
+        Ask only between two records (the unit idle), as the executors' fences do."""
+        ld = self.loaded
+        if ld is None or ld.stateless or not ld.row_ids:
+            return KEEPS_NONE
+        report = getattr(ld.logic, "retained_min", None)
+        if report is None:
+            return None
+        try:
+            least = report(ROW_ID)
+        except Exception:  # an operator that cannot say keeps everything
+            return None
+        return KEEPS_NONE if least is None else int(least)
 
     def _emit(self, batches: list[pa.RecordBatch], seq: int) -> list[Record]:
         assert self.loaded is not None

@@ -97,3 +97,49 @@ class _FailLogic(OperatorLogic):
         if pc.any(pc.equal(batch.column(self.column), self.value)).as_py():
             raise ValueError(f"user function failed on {self.column} = {self.value}")
         return [batch]
+
+
+@dataclass(frozen=True)
+class Delay(OperatorSpec):
+    """Hold back the last ``rows`` rows seen; emit the rest in arrival order (all at END).
+
+    With ``report`` its logic says the least value of a column among the rows it holds
+    (``retained_min``), so the decomposer can free composed rows behind it; without, it cannot
+    tell."""
+
+    rows: int
+    report: bool = True
+    name: str = "delay"
+
+    def output_schema(self, inputs: InputSchemas) -> pa.Schema:
+        return next(iter(inputs.values()))
+
+    def columns_used(self, inputs: InputSchemas):
+        return {sid: set() for sid in inputs}
+
+    def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
+        return (_ReportingDelay if self.report else _DelayLogic)(self.rows)
+
+
+class _DelayLogic(OperatorLogic):
+    def __init__(self, rows: int):
+        self.rows = rows
+        self.held: pa.Table | None = None
+
+    def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        table = pa.Table.from_batches([batch]) if self.held is None else pa.concat_tables(
+            [self.held, pa.Table.from_batches([batch])])
+        cut = max(0, table.num_rows - self.rows)
+        self.held = table.slice(cut)
+        return table.slice(0, cut).combine_chunks().to_batches()
+
+    def on_end(self) -> list[pa.RecordBatch]:
+        held, self.held = self.held, None
+        return [] if held is None else held.combine_chunks().to_batches()
+
+
+class _ReportingDelay(_DelayLogic):
+    def retained_min(self, column: str) -> int | None:
+        if self.held is None or self.held.num_rows == 0:
+            return None
+        return pc.min(self.held.column(column)).as_py()
