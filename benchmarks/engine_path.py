@@ -45,7 +45,8 @@ def _same(a: pa.Table, b: pa.Table) -> bool:
 
 def _run_many(lineitem: pa.Table, plans: dict[str, list], batch_size: int, executor: str) -> float:
     batches = lineitem.to_batches(max_chunksize=batch_size)
-    eng = Engine(executor=executor)  # type: ignore[arg-type]
+    eng = Engine(executor=executor,  # type: ignore[arg-type]
+                 switch_interval=0.001 if executor == "pipelined" else None)
     eng.define_stream("lineitem", lineitem.schema)
     for name, specs in plans.items():
         eng.deploy(Query.chain(name, "lineitem", *specs))

@@ -68,6 +68,13 @@ class OperatorLogic(ABC):
         """Bytes of state this operator holds (cached totals, O(1))."""
         return 0
 
+    def retained_min(self, column: str) -> int | None:
+        """The least value of ``column`` (the composer's row ids) among the input rows this
+        operator still keeps and may emit, ``None`` when it keeps none; the engine frees the
+        composed columns of older rows. Raises ``NotImplementedError`` when the operator
+        cannot tell (the engine then keeps every row since the query was deployed)."""
+        raise NotImplementedError
+
     def metrics(self) -> dict[str, Any]:
         """Figures worth reporting, JSON-able (e.g. ``null_keys``: rows whose key matched
         nothing)."""

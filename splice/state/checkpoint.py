@@ -176,6 +176,9 @@ class CheckpointCoordinator:
         self.late_sinks: dict[str, dict[str, OutputSink]] = {}
         #: rows the engine refused at the edge (the sources' dead-letter policy)
         self.dead_letter_sink: OutputSink | None = None
+        #: per query, what it produced since the last checkpoint: results, late rows per input
+        self._epoch_output: dict[str, list[pa.RecordBatch]] = {}
+        self._epoch_late: dict[str, dict[str, list[pa.RecordBatch]]] = {}
         #: (epoch, position, final) of parts published by an earlier run after the checkpoint
         #: it resumed from: the replay checkpoints exactly there
         self.replay: list[tuple[int, int, bool]] = []
@@ -203,11 +206,14 @@ class CheckpointCoordinator:
             eng.define_stream(s.name, s.schema, s.time_column, s.max_out_of_orderness,
                               watermark=s.watermark, bad_input=s.bad_input)
         for q in self.job.queries:
+            self._epoch_output[q.name] = []
+            self._epoch_late[q.name] = {}
             saved = None if state is None else state.get(q.name)
             if state is not None and saved is None:
                 raise StateError(f"checkpoint in {str(self.directory)!r} holds no state of query {q.name!r}")
             try:
-                result = eng.deploy(q, saved)
+                result = eng.deploy(q, saved, on_output=self._epoch_output[q.name].append,
+                                    on_late=self._late_of(q.name))
             except StateError:
                 raise
             except Exception as exc:
@@ -223,6 +229,12 @@ class CheckpointCoordinator:
         if sources:
             eng.restore_source_state(sources)
         return eng
+
+    def _late_of(self, query: str) -> Callable[[str, pa.RecordBatch], None]:
+        def late(label: str, batch: pa.RecordBatch) -> None:
+            self._epoch_late[query].setdefault(label, []).append(batch)
+
+        return late
 
     def _check_budget(self, eng: Engine) -> None:
         assert self.state_budget is not None
@@ -255,12 +267,11 @@ class CheckpointCoordinator:
     def _stage_outputs(self, eng: Engine, epoch: int, final: bool) -> None:
         at = (self.position, final)
         for name, sink in self.sinks.items():
-            result = eng.queries[name]
-            sink.stage(epoch, result.batches, *at)
-            result.batches.clear()
+            sink.stage(epoch, self._epoch_output[name], *at)
+            self._epoch_output[name].clear()
+            late = self._epoch_late[name]
             for label, late_sink in self.late_sinks[name].items():
-                late_sink.stage(epoch, result.late.get(label, []), *at)
-                result.late.pop(label, None)
+                late_sink.stage(epoch, late.pop(label, []), *at)
         if self.dead_letter_sink is not None:
             self.dead_letter_sink.stage(epoch, eng.dead_letters.batches, *at)
             eng.dead_letters.batches.clear()
