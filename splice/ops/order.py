@@ -19,7 +19,7 @@ are accepted too. Nulls sort after every value in both directions (SQL's ``NULLS
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -175,6 +175,11 @@ class TopK(OperatorSpec):
     def blocking(self) -> bool:
         return True
 
+    def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]]:
+        # the other columns pass through: the composer may re-attach them instead
+        sid, _ = _single_input(inputs, self.name)
+        return {sid: {k for k, _ in self.keys}}
+
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         return _TopKLogic(self, self.output_schema(inputs), state)
 
@@ -196,7 +201,10 @@ class _TopKLogic(OperatorLogic):
         if batch.num_rows == 0 or self.spec.k == 0:
             return []
         if not batch.schema.equals(self.schema, check_metadata=False):
-            batch = batch.select(self.schema.names)
+            # the columns in the declared order, under the declared fields (a row-id column may
+            # arrive nullable where the view declares it not null)
+            batch = pa.RecordBatch.from_arrays(batch.select(self.schema.names).columns,
+                                               schema=self.schema)
         incoming = pa.Table.from_batches([batch], schema=self.schema)
         merged = pa.concat_tables([self.top, incoming])
         self.top = sort_table(merged, self.spec.keys).slice(0, self.spec.k).combine_chunks()
@@ -209,6 +217,12 @@ class _TopKLogic(OperatorLogic):
 
     def snapshot(self) -> Any:
         return {"top": tuple(self.top.to_batches())}
+
+    def retained_min(self, column: str) -> int | None:
+        if column not in self.top.schema.names or self.top.num_rows == 0:
+            return None
+        least = pc.min(self.top.column(column)).as_py()
+        return None if least is None else int(least)
 
     def state_bytes(self) -> int:
         return int(self.top.nbytes)

@@ -25,3 +25,28 @@ def test_peak_memory_after_a_tenth_of_the_stream_is_the_peak_at_its_end(variant,
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["rows"] == 20_000_000 and figures["late_rows"] > 0
     assert figures["ratio_final_vs_10pct"] <= 1.2, figures
+
+
+def test_a_composing_top_k_keeps_only_the_rows_it_still_holds():
+    # the composed column waits beside the path; top-k reports the least row id among the rows
+    # it keeps, so the parse table stays about k rows however long the stream
+    import numpy as np
+    import pyarrow as pa
+
+    from splice.ops.order import TopK
+    from splice.runtime import Engine, Query
+
+    schema = pa.schema([("v", pa.int64()), ("note", pa.string())])
+    eng = Engine()
+    eng.define_stream("s", schema)
+    eng.deploy(Query.chain("top", "s", TopK([("v", "descending")], 10), compose={"s": ["note"]}))
+    held = []
+    for i in range(300):
+        v = np.arange(i * 100, (i + 1) * 100)
+        eng.push("s", pa.record_batch({"v": v, "note": [f"n{x}" for x in v]}, schema=schema))
+        held.append(eng.metrics()["parse_table_bytes"])
+    eng.end()
+    got = eng.results("top")
+    assert got.column("v").to_pylist() == list(range(29_999, 29_989, -1))
+    assert got.column("note").to_pylist() == [f"n{x}" for x in range(29_999, 29_989, -1)]
+    assert max(held[150:]) <= 2 * max(held[:20])  # flat, not growing with the stream
