@@ -54,7 +54,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, SupportsIndex
 
@@ -819,6 +819,19 @@ class Engine:
         if result.error is not None and not partial:
             raise StateError(f"query {name!r} failed: {self._named(result.error)}") from result.error
         return result.table()
+
+    def take(self, name: str) -> Iterator[pa.RecordBatch]:
+        """Query ``name``'s result batches produced since the last ``take``, in order, each
+        handed over once and then no longer kept (the iterator form of a sink: push, then
+        ``for batch in engine.take(q): ...``; the buffer's bound then never fills). Raises the
+        query's failure first."""
+        result = self._result(name)
+        if result.error is not None:
+            raise StateError(f"query {name!r} failed: {self._named(result.error)}") from result.error
+        with self._lock:
+            batches = list(result.batches)
+            result.batches.clear()
+        yield from batches
 
     def _operator_metrics(self, name: str) -> dict[str, dict[str, Any]]:
         dep = self.assigner.deployed.get(name)

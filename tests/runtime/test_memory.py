@@ -50,3 +50,24 @@ def test_a_composing_top_k_keeps_only_the_rows_it_still_holds():
     assert got.column("v").to_pylist() == list(range(29_999, 29_989, -1))
     assert got.column("note").to_pylist() == [f"n{x}" for x in range(29_999, 29_989, -1)]
     assert max(held[150:]) <= 2 * max(held[:20])  # flat, not growing with the stream
+
+
+def test_take_hands_each_result_batch_over_once_and_keeps_none():
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from splice.ops import Select
+    from splice.runtime import Engine, Query
+
+    schema = pa.schema([("v", pa.int64())])
+    eng = Engine(result_buffer_rows=1_000)
+    eng.define_stream("s", schema)
+    eng.deploy(Query.chain("odd", "s", Select(pc.equal(pc.bit_wise_and(pc.field("v"), 1), 1))))
+    seen = []
+    for i in range(100):  # 50,000 result rows through a buffer of 1,000: drained as they come
+        eng.push("s", pa.record_batch({"v": list(range(i * 1000, (i + 1) * 1000))}, schema=schema))
+        seen += [x for b in eng.take("odd") for x in b.column("v").to_pylist()]
+    eng.end()
+    seen += [x for b in eng.take("odd") for x in b.column("v").to_pylist()]
+    assert seen == list(range(1, 100_000, 2))
+    assert list(eng.take("odd")) == [] and eng.results("odd").num_rows == 0
