@@ -61,11 +61,7 @@ def stream_lineitem_query(
 ) -> tuple[pa.Table, float]:
     """Deploy ``specs`` over a lineitem stream, push ``lineitem`` in batches; (answer, seconds)."""
     batches = lineitem.to_batches(max_chunksize=batch_size)
-    # the command owns its process: its pipelined bricks hand the GIL back and forth between short
-    # Python steps and long kernels, which a 1 ms switch interval serves better than the 5 ms
-    # default (the library leaves the setting alone unless asked)
-    eng = Engine(executor=executor,  # type: ignore[arg-type]
-                 switch_interval=0.001 if executor == "pipelined" else None)
+    eng = Engine(executor=executor)  # type: ignore[arg-type]
     eng.define_stream("lineitem", lineitem.schema)
     eng.deploy(Query.chain(name, "lineitem", *specs))
     started = time.perf_counter()
