@@ -191,7 +191,7 @@ def core_handoff_ns(rounds: int = 100_000) -> float:
     per tuple, bounds what a second thread can add."""
     from numba import njit
 
-    from splice._atomics import atomic_load_acquire, atomic_store_release
+    from splice.kernels.atomics import atomic_load_acquire, atomic_store_release
 
     @njit(nogil=True)
     def player(flag: np.ndarray, me: int, n: int) -> int:

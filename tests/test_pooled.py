@@ -8,7 +8,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from splice import _pooled as pooled
+import splice.kernels.pools as pooled
 
 
 def test_large_arrays_come_from_the_pool_small_ones_from_numpy():

@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from splice._machine import machine_bytes
 from splice.core.errors import PlanError
 from splice.core.time import WatermarkStrategy, time_values
+from splice.kernels.machine import machine_bytes
 from splice.runtime.plan import BindInputs, Node, Query
 from splice.state.checkpoint import CheckpointCoordinator, Job, ReplayableSource, SourceStream
 from splice.state.deadletter import BadInputPolicy, DeadLetterSink

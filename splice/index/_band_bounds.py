@@ -19,7 +19,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
-from splice.index._jit import kernel
+from splice.kernels.jit import kernel
 
 __all__ = ["band_bounds", "band_low", "band_cover"]
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import uint64
 
-from splice._atomics import atomic_add
-from splice.index._jit import kernel
+from splice.kernels.atomics import atomic_add
+from splice.kernels.jit import kernel
 
 __all__ = [
     "NODE_WIDTH",

@@ -18,7 +18,7 @@ import numpy as np
 from numba import types, uint64
 from numba.extending import overload
 
-from splice.index._jit import kernel
+from splice.kernels.jit import kernel
 
 __all__ = [
     "LEAF_SIZE",

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from splice.index._immutable import FANOUT
-from splice.index._jit import kernel
+from splice.kernels.jit import kernel
 
 __all__ = ["filter_words", "filter_install", "filter_add", "filter_may_hold", "BITS_PER_ENTRY"]
 

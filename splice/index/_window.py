@@ -58,9 +58,9 @@ from splice.index._immutable import (
     ibt_route,
     ibt_scan,
 )
-from splice.index._jit import kernel
-from splice.index._prefetch import prefetch
 from splice.index._ti_filter import filter_add, filter_install, filter_may_hold
+from splice.kernels.jit import kernel
+from splice.kernels.prefetch import prefetch
 
 __all__ = [
     "NLWJ",

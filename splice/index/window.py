@@ -28,7 +28,6 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from splice._machine import allocate_within_memory
 from splice.core.errors import PlanError
 from splice.index._bptree import P_CAP, new_pool, pool_bytes
 from splice.index._immutable import FANOUT, LEAF_SIZE, MAX_LEVELS, ibt_levels, inner_capacity
@@ -60,6 +59,7 @@ from splice.index._window import (
     idx_insert_many,
     idx_search_many,
 )
+from splice.kernels.machine import allocate_within_memory
 
 __all__ = ["WindowIndex", "IndexKind", "INDEX_KINDS", "default_merge_ratio", "max_insertion_depth",
            "key_dtype_ok"]

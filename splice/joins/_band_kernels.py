@@ -9,22 +9,9 @@ from __future__ import annotations
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from splice._atomics import (
-    atomic_cas,
-    atomic_cas_acquire,
-    atomic_or,
-    cycle_counter,
-    sched_yield,
-    spin_lock,
-    spin_unlock,
-)
-from splice._atomics import atomic_load_acquire as atomic_load
-from splice._atomics import atomic_store_release as store_release
-from splice._atomics import atomic_xchg as atomic_store
 from splice.index._band_bounds import band_bounds, band_cover, band_low
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
 from splice.index._immutable import ibt_search
-from splice.index._jit import kernel
 from splice.index._ti_filter import filter_add
 from splice.index._window import (
     DESCENTS,
@@ -52,6 +39,19 @@ from splice.index._window import (
     ts_base,
     ts_keys,
 )
+from splice.kernels.atomics import (
+    atomic_cas,
+    atomic_cas_acquire,
+    atomic_or,
+    cycle_counter,
+    sched_yield,
+    spin_lock,
+    spin_unlock,
+)
+from splice.kernels.atomics import atomic_load_acquire as atomic_load
+from splice.kernels.atomics import atomic_store_release as store_release
+from splice.kernels.atomics import atomic_xchg as atomic_store
+from splice.kernels.jit import kernel
 
 __all__ = [
     "join_seq_run",

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 from numba import cfunc, njit, types
 
-from splice._raw_memory import call_pointer, load, mem_alloc, mem_copy, mem_free, store
+from splice.kernels.raw_memory import call_pointer, load, mem_alloc, mem_copy, mem_free, store
 
 __all__ = ["PASS", "MINE", "THEIRS", "TIMES", "RELEASE", "BatchAssembler", "assemble"]
 

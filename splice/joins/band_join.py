@@ -67,11 +67,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from splice import _pooled as pooled
+import splice.kernels.pools as pooled
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, is_temporal, time_values
-from splice.index._jit import kernel_input
 from splice.index._window import M_NEXT, M_W, join_run, new_descents
 from splice.index.window import (
     INDEX_KINDS,
@@ -83,6 +82,7 @@ from splice.index.window import (
 from splice.joins._band_kernels import LOW_LEFT_POOL, LOW_RIGHT_POOL, OUT_FULL, join_seq_run
 from splice.joins.hash_window_join import join_output_schema
 from splice.joins.window import POSITION, ArrivalMerge, Release, RowStore, TimeWindow, conform
+from splice.kernels.jit import kernel_input
 
 __all__ = [
     "BandJoin",

@@ -36,11 +36,11 @@ from __future__ import annotations
 import numpy as np
 
 from splice.core.errors import PlanError
-from splice.index._jit import kernel_input
 from splice.index.window import IndexKind
 from splice.joins._band_kernels import time_window_filter
 from splice.joins.band_join import BandCore
 from splice.joins.parallel_band import KeyRangeJoin
+from splice.kernels.jit import kernel_input
 
 __all__ = ["TimeBandCore"]
 

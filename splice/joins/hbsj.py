@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from splice._machine import allocate_within_memory
 from splice.core.errors import PlanError
 from splice.joins._hash_kernels import (
     N_STATS,
@@ -43,6 +42,7 @@ from splice.joins._hash_kernels import (
     hb_probe,
     hb_update,
 )
+from splice.kernels.machine import allocate_within_memory
 
 __all__ = ["HBSJIndex", "SEED1", "SEED2"]
 

@@ -42,7 +42,6 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
-from splice.index._jit import kernel_input
 from splice.joins._hash_kernels import q3_hbsj_sequence
 from splice.joins._q3_kernels import EXPLICIT, new_cursor, partition_arrival, q3_join_arrival
 from splice.joins.hash_keys import HashKeys, common_key_type, common_key_types
@@ -50,6 +49,7 @@ from splice.joins.hash_window_join import Impl, make_index
 from splice.joins.hbsj import HBSJIndex
 from splice.joins.splitjoin import WindowIndex
 from splice.joins.window import RowStore
+from splice.kernels.jit import kernel_input
 
 __all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_partitioned_join", "Q3FastJoin"]
 

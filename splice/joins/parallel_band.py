@@ -71,7 +71,7 @@ results are merged into the join's order.
 
 Threads are Python threads; the work runs in ``nogil`` numba kernels, so they run in parallel.
 The key-range and task-queue joins keep their threads from call to call
-(:class:`~splice.joins._workers.Workers`); the key-range join runs a call of fewer than
+(:class:`~splice.kernels.workers.Workers`); the key-range join runs a call of fewer than
 ``SMALL_CALL`` tuples range after range on the calling thread, where waking the others would
 cost more than they save.
 """
@@ -85,9 +85,8 @@ from typing import Any
 
 import numpy as np
 
-from splice import _pooled as pooled
+import splice.kernels.pools as pooled
 from splice.core.errors import InternalError
-from splice.index._jit import kernel_input
 from splice.index._window import (
     M_NEXT,
     M_THRESH,
@@ -124,8 +123,9 @@ from splice.joins._band_kernels import (
     range_split,
     rr_run,
 )
-from splice.joins._workers import Workers
 from splice.joins.band_join import probe_offsets
+from splice.kernels.jit import kernel_input
+from splice.kernels.workers import Workers
 
 __all__ = ["TaskQueueJoin", "RoundRobinJoin", "KeyRangeJoin", "make_parallel", "arrival_bounds"]
 

@@ -3,7 +3,7 @@
 Every kernel here has a plain-Python twin in ``tests/txn/reference.py`` (the serial reference) that
 the tests compare against. Kernels are compiled ``nogil`` so executor threads run in parallel;
 cross-thread completion is published through ``state`` (an int64 array: 0 = BLK, 2 = EXE,
-3 = ABT) with the atomic intrinsics of :mod:`splice._atomics`.
+3 = ABT) with the atomic intrinsics of :mod:`splice.kernels.atomics`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from splice._atomics import atomic_add, cycle_counter
-from splice._atomics import atomic_load_acquire as atomic_load
-from splice._atomics import atomic_store_release as atomic_store
-from splice._atomics import sched_yield as yield_cpu
+from splice.kernels.atomics import atomic_add, cycle_counter
+from splice.kernels.atomics import atomic_load_acquire as atomic_load
+from splice.kernels.atomics import atomic_store_release as atomic_store
+from splice.kernels.atomics import sched_yield as yield_cpu
 
 # Kinds and conditions, mirrored from splice.txn.ops (numba needs literals).
 _READ, _WRITE, _ADD, _SUM_WRITE, _SUM_ADD, _WINDOW_READ, _MAX, _UDF = 0, 1, 2, 3, 4, 5, 6, 7

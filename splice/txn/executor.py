@@ -28,7 +28,7 @@ __all__ = ["Execution", "ThreadTeam", "run_tpg", "run_serial", "run_sstore", "ru
 def _calibrate_cycles() -> float:
     from numba import njit
 
-    from splice._atomics import cycle_counter
+    from splice.kernels.atomics import cycle_counter
 
     @njit(nogil=True)
     def _read() -> int:

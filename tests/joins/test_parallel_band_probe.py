@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splice.index._jit import kernel_input
 from splice.index.window import WindowIndex
 from splice.joins._band_kernels import (
     LOCK_STRIDE,
@@ -27,6 +26,7 @@ from splice.joins._band_kernels import (
 )
 from splice.joins.band_join import probe_offsets
 from splice.joins.parallel_band import TaskQueueJoin, arrival_bounds
+from splice.kernels.jit import kernel_input
 
 RING = 512  # window slots (a power of 2, 8 bitmap words)
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from splice.joins._workers import Workers
+from splice.kernels.workers import Workers
 
 
 def _alive(name: str) -> int:

@@ -147,7 +147,7 @@ atomic_store_release: Any = intrinsic(_atomic_store_release)
 sched_yield: Any = intrinsic(_sched_yield)
 cycle_counter: Any = intrinsic(_cycle_counter)
 
-# kernels that never allocate compile without reference counting (see splice/index/_jit.py)
+# kernels that never allocate compile without reference counting (see splice/kernels/jit.py)
 _INLINE: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False, "inline": "always"}
 
 
