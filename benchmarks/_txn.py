@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from splice.txn.command import run_workload, warm_kernels
+from splice.cli.txn import run_workload, warm_kernels
 from splice.txn.memory import keep_freed_memory
 from splice.workloads.txn_apps import TxnWorkload, make_app
 

@@ -20,10 +20,10 @@ import time
 import duckdb
 import pyarrow as pa
 
+from splice.cli.tpch import stream_lineitem_query
 from splice.io.tpch import load_table
 from splice.runtime import Engine, Query
 from splice.workloads import tpch_queries
-from splice.workloads.tpch_command import stream_lineitem_query
 
 
 def _median_time(fn, repeat: int) -> tuple[float, object]:

@@ -10,7 +10,7 @@ runs, the variants of a comparison taking turns, so that each ratio holds on a n
 * ``engine_vs_direct`` (in one process, warm): the FULL interval join ``[-100, +100]`` ms of the
   two streams in batches of 65,536 rows: the operator driven directly (batches and watermarks
   handed to its logic, left and right in turns: what the command did before it ran on the
-  engine) against the same job on the engine (:mod:`splice.commands.join`'s job, no
+  engine) against the same job on the engine (:mod:`splice.cli.join`'s job, no
   checkpoints). Rows/s of streaming; the answers are asserted equal first.
 * ``checkpoint_cost`` (whole commands, fresh processes, wall clock): ``splice join --kind
   interval --how full`` on the Parquet files, without checkpoints and with
@@ -69,7 +69,7 @@ def _run(cmd: list[str]) -> tuple[float, dict[str, Any]]:
 
 
 def engine_vs_direct(d: Path, repeat: int) -> dict[str, Any]:
-    from splice.commands.join import JoinInput, interleave
+    from splice.cli.join import JoinInput, interleave
     from splice.core.time import WatermarkStrategy, time_values
     from splice.io.sources import bounded_batches
     from splice.joins.interval_join import IntervalJoin

@@ -18,8 +18,8 @@ import time
 import numpy as np
 
 from benchmarks._txn import emit
+from splice.cli.txn import warm_kernels
 from splice.txn import executor
-from splice.txn.command import warm_kernels
 from splice.txn.engine import TxnEngine
 from splice.txn.memory import keep_freed_memory
 from splice.txn.scheduler import Strategy

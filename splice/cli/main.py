@@ -1,6 +1,8 @@
-"""The ``splice`` command: demo, TPC-H as streams, joins over files, transactional workloads.
+"""The ``splice`` command's parser and dispatch: demo, TPC-H as streams, joins over files,
+transactional workloads.
 
-Each subcommand's work lives in its own module; this file only parses arguments and prints.
+Each subcommand's work lives in its own module of this package; this one parses arguments and
+turns clear errors into one line and exit code 2.
 ``--json`` prints one JSON object per result row (``tpch``) and a last line
 ``{"metrics": {...}}`` with ``input_rows``, ``output_rows``, ``seconds`` (streaming time, data
 already in memory), ``load_seconds`` and ``rows_per_s``.
@@ -14,12 +16,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from splice.commands import join as join_command
+from splice.cli import join as join_command
 from splice.core.errors import PlanError, SpliceError
 
 __all__ = ["main", "build_parser"]
 
-#: the kinds of ``splice join`` (:mod:`splice.commands.join`)
+#: the kinds of ``splice join`` (:mod:`splice.cli.join`)
 JOIN_KINDS = ("band", "hash", "interval", "window")
 
 
@@ -170,20 +172,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "join":
             return join_command.run_join(args)
         if args.command in ("tpch", "txn") and args.checkpoint_dir is not None:
-            from splice.state import commands
+            from splice.cli import checkpointed as commands
 
             if args.command == "txn":
                 return commands.run_txn_checkpointed(args)
             return commands.run_tpch_checkpointed(args)
         if args.command == "tpch":
-            from splice.workloads.tpch_command import run_tpch
+            from splice.cli.tpch import run_tpch
 
             return run_tpch(args)
         if args.command == "txn":
-            from splice.txn.command import run_txn
+            from splice.cli.txn import run_txn
 
             return run_txn(args)
-        from splice.demo import run_demo
+        from splice.cli.demo import run_demo
 
         return run_demo(args)
     except SpliceError as exc:

@@ -5,7 +5,7 @@ replayable source in the command's arrival order) and run it under a
 :class:`~splice.state.checkpoint.CheckpointCoordinator`. Running the same command again after a
 crash resumes from ``D``; the printed answer is the committed output, equal to what an
 uninterrupted checkpointed run gives. (``splice join`` runs as such a job with or without
-checkpoints: :mod:`splice.commands.join`.)
+checkpoints: :mod:`splice.cli.join`.)
 
 - ``tpch q1|q6``: the query's operator chain over the ``lineitem`` stream, batches of
   ``--batch-size`` rows in generation order.
@@ -198,7 +198,7 @@ def run_tpch_checkpointed(args: argparse.Namespace) -> int:
     """``splice tpch ... --checkpoint-dir D``: the query as an engine plan with checkpoints."""
     from pathlib import Path
 
-    from splice.workloads.tpch_command import check_state_backend, load_tpch_inputs
+    from splice.cli.tpch import check_state_backend, load_tpch_inputs
 
     backend = check_state_backend(args)
     window: int | None = None
