@@ -51,8 +51,8 @@ from splice.joins.window_join import WindowJoin  # noqa: E402
 from splice.ops.aggregate import Agg, GroupBy  # noqa: E402
 from splice.ops.window_aggregate import WindowAggregate  # noqa: E402
 from splice.runtime import BindInputs, Engine, Node, Query  # noqa: E402
-from splice.state.checkpoint import CheckpointCoordinator, Job, SourceStream, arrival_source  # noqa: E402
-from splice.state.store import open_store  # noqa: E402
+from splice.runtime.checkpoint import CheckpointCoordinator, Job, SourceStream, arrival_source  # noqa: E402
+from splice.runtime.checkpoint_store import open_store  # noqa: E402
 from splice.txn import StateTable  # noqa: E402
 from splice.txn.api import Access, add  # noqa: E402
 from splice.txn.operator import TransactionalOperator  # noqa: E402

@@ -74,7 +74,7 @@ def engine_vs_direct(d: Path, repeat: int) -> dict[str, Any]:
     from splice.io.sources import bounded_batches
     from splice.joins.interval_join import IntervalJoin
     from splice.runtime import BindInputs, Node, Query
-    from splice.state.checkpoint import CheckpointCoordinator, Job, SourceStream
+    from splice.runtime.checkpoint import CheckpointCoordinator, Job, SourceStream
 
     tables = [pq.read_table(d / f"{s}.parquet").combine_chunks() for s in ("L", "R")]
     batches = [bounded_batches(t, 65_536) for t in tables]

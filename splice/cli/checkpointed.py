@@ -1,8 +1,8 @@
 """The checkpointed forms of ``splice tpch`` and ``splice txn`` (``--checkpoint-dir D``).
 
-``tpch q1|q6`` build a :class:`~splice.state.checkpoint.Job` (streams, an engine plan, a
+``tpch q1|q6`` build a :class:`~splice.runtime.checkpoint.Job` (streams, an engine plan, a
 replayable source in the command's arrival order) and run it under a
-:class:`~splice.state.checkpoint.CheckpointCoordinator`. Running the same command again after a
+:class:`~splice.runtime.checkpoint.CheckpointCoordinator`. Running the same command again after a
 crash resumes from ``D``; the printed answer is the committed output, equal to what an
 uninterrupted checkpointed run gives. (``splice join`` runs as such a job with or without
 checkpoints: :mod:`splice.cli.join`.)
@@ -25,15 +25,15 @@ from typing import Any
 import pyarrow as pa
 
 from splice.core.errors import PlanError
-from splice.runtime.plan import Query
-from splice.state.checkpoint import (
+from splice.runtime.checkpoint import (
     CheckpointCoordinator,
     Job,
     SourceStream,
     arrival_source,
     discard_job,
 )
-from splice.state.fingerprint import job_fingerprint, refuse_another_job
+from splice.runtime.fingerprint import job_fingerprint, refuse_another_job
+from splice.runtime.plan import Query
 
 __all__ = ["run_checkpointed", "run_tpch_checkpointed", "run_txn_checkpointed", "tpch_job",
            "coordinator_for"]
@@ -68,7 +68,7 @@ def _open_checkpoints(args: argparse.Namespace) -> Any:
     """The command's checkpoint store, emptied first with ``--restart``."""
     from pathlib import Path
 
-    from splice.state.store import open_store
+    from splice.runtime.checkpoint_store import open_store
 
     if getattr(args, "restart", False):
         discard_job(Path(args.checkpoint_dir))

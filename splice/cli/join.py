@@ -42,12 +42,12 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError
 from splice.core.time import WatermarkStrategy, time_values
+from splice.io.bad_input import BadInputPolicy, DeadLetterSink
 from splice.kernels.machine import machine_bytes
+from splice.runtime.checkpoint import CheckpointCoordinator, Job, ReplayableSource, SourceStream
+from splice.runtime.fingerprint import job_fingerprint
 from splice.runtime.plan import BindInputs, Node, Query
-from splice.state.checkpoint import CheckpointCoordinator, Job, ReplayableSource, SourceStream
-from splice.state.deadletter import BadInputPolicy, DeadLetterSink
-from splice.state.fingerprint import job_fingerprint
-from splice.state.sink import publish_table
+from splice.runtime.sinks import publish_table
 
 __all__ = ["run_join", "join_spec", "JoinInput", "interleave", "late_table", "add_arguments"]
 
@@ -222,7 +222,7 @@ def load_inputs(args: argparse.Namespace, sink: DeadLetterSink | None) -> list[J
             table = read_input(path, name, time_column=args.time, policy=policy, sink=sink)  # type: ignore[arg-type]
             inp = _in_memory(name, table, args.batch_size)
         if dedupe:
-            from splice.state.dedupe import Deduplicator
+            from splice.io.dedupe import Deduplicator
 
             d = Deduplicator(name, inp.schema, dedupe, policy, sink)  # type: ignore[arg-type]
             try:

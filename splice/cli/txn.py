@@ -103,7 +103,7 @@ def _app_with_events(args: argparse.Namespace, w: TxnWorkload) -> tuple[TxnApp, 
         if policy is not None or dead_letter is not None:
             raise PlanError("--bad-input and --dead-letter apply to --input")
         return make_app(args.app, w), {}
-    from splice.state.deadletter import DeadLetterSink
+    from splice.io.bad_input import DeadLetterSink
 
     if dead_letter is not None and policy != "dead-letter":
         raise PlanError("--dead-letter needs --bad-input dead-letter")

@@ -7,7 +7,7 @@ as its column's type (``abc`` in an ``int64`` column, ``2024-13-45`` in a timest
 with ``time_column``, when its time is null. The policy decides what happens to bad rows:
 ``"fail"`` raises :class:`~splice.core.errors.SchemaError` naming the input, the file, the row,
 the column, the value and the reason; ``"dead_letter"`` hands each one, with its reason, to a
-:class:`~splice.state.deadletter.DeadLetterSink`. So ``returned rows + dead letters = rows``.
+:class:`~splice.io.bad_input.DeadLetterSink`. So ``returned rows + dead letters = rows``.
 
 Types. A declared ``schema`` is used as given: its columns, in its order, with its types. Without
 one, CSV types are inferred from the file's first rows (10,000 rows, at most 1 MiB), never from
@@ -42,7 +42,7 @@ JSON lines, the row as JSON for Parquet.
 :func:`iter_input` is the same reader a batch at a time, for inputs too large to hold.
 
 >>> import tempfile, pathlib
->>> from splice.state.deadletter import DeadLetterSink
+>>> from splice.io.bad_input import DeadLetterSink
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "left.csv"
 >>> _ = path.write_text("k,ts\\n1,10\\n2,abc\\n3,30,7\\n4,40\\n")
 >>> schema = pa.schema([("k", pa.int64()), ("ts", pa.int64())])
@@ -75,9 +75,10 @@ import pyarrow.parquet as pq
 
 from splice.core.errors import InternalError, PlanError, SchemaError
 from splice.core.stream import normalize_schema
+from splice.runtime.sinks import write_table
 
-if TYPE_CHECKING:  # splice.state imports this module (for write_table): no import cycle at run time
-    from splice.state.deadletter import BadInputPolicy, DeadLetterSink
+if TYPE_CHECKING:
+    from splice.io.bad_input import BadInputPolicy, DeadLetterSink
 
 __all__ = ["iter_input", "read_input", "read_table", "rebatch", "write_table"]
 
@@ -126,7 +127,7 @@ class _BadRow:
 
 
 def _open(path: str | Path, name: str, policy: BadInputPolicy, sink: DeadLetterSink | None) -> _Input:
-    from splice.state.deadletter import check_policy
+    from splice.io.bad_input import check_policy
 
     check_policy(policy)
     p = Path(path)
@@ -197,7 +198,7 @@ def _time_nulls(data: pa.Table | pa.RecordBatch, time_column: str | None) -> np.
 
 def _null_time_rows(src: _Input, data: pa.Table | pa.RecordBatch, positions: np.ndarray,
                     time_column: str, first_row: int) -> list[_BadRow]:
-    from splice.state.deadletter import rows_json
+    from splice.io.bad_input import rows_json
 
     mask = np.zeros(data.num_rows, bool)
     mask[positions] = True
@@ -283,16 +284,6 @@ def rebatch(batches: Iterable[pa.RecordBatch], batch_size: int) -> Iterator[pa.R
             pending, held = [b.slice(off)], b.num_rows - off
     if held:
         yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
-
-
-def write_table(table: pa.Table, path: str | Path) -> None:
-    """Write ``table`` as Parquet (``.parquet``) or CSV (``.csv``), by the path's suffix."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    if p.suffix.lower() == ".csv":
-        pacsv.write_csv(table, p)
-    else:
-        pq.write_table(table, p)
 
 
 # ----------------------------------------------------------------------------------------------

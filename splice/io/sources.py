@@ -24,7 +24,7 @@ def bounded_batches(table: pa.Table | pa.RecordBatch, batch_size: int,
                     max_batch_bytes: int | None = None) -> list[pa.RecordBatch]:
     """``table`` as non-empty batches of at most ``batch_size`` rows and, with
     ``max_batch_bytes``, at most that many bytes (a batch of one row may exceed it: a row is
-    never split; refusing oversized rows is :class:`~splice.state.deadletter.EdgeValidator`'s
+    never split; refusing oversized rows is :class:`~splice.io.bad_input.EdgeValidator`'s
     ``max_row_bytes``). Batches are zero-copy slices of the input, in order."""
     if batch_size < 1:
         raise PlanError(f"batch size must be >= 1, got {batch_size}")

@@ -53,7 +53,7 @@ from splice.core.time import time_values
 from splice.io.files import FORMATS, iter_input, read_input, rebatch, undecodable_rows_unprinted
 
 if TYPE_CHECKING:
-    from splice.state.deadletter import BadInputPolicy, DeadLetterSink
+    from splice.io.bad_input import BadInputPolicy, DeadLetterSink
 
 __all__ = ["TimeOrderedInput", "order_by_time"]
 

@@ -118,17 +118,17 @@ def load_tables_checked(
     """The tables ``names``, checked at the edge as they are read; (tables, metrics).
 
     Each table is read batch by batch (``batch_size`` rows) through an
-    :class:`~splice.state.deadletter.EdgeValidator` against :data:`SCHEMAS` (schema drift), its
+    :class:`~splice.io.bad_input.EdgeValidator` against :data:`SCHEMAS` (schema drift), its
     :data:`EDGE_COLUMNS` (null ids, keys, times), NaN/inf floats and ``max_row_bytes``; then,
-    with ``dedupe_on``, through a :class:`~splice.state.dedupe.Deduplicator` on those columns
+    with ``dedupe_on``, through a :class:`~splice.io.dedupe.Deduplicator` on those columns
     (every table that has them all; ids kept in the ``state_backend`` keyed state). ``policy``
     ``"fail"`` raises on the first bad row; ``"dead_letter"`` writes bad rows with their reason
     to ``dead_letter`` (JSON lines) and counts them in the metrics (``dead_letter_rows``,
     ``dead_letter_reasons``). Never dropped silently.
     """
+    from splice.io.bad_input import DeadLetterSink, EdgeValidator, check_policy
+    from splice.io.dedupe import Deduplicator
     from splice.io.sources import bounded_batches
-    from splice.state.deadletter import DeadLetterSink, EdgeValidator, check_policy
-    from splice.state.dedupe import Deduplicator
 
     check_policy(policy)
     if policy == "fail" and dead_letter is not None:

@@ -1,24 +1,10 @@
-"""Fault tolerance: checkpoint stores, the checkpoint coordinator, exactly-once sinks, dead letters."""
+"""Operator state below the operators: keyed state backends and the snapshot codec.
 
-from splice.state.checkpoint import (
-    CheckpointCoordinator,
-    CheckpointStats,
-    Job,
-    SourceStream,
-    arrival_source,
-)
-from splice.state.sink import TransactionalSink
-from splice.state.store import Checkpoint, LocalCheckpointStore, RocksDBCheckpointStore, open_store
+``keyed`` keeps per-key state in memory or in RocksDB; ``codec`` turns a snapshot into data
+files (JSON, Arrow IPC, ``.npy``) and back. Checkpoints, their stores and the coordinator that
+takes them live in :mod:`splice.runtime`.
+"""
 
-__all__ = [
-    "Checkpoint",
-    "CheckpointCoordinator",
-    "CheckpointStats",
-    "Job",
-    "LocalCheckpointStore",
-    "RocksDBCheckpointStore",
-    "SourceStream",
-    "TransactionalSink",
-    "arrival_source",
-    "open_store",
-]
+from splice.state.codec import decode_state, encode_state
+
+__all__ = ["decode_state", "encode_state"]

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 
 from splice.runtime import Engine, Query
-from splice.state.store import decode_state, encode_state
+from splice.state.codec import decode_state, encode_state
 
 __all__ = ["EngineHarness"]
 
@@ -16,7 +16,7 @@ class EngineHarness:
     """An engine with ``streams`` (name -> schema, or (schema, time column)) and ``queries``.
 
     :meth:`snapshot_and_restore` snapshots every query mid-stream, round-trips the state
-    through the checkpoint encoding (:func:`~splice.state.store.encode_state`), and goes on in
+    through the checkpoint encoding (:func:`~splice.state.codec.encode_state`), and goes on in
     a fresh engine restored from it; results produced before carry over, so a test can
     compare the interrupted run with an uninterrupted one.
     """

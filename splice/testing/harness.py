@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from splice.core.operator import OperatorLogic, OperatorSpec
 from splice.core.records import Barrier, Data, End, Watermark
-from splice.state.store import decode_state, encode_state
+from splice.state.codec import decode_state, encode_state
 
 __all__ = ["OperatorHarness", "Step", "run_operator", "rebatch", "concat"]
 
@@ -92,7 +92,7 @@ class OperatorHarness:
 
     def snapshot_and_restore(self) -> None:
         """Snapshot the logic, round-trip it through the checkpoint encoding
-        (:func:`~splice.state.store.encode_state`, data only), and continue in a fresh logic
+        (:func:`~splice.state.codec.encode_state`, data only), and continue in a fresh logic
         built from the copy: a snapshot that a checkpoint cannot hold fails here."""
         state = decode_state(encode_state(self.logic.snapshot()))
         self.logic = self.spec.build(self.inputs, state)

@@ -8,7 +8,7 @@ cell of any table and the TPG builder sorts them directly.
 Object columns (``objects``, with ``object_initial`` making a key's first value) hold one Python
 value per key, kept in a dict per column: the slow path of :mod:`splice.txn.objects`. The values
 are data that snapshots and the checksum hold as JSON (dicts, lists, tuples, str, int, float, bool,
-None; see :func:`~splice.state.store.encode_value`): a table whose ``object_initial`` makes
+None; see :func:`~splice.state.codec.encode_value`): a table whose ``object_initial`` makes
 anything else is refused when declared, a key holding anything else when the store is snapshotted.
 
 Multi-version: while a batch executes, each write's result is a version of its cell, ordered by
@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from splice.core.errors import PlanError, StateError
-from splice.state.store import decode_value, encode_value, paused_gc
+from splice.state.codec import decode_value, encode_value, paused_gc
 from splice.txn._kernels import gather_cells, scatter_cells, window_history
 
 __all__ = ["StateTable", "StateStore", "CELL_SHIFT", "MAX_KEY"]
@@ -265,7 +265,7 @@ class StateStore:
 
     def _objects_json(self) -> str:
         """``[{column: [[key, value], ...]} per table]`` as JSON (values through
-        :func:`~splice.state.store.encode_value`, so tuples stay tuples)."""
+        :func:`~splice.state.codec.encode_value`, so tuples stay tuples)."""
         with paused_gc():
             out = [{col: self._encoded(ti, col, list(self.objects[ti][col])) for col in t.objects}
                    for ti, t in enumerate(self.tables)]

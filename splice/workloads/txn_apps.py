@@ -466,14 +466,14 @@ def events_from_file(app: str, path: str, keys: int, policy: str = "fail",
     a NaN or infinite amount, an id outside ``0..keys-1``, a timestamp not after the previous
     event's — fail with a :class:`~splice.core.errors.SchemaError` naming the stream (the app),
     the column and the problem (``policy="fail"``), or go to ``sink`` (a
-    :class:`~splice.state.deadletter.DeadLetterSink`) with their reason, counted
+    :class:`~splice.io.bad_input.DeadLetterSink`) with their reason, counted
     (``policy="dead_letter"``). Without ``ts`` events are numbered 1, 2, ... in file order.
     """
     from pathlib import Path
 
     from splice.core.errors import SchemaError
+    from splice.io.bad_input import DeadLetterSink, EdgeValidator, read_csv_checked
     from splice.io.files import read_table
-    from splice.state.deadletter import DeadLetterSink, EdgeValidator, read_csv_checked
 
     if app not in EVENT_COLUMNS:
         raise PlanError(f"--input is supported for {sorted(EVENT_COLUMNS)}, not {app!r}")

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
+from splice.io.bad_input import DeadLetterSink
 from splice.io.files import iter_input, read_input, read_table
-from splice.state.deadletter import DeadLetterSink
 
 BATCH_SIZES = [1, 2, 7, 49, 50, 51, 100]
 

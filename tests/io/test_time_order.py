@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
 from splice.core.time import time_values
+from splice.io.bad_input import DeadLetterSink
 from splice.io.time_order import TimeOrderedInput, order_by_time
-from splice.state.deadletter import DeadLetterSink
 
 BIG = 1 << 40  # a budget every test input fits
 TINY = 1  # a budget that makes every batch its own run

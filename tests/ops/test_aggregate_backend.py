@@ -20,7 +20,7 @@ from splice.core.records import End
 from splice.io.sources import table_source
 from splice.ops.aggregate import Agg, BackedGroupAggregator, GroupBy, plan_aggregates
 from splice.runtime import Query
-from splice.state.checkpoint import CheckpointCoordinator, Job, SourceStream
+from splice.runtime.checkpoint import CheckpointCoordinator, Job, SourceStream
 from splice.testing import OperatorHarness, check_operator, run_operator
 from tests.ops.test_aggregate import AGGS, SCHEMA, SIZES, VIA_SUM, _data, _rows, _same, tables
 from tests.reference.aggregates import group_by as ref_group_by

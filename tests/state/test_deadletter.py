@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from splice.core.errors import PlanError, SchemaError
-from splice.state.deadletter import (
+from splice.io.bad_input import (
     DeadLetterSink,
     EdgeValidator,
     read_csv_checked,
@@ -129,7 +129,7 @@ def test_join_command_passes_the_first_row_of_each_id(tmp_path: Path, capsys: py
 
 
 def test_rows_over_the_byte_limit_fail_or_are_dead_lettered() -> None:
-    from splice.state.deadletter import row_bytes
+    from splice.io.bad_input import row_bytes
 
     schema = pa.schema([("k", pa.int64()), ("s", pa.string())])
     batch = pa.record_batch({"k": [1, 2, 3], "s": ["a", "b" * 500, None]}, schema=schema)

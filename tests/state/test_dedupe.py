@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
-from splice.state.deadletter import DeadLetterSink
-from splice.state.dedupe import Deduplicator
+from splice.io.bad_input import DeadLetterSink
+from splice.io.dedupe import Deduplicator
 from splice.testing import rebatch
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("v", pa.float64())])

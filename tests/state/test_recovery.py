@@ -20,7 +20,7 @@ from splice.io.sources import table_source
 from splice.ops.aggregate import Agg, GroupBy
 from splice.ops.stateless import Select
 from splice.runtime import Query
-from splice.state.checkpoint import CheckpointCoordinator, Job, SourceStream
+from splice.runtime.checkpoint import CheckpointCoordinator, Job, SourceStream
 
 ROOT = Path(__file__).resolve().parents[2]
 

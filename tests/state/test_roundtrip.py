@@ -1,7 +1,7 @@
 """Snapshot -> checkpoint codec (JSON skeleton, Arrow IPC, .npy) -> restore, for every stateful operator.
 
 Each operator runs a random stream straight through, and again with its state taken at a random
-point, encoded with :func:`splice.state.store.encode_state`, decoded and restored into a fresh
+point, encoded with :func:`splice.state.codec.encode_state`, decoded and restored into a fresh
 logic: the two runs must emit the same rows in the same order. No file of the encoding is a
 pickle: what operators snapshot is data.
 """
@@ -28,7 +28,7 @@ from splice.joins.window_join import WindowJoin
 from splice.ops.aggregate import Agg, GroupBy
 from splice.ops.order import OrderBy, TopK
 from splice.ops.window_aggregate import WindowAggregate
-from splice.state.store import decode_state, encode_state
+from splice.state.codec import decode_state, encode_state
 from splice.testing.contract import assert_same_rows
 from splice.testing.harness import OperatorHarness, Step
 from splice.txn import StateTable

@@ -30,15 +30,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from splice.core.errors import StateError
-from splice.state.store import (
-    LocalCheckpointStore,
-    RocksDBCheckpointStore,
-    decode_state,
-    decode_value,
-    encode_state,
-    encode_value,
-    open_store,
-)
+from splice.runtime.checkpoint_store import LocalCheckpointStore, RocksDBCheckpointStore, open_store
+from splice.state.codec import decode_state, decode_value, encode_state, encode_value
 
 # -- the reference: equality of value and type, all the way down -----------------------------
 

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from splice.core.errors import StateError
-from splice.state.sink import TransactionalSink
+from splice.runtime.sinks import TransactionalSink
 
 SCHEMA = pa.schema([("x", pa.int64())])
 

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 from splice.core.errors import PlanError
-from splice.state.store import LocalCheckpointStore, decode_state, encode_state, open_store
+from splice.runtime.checkpoint_store import LocalCheckpointStore, open_store
+from splice.state.codec import decode_state, encode_state
 
 
 def _state(i: int) -> dict:
@@ -98,7 +99,7 @@ def test_no_intact_checkpoint_means_start_over(tmp_path: Path) -> None:
 
 def test_rocksdb_checkpoints_are_incremental_and_verified(tmp_path: Path) -> None:
     pytest.importorskip("rocksdict", reason="the rocksdb extra is not installed")
-    from splice.state.store import RocksDBCheckpointStore
+    from splice.runtime.checkpoint_store import RocksDBCheckpointStore
 
     big = pa.table({"k": np.arange(100_000)})
     store = RocksDBCheckpointStore(tmp_path, keep=2)

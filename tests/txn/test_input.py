@@ -14,7 +14,7 @@ import pytest
 
 from splice.cli import main
 from splice.core.errors import SchemaError
-from splice.state.deadletter import DeadLetterSink
+from splice.io.bad_input import DeadLetterSink
 from splice.workloads.txn_apps import TxnWorkload, events_from_file, make_app
 
 

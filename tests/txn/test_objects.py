@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, StateError
 from splice.core.records import Data, End, Watermark
-from splice.state.store import decode_state, encode_state
+from splice.state.codec import decode_state, encode_state
 from splice.testing.contract import check_operator
 from splice.testing.harness import OperatorHarness
 from splice.txn import StateTable, TxnEngine

@@ -5,7 +5,7 @@ of a record of ``s`` that arrived before it (null equals null, as in a group-by)
 record with an id passes; every later one is bad for the reason ``"duplicate"`` and follows the
 source's bad-input policy: ``"fail"`` raises :class:`~splice.core.errors.SchemaError` naming the
 stream, the id columns and the row; ``"dead_letter"`` routes it to the
-:class:`~splice.state.deadletter.DeadLetterSink`, counted. Never dropped silently.
+:class:`~splice.io.bad_input.DeadLetterSink`, counted. Never dropped silently.
 
 Algorithm, per batch, vectorized: the id columns are coded as int64 words (the group-by's key
 coder: integers and dates as themselves, strings up to 7 bytes packed, longer ones interned);
@@ -22,7 +22,7 @@ With the ``"rocksdb"`` backend the ids live on disk and memory stays at the memt
 either backend (one copy per distinct value).
 
 >>> import pyarrow as pa
->>> from splice.state.deadletter import DeadLetterSink
+>>> from splice.io.bad_input import DeadLetterSink
 >>> dl = DeadLetterSink()
 >>> d = Deduplicator("orders", pa.schema([("id", pa.int64())]), ["id"], policy="dead_letter", sink=dl)
 >>> d.check(pa.record_batch({"id": [1, 2, 1]})).to_pydict(), d.check(pa.record_batch({"id": [2, 3]})).to_pydict()
@@ -40,8 +40,8 @@ import numpy as np
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError
+from splice.io.bad_input import BadInputPolicy, DeadLetterSink, check_policy, rows_json
 from splice.ops import _agg_kernels as K
-from splice.state.deadletter import BadInputPolicy, DeadLetterSink, check_policy, rows_json
 from splice.state.keyed import StateBackendKind, open_keyed_state
 
 __all__ = ["Deduplicator", "DUPLICATE"]

@@ -43,16 +43,27 @@ from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from splice.core.errors import StateError
-from splice.io.files import write_table
-from splice.state.store import _fsync_dir
+from splice.runtime.checkpoint_store import _fsync_dir
 
-__all__ = ["TransactionalSink", "MemorySink", "OutputSink", "publish_table"]
+__all__ = ["TransactionalSink", "MemorySink", "OutputSink", "publish_table", "write_table"]
 
 _EPOCH = re.compile(r"^(?:epoch|part)-(\d+)\.arrow$")
 #: where a part records the source position its epoch ended at, and whether it was the last
 _POSITION, _FINAL = b"splice.position", b"splice.final"
+
+
+def write_table(table: pa.Table, path: str | Path) -> None:
+    """Write ``table`` as Parquet (``.parquet``) or CSV (``.csv``), by the path's suffix."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if p.suffix.lower() == ".csv":
+        pacsv.write_csv(table, p)
+    else:
+        pq.write_table(table, p)
 
 
 def publish_table(table: pa.Table, out: str | Path) -> None:

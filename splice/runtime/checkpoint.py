@@ -13,7 +13,7 @@ checkpoint ``e``:
 1. ``engine.snapshot()`` sends a barrier along the data path; each operator's state is taken as
    the barrier passes, so the snapshot holds exactly the effect of batches ``< position``;
 2. each query's results since checkpoint ``e - 1``, and its late rows per input, are staged in
-   their :class:`~splice.state.sink.TransactionalSink` (pre-commit);
+   their :class:`~splice.runtime.sinks.TransactionalSink` (pre-commit);
 3. state + ``{position, epoch, source watermarks}`` are saved in the checkpoint store (atomic);
 4. the staged results of epoch ``e`` are committed.
 
@@ -63,11 +63,11 @@ import pyarrow as pa
 from splice.core.dead_letters import DEAD_LETTER_SCHEMA, BadInputPolicy
 from splice.core.errors import PlanError, StateError
 from splice.core.time import WatermarkStrategy
+from splice.runtime.checkpoint_store import BackendKind, CheckpointStore, open_store
 from splice.runtime.engine import Engine
+from splice.runtime.fingerprint import refuse_another_job
 from splice.runtime.plan import Query
-from splice.state.fingerprint import refuse_another_job
-from splice.state.sink import MemorySink, OutputSink, TransactionalSink
-from splice.state.store import BackendKind, CheckpointStore, open_store
+from splice.runtime.sinks import MemorySink, OutputSink, TransactionalSink
 
 __all__ = [
     "discard_job",
@@ -100,7 +100,7 @@ class SourceStream:
 class Job:
     """What the coordinator runs: source streams, queries, and the replayable source.
 
-    ``fingerprint`` (:mod:`splice.state.fingerprint`) identifies the job: its plan, the options
+    ``fingerprint`` (:mod:`splice.runtime.fingerprint`) identifies the job: its plan, the options
     that shape its stream and its inputs. A checkpoint is resumed only by a job with the same
     fingerprint (without one, the query names must match)."""
 
