@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from splice.joins.band_join import BandJoin
+from splice.joins.band.band_join import BandJoin
 
 __all__ = ["workload", "measure", "measure_core", "emit", "plot", "machine_parallelism",
            "core_handoff_ns", "OUT", "WARM_WINDOWS"]

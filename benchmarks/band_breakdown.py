@@ -4,7 +4,7 @@
 
 For each ``w = 2^k`` (merge ratio by window size, the join's default insertion depth, uniform keys in [0, 1)):
 
-* ``insert_ns`` — one window's :class:`~splice.index.window.WindowIndex`, warmed with ``2w`` keys,
+* ``insert_ns`` — one window's :class:`~splice.index.window_index.WindowIndex`, warmed with ``2w`` keys,
   then ``--tuples`` more appended (``T_I`` inserts and the merges they trigger), per key;
 * ``search_ns`` — then, with ``T_I`` half full (as on average between two merges), as many
   band searches over the whole window (width ``2/w``: about two hits each, the join's match
@@ -28,8 +28,8 @@ import numpy as np
 from benchmarks._band import emit, measure, workload
 from splice.index import default_merge_ratio
 from splice.index._window import idx_search_many
-from splice.index.window import WindowIndex
-from splice.joins.band_join import BandJoin
+from splice.index.window_index import WindowIndex
+from splice.joins.band.band_join import BandJoin
 
 
 def index_costs(w: int, n: int, seed: int = 1) -> tuple[float, float, float, int]:

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from benchmarks._band import emit, workload
-from splice.joins.band_join import BandCore
+from splice.joins.band.band_join import BandCore
 
 STRUCTURES = ("bptree", "bchain", "ibchain")
 

@@ -46,8 +46,8 @@ from benchmarks._band import (
     workload,
 )
 from splice.index import default_merge_ratio, max_insertion_depth
-from splice.joins.band_join import BandCore
-from splice.joins.parallel_band import KeyRangeJoin, TaskQueueJoin
+from splice.joins.band.band_join import BandCore
+from splice.joins.band.parallel_band import KeyRangeJoin, TaskQueueJoin
 
 
 def _timed(core: Any, sides: np.ndarray, keys: np.ndarray, batch: int

@@ -23,7 +23,7 @@ import argparse
 import time
 
 from benchmarks._band import emit, workload
-from splice.joins.band_join import BandJoin
+from splice.joins.band.band_join import BandJoin
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ import numpy as np
 
 from benchmarks._band import emit, workload
 from splice.index import default_merge_ratio
-from splice.joins.band_join import BandJoin
+from splice.joins.band.band_join import BandJoin
 
 
 def compare(w: int, ratios: list[int], index: str, chunk: int, chunks: int) -> dict[str, object]:

@@ -29,8 +29,8 @@ import numpy as np
 from benchmarks._band import OUT, emit, machine_parallelism
 from splice.index._bptree import T_SIZE
 from splice.index._window import M_MERGES, M_NPART
-from splice.joins.band_join import BandCore
-from splice.joins.parallel_band import KeyRangeJoin, TaskQueueJoin
+from splice.joins.band.band_join import BandCore
+from splice.joins.band.parallel_band import KeyRangeJoin, TaskQueueJoin
 
 SIGMA = 0.125
 

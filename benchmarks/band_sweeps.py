@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._band import OUT, emit, measure, measure_core, plot, workload
-from splice.joins.band_join import BandJoin
+from splice.joins.band.band_join import BandJoin
 
 SWEEPS = ["merge_ratio", "depth", "match_rate", "chain_length", "skew", "task_size", "latency"]
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         base = measure(_spec(eps, w, index="pimtree", merge_ratio=1.0), sides, keys, 2 * w)
         for task in range(1, 11):
             for threads in sorted({1, args.threads}):
-                from splice.joins.parallel_band import TaskQueueJoin
+                from splice.joins.band.parallel_band import TaskQueueJoin
 
                 core = TaskQueueJoin("pimtree", (w, w), keys.dtype, -eps, eps, False, 1.0,
                                      _spec(eps, w).depth if args.depth is None else args.depth,

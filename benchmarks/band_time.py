@@ -5,7 +5,7 @@
 
 Two streams, sides drawn 50/50, keys uniform in [0, 1), event time = arrival number, so a time
 window of ``D = 2w`` holds about ``w`` tuples of the other stream, as a count window of ``w``
-does; band ``eps`` for match rate 2. The time-window join (:mod:`splice.joins.band_time`) gets a
+does; band ``eps`` for match rate 2. The time-window join (:mod:`splice.joins.band.band_time`) gets a
 watermark per stream after every batch of ``--batch`` tuples (its largest time minus one) and
 evicts by it. Windows are warmed with ``4w`` tuples (untimed), then ``--tuples`` are timed, in
 tuples per CPU second, for the B+-Tree and the PIM-Tree under both window kinds; the time-window
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks._band import emit, workload
-from splice.joins.band_join import BandCore
-from splice.joins.band_time import TimeBandCore
+from splice.joins.band.band_join import BandCore
+from splice.joins.band.band_time import TimeBandCore
 
 
 def _run(core: Any, sides: np.ndarray, keys: np.ndarray, times: np.ndarray | None, batch: int,

@@ -46,7 +46,7 @@ from benchmarks._band import (
     workload,
 )
 from splice.index import max_insertion_depth
-from splice.joins.band_join import BandJoin
+from splice.joins.band.band_join import BandJoin
 
 SERIAL = ["bptree", "imtree", "pimtree", "bchain", "ibchain", "nlwj"]
 

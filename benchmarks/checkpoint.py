@@ -44,10 +44,10 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from splice.joins.hash_window_join import HashWindowJoin  # noqa: E402
-from splice.joins.interval_join import IntervalJoin  # noqa: E402
-from splice.joins.window import CountWindow  # noqa: E402
-from splice.joins.window_join import WindowJoin  # noqa: E402
+from splice.joins.common.join_windows import CountWindow  # noqa: E402
+from splice.joins.hash.hash_window_join import HashWindowJoin  # noqa: E402
+from splice.joins.temporal.interval_join import IntervalJoin  # noqa: E402
+from splice.joins.temporal.window_join import WindowJoin  # noqa: E402
 from splice.ops.aggregate import Agg, GroupBy  # noqa: E402
 from splice.ops.window_aggregate import WindowAggregate  # noqa: E402
 from splice.runtime import BindInputs, Engine, Node, Query  # noqa: E402

@@ -5,21 +5,21 @@ Run: ``python -m benchmarks.hash_join`` (one JSON object per line; a PNG under b
 Workload (seeded): ``--tuples`` tuples alternating left/right (both streams interleaved in one
 sequence, the ``splice join`` path), int64 keys uniform in ``[0, 4 w)`` so a probe finds about
 0.25 matches whatever the window. Throughput is input tuples per second through
-:func:`splice.joins.hash_window_join.join_sequence` (kernels compiled before timing).
+:func:`splice.joins.hash.hash_window_join.join_sequence` (kernels compiled before timing).
 
 * ``two_way``: w = 2^10 .. 2^20 for ``fast`` and ``hbsj`` (tables of 2 w slots); the nested loop
   (a numba scan of the opposite window per tuple) for w <= 2^14 on fewer tuples. Before timing,
   every implementation's output is asserted equal on a prefix.
 * ``ht_sweep``: HB-SJ at w = 2^10 with table sizes 2^5 .. 2^11: throughput and overflow inserts
   (Diba Figs. 14 and 17 for a two-way join); plotted to ``benchmarks/out/hash_join_ht_sweep.png``.
-* ``keys``: the operator over two whole tables (:func:`splice.joins.hash_command.hash_join_tables`:
+* ``keys``: the operator over two whole tables (:func:`splice.joins.hash.hash_tables.hash_join_tables`:
   whole batches, key encoding, join, equality check of hashed keys, output gather) at w = 2^10
   with ``--keys-tuples`` tuples, on the same keys as one ``int64`` column, one string column
   (``"k00001234"``) and two columns (``int32``, string); and the time-window join
   (``hash_time_join_tables``, arrival by time) on ``int64`` vs string keys. Every variant's output is asserted equal to the ``int64`` run's
   before timing; ``vs_int64`` is the throughput ratio to the ``int64`` run of the same bench.
 
-* ``multiway_keys``: the :class:`~splice.joins.multiway.MultiwayJoin` operator in Q3's shape
+* ``multiway_keys``: the :class:`~splice.joins.multiway.multiway_join.MultiwayJoin` operator in Q3's shape
   (``c.ck = o.ck``, ``o.ok = l.ok``, orders indexed on both) with count windows w = 2^10, over
   ``--multiway-tuples`` tuples in batches of 4,096 that take turns among the three streams,
   keys uniform in ``[0, 4 w)`` as ``int64`` and as strings (``"k00001234"``). Outputs asserted
@@ -28,10 +28,10 @@ sequence, the ``splice join`` path), int64 keys uniform in ``[0, 4 w)`` so a pro
 * ``engine``: the join operators driven as the engine's path carries a job's inputs: two inputs
   of ``--engine-rows`` rows each, whole batches of 65,536 rows, left and right batches taking
   turns, one ``on_batch`` per batch, the operator merging the two inputs into arrival order
-  itself (``order``). Joins: :class:`~splice.joins.hash_window_join.HashWindowJoin` with a count
+  itself (``order``). Joins: :class:`~splice.joins.hash.hash_window_join.HashWindowJoin` with a count
   window of 2^10 (``order=POSITION``: row i of the left just before row i of the right) and a
   time window of 2,048 (``order="t"``, t = 2 i + side), and
-  :class:`~splice.joins.band_join.BandJoin` on a PIM-Tree with count windows of 2^10
+  :class:`~splice.joins.band.band_join.BandJoin` on a PIM-Tree with count windows of 2^10
   (``order=POSITION``, float keys uniform in [0, 1), eps = 2^-10). Same-run baseline: the
   whole-sequence path the ``splice join`` command took before it ran on the engine (the whole
   arrival order computed up front with :func:`splice.io.arrival.arrival_positions`, the mixed
@@ -52,9 +52,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from splice.joins._hash_kernels import drain
-from splice.joins.hash_command import hash_join_tables, hash_time_join_tables
-from splice.joins.hash_window_join import join_sequence
+from splice.joins.hash._hash_kernels import drain
+from splice.joins.hash.hash_tables import hash_join_tables, hash_time_join_tables
+from splice.joins.hash.hash_window_join import join_sequence
 
 OUT = Path(__file__).parent / "out"
 
@@ -230,7 +230,7 @@ def multiway_records(n: int, window: int, as_string: bool, batch: int = 4096, se
 
 
 def multiway_keys(n: int, window: int = 1024, repeat: int = 5) -> None:
-    from splice.joins.multiway import MultiwayJoin
+    from splice.joins.multiway.multiway_join import MultiwayJoin
     from splice.testing import OperatorHarness
 
     preds = ((2, "ck", 3, "ck"), (3, "ok", 4, "ok"))
@@ -359,7 +359,7 @@ def on_engine(spec: Any, left: Any, right: Any, path: list[tuple[int, Any]]) -> 
 def _gather(left: Any, right: Any, lrows: np.ndarray, rrows: np.ndarray) -> Any:
     import pyarrow as pa
 
-    from splice.joins.hash_window_join import join_output_schema
+    from splice.joins.hash.hash_window_join import join_output_schema
 
     lt, rt = left.take(pa.array(lrows)), right.take(pa.array(rrows))
     return pa.Table.from_arrays(lt.columns + rt.columns, schema=join_output_schema(left.schema, right.schema)[0])
@@ -370,7 +370,7 @@ def whole_sequence(kind: str, left: Any, right: Any, arg: Any, chunk: int = 65_5
     kernels, the output gathered from the inputs (``kind``: count, time or band)."""
     from splice.core.time import time_values
     from splice.io.arrival import arrival_positions
-    from splice.joins.hash_window_join import time_join_sequence
+    from splice.joins.hash.hash_window_join import time_join_sequence
 
     sides, rows = arrival_positions(left, right, time="t" if kind == "time" else None)
     is_left = sides == 0
@@ -405,9 +405,9 @@ def whole_sequence(kind: str, left: Any, right: Any, arg: Any, chunk: int = 65_5
 
 
 def engine(n: int, repeat: int = 3) -> None:
-    from splice.joins.band_join import BandJoin
-    from splice.joins.hash_window_join import HashWindowJoin
-    from splice.joins.window import POSITION, CountWindow, TimeWindow
+    from splice.joins.band.band_join import BandJoin
+    from splice.joins.common.join_windows import POSITION, CountWindow, TimeWindow
+    from splice.joins.hash.hash_window_join import HashWindowJoin
 
     left, right = engine_tables(n)
     path = engine_path(left, right)

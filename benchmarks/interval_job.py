@@ -41,8 +41,8 @@ import pyarrow as pa
 
 from benchmarks.interval_probe import build_logic
 from splice.core.operator import OperatorSpec
-from splice.joins.interval_join import IntervalJoin
-from splice.joins.window_join import WindowJoin
+from splice.joins.temporal.interval_join import IntervalJoin
+from splice.joins.temporal.window_join import WindowJoin
 
 L, R = 2, 3
 KEYS = 10_000

@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-import splice.joins.interval_join as interval_join
+import splice.joins.temporal.interval_join as interval_join
 from splice.core.operator import InputSchemas, OperatorLogic
-from splice.joins.interval_join import IntervalJoin
+from splice.joins.temporal.interval_join import IntervalJoin
 
 L, R = 2, 3
 VARIANTS: dict[str, dict[str, Any]] = {

@@ -72,7 +72,7 @@ def engine_vs_direct(d: Path, repeat: int) -> dict[str, Any]:
     from splice.cli.join import JoinInput, interleave
     from splice.core.time import WatermarkStrategy, time_values
     from splice.io.sources import bounded_batches
-    from splice.joins.interval_join import IntervalJoin
+    from splice.joins.temporal.interval_join import IntervalJoin
     from splice.runtime import BindInputs, Node, Query
     from splice.runtime.checkpoint import CheckpointCoordinator, Job, SourceStream
 

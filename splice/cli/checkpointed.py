@@ -10,7 +10,7 @@ checkpoints: :mod:`splice.cli.join`.)
 - ``tpch q1|q6``: the query's operator chain over the ``lineitem`` stream, batches of
   ``--batch-size`` rows in generation order.
 - ``tpch q3``: the fused Q3 join of the plain command
-  (:class:`~splice.joins.multiway.Q3FastJoin`), stepped in chunks with its state checkpointed
+  (:class:`~splice.joins.multiway.multiway_join.Q3FastJoin`), stepped in chunks with its state checkpointed
   after each (on the engine, :func:`~splice.workloads.tpch_plans.q3_query` would take the
   interleaved order as runs of a few rows, one batch each: thousands of rows a second).
 """
@@ -139,7 +139,7 @@ def _print_answer(args: argparse.Namespace, answer: pa.Table, metrics: dict[str,
 
 def _run_q3_checkpointed(args: argparse.Namespace, tables: dict[str, pa.Table], window: int | None,
                          load_seconds: float, bad: dict[str, Any]) -> int:
-    """``tpch q3 --checkpoint-dir``: the fused Q3 join (:class:`~splice.joins.multiway.Q3FastJoin`)
+    """``tpch q3 --checkpoint-dir``: the fused Q3 join (:class:`~splice.joins.multiway.multiway_join.Q3FastJoin`)
     stepped in chunks of about ``--checkpoint-interval`` seconds, its state (cursor = the sources'
     position, stage arrays, revenue of the orders with results) checkpointed after each chunk.
     The join is the whole plan, so a checkpoint between chunks is aligned by construction. The

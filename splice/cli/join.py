@@ -115,20 +115,25 @@ def join_spec(args: argparse.Namespace) -> BindInputs:
     """The join node's spec, its input stream ids bound when the job deploys it."""
     keys = _keys(args.on)
     if args.kind == "interval":
-        from splice.joins.interval_join import IntervalJoin
+        from splice.joins.temporal.interval_join import IntervalJoin
 
         if args.lower is None or args.upper is None:
             raise PlanError("join --kind interval: --lower and --upper are required (inclusive bounds)")
         return BindInputs(IntervalJoin, {"on": keys, "time": args.time, "lower": args.lower,
                                          "upper": args.upper, "how": args.how})
     if args.kind == "window":
-        from splice.joins.window_join import WindowJoin
+        from splice.joins.temporal.window_join import WindowJoin
 
         if args.size is None:
             raise PlanError("join --kind window: --size is required (window length in time units)")
         return BindInputs(WindowJoin, {"on": keys, "time": args.time, "size": args.size,
                                        "slide": args.slide, "how": args.how})
-    from splice.joins.window import POSITION, CountWindow, TimeWindow, parse_count_window
+    from splice.joins.common.join_windows import (
+        POSITION,
+        CountWindow,
+        TimeWindow,
+        parse_count_window,
+    )
 
     # count windows follow an arrival order that the operator merges (a column, or positions);
     # a time window over time-ordered inputs is ordered by time, so each input's own times
@@ -137,7 +142,7 @@ def join_spec(args: argparse.Namespace) -> BindInputs:
     if args.window is not None and args.window_time is not None:
         raise PlanError("give either --window N (count) or --window-time D (time), not both")
     if args.kind == "hash":
-        from splice.joins.hash_window_join import HashWindowJoin
+        from splice.joins.hash.hash_window_join import HashWindowJoin
 
         window: Any
         if args.window_time is not None:
@@ -151,9 +156,9 @@ def join_spec(args: argparse.Namespace) -> BindInputs:
         return BindInputs(HashWindowJoin, {"on": keys, "window": window, "impl": args.impl,
                                            "parallel": args.parallel, "order": order})
     if args.kind == "band":
-        from splice.joins.band_command import _key_column as band_key
-        from splice.joins.band_command import parse_windows
-        from splice.joins.band_join import BandJoin, band_bounds
+        from splice.joins.band.band_join import BandJoin, band_bounds
+        from splice.joins.band.band_tables import _key_column as band_key
+        from splice.joins.band.band_tables import parse_windows
 
         lower, upper = band_bounds(args.eps, None, None)
         options: dict[str, Any] = {

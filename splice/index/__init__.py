@@ -4,7 +4,7 @@ from splice.index.bptree import BPlusTree
 from splice.index.chain import ChainedIndex
 from splice.index.immutable import ImmutableBPlusTree
 from splice.index.imtree import IMTree, PIMTree
-from splice.index.window import (
+from splice.index.window_index import (
     INDEX_KINDS,
     IndexKind,
     WindowIndex,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splice.index.window import WindowIndex
+from splice.index.window_index import WindowIndex
 
 __all__ = ["ChainedIndex"]
 

@@ -10,7 +10,7 @@ The **PIM-Tree** splits ``T_I`` into one B+-Tree per inner node of ``T_S`` at in
 ``D_I`` (root = depth 0): partition ``q`` takes the keys that a descent of ``T_S`` routes to node
 ``q``, so the partitions cover disjoint key ranges that follow the window's key distribution; they
 are re-derived from the new ``T_S`` at every merge. Disjoint partitions are what lets the parallel
-join lock one small tree per operation (:mod:`splice.joins.parallel_band`).
+join lock one small tree per operation (:mod:`splice.joins.band.parallel_band`).
 
 >>> import numpy as np
 >>> ix = PIMTree(window=1000, merge_ratio=0.25, insertion_depth=1)
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splice.index.window import WindowIndex
+from splice.index.window_index import WindowIndex
 
 __all__ = ["IMTree", "PIMTree"]
 

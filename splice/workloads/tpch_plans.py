@@ -14,7 +14,7 @@ import datetime as dt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from splice.joins.multiway import MultiwayJoin
+from splice.joins.multiway.multiway_join import MultiwayJoin
 from splice.ops.aggregate import Agg, GroupBy
 from splice.ops.order import TopK
 from splice.ops.stateless import Select

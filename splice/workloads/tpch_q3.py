@@ -22,9 +22,9 @@ lineitem stage on ``l_orderkey``, then Aggregation-GroupBy on the join results a
 produced, and OrderBy/top-10 at END. With the fast stages (default) the selections become pass
 masks over the raw tables (only the ten columns the query uses are read, as zero-copy views) and
 one kernel walks the raw arrival, drops the tuples a selection rejects and joins and aggregates
-the rest (:class:`splice.joins.multiway.Q3FastJoin`); no filtered copy or arrival array is
+the rest (:class:`splice.joins.multiway.multiway_join.Q3FastJoin`); no filtered copy or arrival array is
 written. HB-SJ stages run on the filtered arrival (:func:`q3_filtered_arrival`,
-:func:`splice.joins.multiway.q3_stream_join`). Both give the same answer and join-result count.
+:func:`splice.joins.multiway.multiway_join.q3_stream_join`). Both give the same answer and join-result count.
 
 **Windows.** ``window=None`` (``--window unbounded``): every stage keeps its whole stream, so the
 answer is exactly the SQL answer (DuckDB's, types included: ``revenue`` is
@@ -49,9 +49,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.core.errors import PlanError, SchemaError
-from splice.joins._hash_kernels import merge_by_fraction, merge_filtered3
-from splice.joins._q3_kernels import INTERLEAVED, REVERSED, SEQUENTIAL
-from splice.joins.multiway import Q3FastJoin, q3_partitioned_join, q3_stream_join
+from splice.joins.hash._hash_kernels import merge_by_fraction, merge_filtered3
+from splice.joins.multiway.multiway_join import Q3FastJoin, q3_partitioned_join, q3_stream_join
+from splice.joins.multiway._q3_kernels import INTERLEAVED, REVERSED, SEQUENTIAL
 
 __all__ = ["run_q3", "q3_arrival", "q3_filtered_arrival", "q3_sql", "Q3_SQL", "ORDERS", "q3_inputs", "q3_raw_inputs",
            "q3_fast_run", "q3_answer"]
@@ -236,7 +236,7 @@ _MODES = {"interleaved": INTERLEAVED, "sequential": SEQUENTIAL, "reversed": REVE
 
 def q3_fast_run(tables: dict[str, pa.Table], window: int | None, order: str = "interleaved",
                 table_size: int | None = None) -> tuple[dict[str, Any], Q3FastJoin]:
-    """The inputs (:func:`q3_raw_inputs`) and a :class:`~splice.joins.multiway.Q3FastJoin` over
+    """The inputs (:func:`q3_raw_inputs`) and a :class:`~splice.joins.multiway.multiway_join.Q3FastJoin` over
     them, not yet run: step it, checkpoint it, then :func:`q3_answer`."""
     if window is not None and window < 1:
         raise PlanError(f"Q3: --window must be 'unbounded' or >= 1, got {window}")
@@ -262,10 +262,10 @@ def run_q3(
     Returns the answer (l_orderkey, revenue, o_orderdate, o_shippriority; top 10) and metrics:
     ``seconds``, ``join_results``, per stream input/passed counts, HB-SJ statistics when used.
     With ``impl="fast"`` one kernel walks the raw arrival, applies the selections and joins
-    (:class:`splice.joins.multiway.Q3FastJoin`; ``batch_size`` raw tuples per call); HB-SJ stages
+    (:class:`splice.joins.multiway.multiway_join.Q3FastJoin`; ``batch_size`` raw tuples per call); HB-SJ stages
     join the filtered arrival (:func:`q3_filtered_arrival`) ``batch_size`` tuples per call.
     Unbounded fast stages run on ``threads`` threads (default: one per core), each joining a
-    partition of the order keys (:func:`splice.joins.multiway.q3_partitioned_join`): with no
+    partition of the order keys (:func:`splice.joins.multiway.multiway_join.q3_partitioned_join`): with no
     expiry the partitions' results are exactly the single join's. A count window covers its
     whole stream, so windowed joins run on one thread.
     """

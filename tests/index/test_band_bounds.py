@@ -83,7 +83,7 @@ def test_the_quick_answer_is_the_searched_one(x, lo_off, hi_off):
 def _listed(sides, keys, offs_lo, offs_hi, bounds):
     # range_split of one slice: per range, the listed tuples (checked here: the slice's left
     # arrivals)
-    from splice.joins._band_kernels import range_split
+    from splice.joins.band._band_kernels import range_split
 
     n, t = len(keys), len(bounds) + 1
     counts = np.empty(t, np.int64)

@@ -18,11 +18,11 @@ from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data, End, Watermark
 from splice.index import INDEX_KINDS
 from splice.index._window import M_CHANGES, M_THRESH, new_descents
-from splice.joins import band_join as band_join_module
-from splice.joins._band_kernels import join_seq_run
-from splice.joins.band_command import run as band_run
-from splice.joins.band_join import BandCore, BandJoin, probe_offsets
-from splice.joins.window import POSITION, TimeWindow
+from splice.joins.band import band_join as band_join_module
+from splice.joins.band._band_kernels import join_seq_run
+from splice.joins.band.band_join import BandCore, BandJoin, probe_offsets
+from splice.joins.band.band_tables import run as band_run
+from splice.joins.common.join_windows import POSITION, TimeWindow
 from splice.testing import check_operator, run_operator
 from tests.reference.band_join import (
     nested_loop_band_join,
@@ -345,7 +345,7 @@ def test_command_run_and_cli(tmp_path):
 
 # --- parallel joins -------------------------------------------------------------------------
 
-from splice.joins.parallel_band import KeyRangeJoin, RoundRobinJoin, TaskQueueJoin  # noqa: E402
+from splice.joins.band.parallel_band import KeyRangeJoin, RoundRobinJoin, TaskQueueJoin  # noqa: E402
 
 
 @settings(max_examples=25)
@@ -421,7 +421,7 @@ def test_key_range_join_matches_nested_loops(n, seed, domain, wl, wr, band, self
 def test_key_range_join_remembers_the_latest_keys():
     # the keys the ranges are re-derived from: the latest half-windows' worth, kept in a ring
     # (by the listing pass, each thread its slice) that calls of any length wrap around
-    from splice.joins.parallel_band import RECENT_KEYS
+    from splice.joins.band.parallel_band import RECENT_KEYS
 
     join = KeyRangeJoin("pimtree", (1 << 17, 1 << 17), np.dtype(np.int64), -1, 1, False, 0.25,
                         1, 2)
@@ -440,7 +440,7 @@ def test_key_range_join_follows_moving_keys(monkeypatch):
     # re-derived; the entries move between ranges and the rows stay the nested-loop join's.
     # Fed in calls of 500 tuples, and in one call cut into chunks of 700 (checked after each),
     # the rows of chunks from 100 tuples on interleaved on every thread
-    import splice.joins.parallel_band as parallel_band
+    import splice.joins.band.parallel_band as parallel_band
 
     monkeypatch.setattr(parallel_band, "CHUNK", 700)
     monkeypatch.setattr(parallel_band, "MERGE_SLICE", 100)
@@ -568,7 +568,7 @@ def test_task_queue_many_threads_and_statistics(threads):
 def test_task_queue_join_over_many_chunks(monkeypatch, threads):
     # small chunks: scratch and thread buffers reused from chunk to chunk, each chunk's rows
     # written after the previous ones, and more rows than the first result buffer holds
-    import splice.joins.parallel_band as parallel_band
+    import splice.joins.band.parallel_band as parallel_band
 
     monkeypatch.setattr(parallel_band, "CHUNK", 97)
     n = 5000

@@ -16,10 +16,10 @@ from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data, End, Watermark
 from splice.index import INDEX_KINDS
 from splice.index._window import M_W
-from splice.joins.band_command import run as band_run
-from splice.joins.band_join import BandJoin
-from splice.joins.band_time import TimeBandCore
-from splice.joins.window import TimeWindow
+from splice.joins.band.band_join import BandJoin
+from splice.joins.band.band_tables import run as band_run
+from splice.joins.band.band_time import TimeBandCore
+from splice.joins.common.join_windows import TimeWindow
 from splice.testing import check_operator, run_operator
 from tests.reference.band_join import nested_loop_band_time_join
 

@@ -14,10 +14,18 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import splice.joins.interval_join as interval_join
-from splice.joins._c_batches import MINE, PASS, RELEASE, THEIRS, TIMES, BatchAssembler, assemble
-from splice.joins._interval_kernels import locate
-from splice.joins.interval_join import IntervalJoin, _column_plan, _ColumnView
+import splice.joins.temporal.interval_join as interval_join
+from splice.joins.common._c_batches import (
+    MINE,
+    PASS,
+    RELEASE,
+    THEIRS,
+    TIMES,
+    BatchAssembler,
+    assemble,
+)
+from splice.joins.temporal._interval_kernels import locate
+from splice.joins.temporal.interval_join import IntervalJoin, _column_plan, _ColumnView
 
 L, R = 2, 3
 TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.float64(), pa.timestamp("ms"),

@@ -9,9 +9,9 @@ import pytest
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Data
-from splice.joins.hash_window_join import HashWindowJoin
-from splice.joins.multiway import MultiwayJoin
-from splice.joins.window import CountWindow, TimeWindow
+from splice.joins.common.join_windows import CountWindow, TimeWindow
+from splice.joins.hash.hash_window_join import HashWindowJoin
+from splice.joins.multiway.multiway_join import MultiwayJoin
 from splice.runtime import BindInputs, Engine, Node, Query
 from splice.testing import OperatorHarness
 

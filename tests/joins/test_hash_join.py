@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data, End, Watermark
-from splice.joins._hash_kernels import (
+from splice.joins.common.join_windows import (
+    POSITION,
+    CountWindow,
+    RowStore,
+    TimeWindow,
+    parse_count_window,
+)
+from splice.joins.hash._hash_kernels import (
     SEED1,
     SEED2,
     drain,
@@ -26,14 +33,13 @@ from splice.joins._hash_kernels import (
     murmur3_32,
     ring_positions,
 )
-from splice.joins.hash_window_join import (
+from splice.joins.hash.hash_window_join import (
     FastIndex,
     HashWindowJoin,
     join_sequence,
     time_join_sequence,
 )
-from splice.joins.hbsj import HBSJIndex
-from splice.joins.window import POSITION, CountWindow, RowStore, TimeWindow, parse_count_window
+from splice.joins.hash.hbsj import HBSJIndex
 from splice.testing import OperatorHarness, check_operator, rows_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -514,7 +520,7 @@ def test_time_sequence_equals_nested_loop(rows, length, by_time, capacity, impl,
 
 
 def test_time_ring_kernels_equal_python_twins(monkeypatch: pytest.MonkeyPatch) -> None:
-    import splice.joins.hash_window_join as hwj
+    import splice.joins.hash.hash_window_join as hwj
 
     rng = np.random.default_rng(5)
     n = 300

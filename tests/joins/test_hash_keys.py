@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data, Watermark
-from splice.joins.hash_command import hash_join_tables, hash_time_join_tables
-from splice.joins.hash_keys import HashKeys, common_key_types
-from splice.joins.hash_window_join import HashWindowJoin
-from splice.joins.window import CountWindow, TimeWindow
+from splice.joins.common.hash_keys import HashKeys, common_key_types
+from splice.joins.common.join_windows import CountWindow, TimeWindow
+from splice.joins.hash.hash_tables import hash_join_tables, hash_time_join_tables
+from splice.joins.hash.hash_window_join import HashWindowJoin
 from splice.testing import OperatorHarness, check_operator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

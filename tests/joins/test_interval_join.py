@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Data, End, Watermark
-from splice.joins._interval_kernels import (
+from splice.joins.common._key_index import KeyCodec, KeyIndex
+from splice.joins.common.matcher import Matcher
+from splice.joins.temporal._interval_kernels import (
     band_pairs,
     band_pairs_py,
     hash_band_pairs,
@@ -22,9 +24,7 @@ from splice.joins._interval_kernels import (
     hash_bytes_py,
     index_probe_py,
 )
-from splice.joins._key_index import KeyCodec, KeyIndex
-from splice.joins.interval_join import IntervalJoin, IntervalJoinLogic, _Side
-from splice.joins.matcher import Matcher
+from splice.joins.temporal.interval_join import IntervalJoin, IntervalJoinLogic, _Side
 from splice.testing import OperatorHarness, check_operator, rows_of, run_operator
 from tests.reference.time_joins import IntervalJoinRef
 

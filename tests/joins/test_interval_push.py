@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splice.core.errors import InternalError
-from splice.joins._interval_kernels import (
+from splice.joins.common._key_index import KeyIndex
+from splice.joins.temporal._interval_kernels import (
     band_pairs_py,
     gather_bits,
     gather_bits_py,
@@ -29,8 +30,7 @@ from splice.joins._interval_kernels import (
     time_range_py,
     var_parts,
 )
-from splice.joins._key_index import KeyIndex
-from splice.joins.interval_join import (
+from splice.joins.temporal.interval_join import (
     _BATCH_OVERHEAD,
     IntervalJoin,
     IntervalJoinLogic,

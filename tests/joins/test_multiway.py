@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data
-from splice.joins.multiway import MultiwayJoin, plan_probe_order, q3_stream_join
+from splice.joins.multiway.multiway_join import MultiwayJoin, plan_probe_order, q3_stream_join
 from splice.testing import OperatorHarness, check_operator, rows_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data
-from splice.joins.hash_keys import HashKeys
-from splice.joins.multiway import MultiwayJoin, key_classes
+from splice.joins.common.hash_keys import HashKeys
+from splice.joins.multiway.multiway_join import MultiwayJoin, key_classes
 from splice.testing import OperatorHarness, check_operator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

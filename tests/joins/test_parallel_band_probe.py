@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splice.index.window import WindowIndex
-from splice.joins._band_kernels import (
+from splice.index.window_index import WindowIndex
+from splice.joins.band._band_kernels import (
     LOCK_STRIDE,
     R_ALLOW,
     R_LEN,
@@ -24,8 +24,8 @@ from splice.joins._band_kernels import (
     par_insert_range,
     par_task,
 )
-from splice.joins.band_join import probe_offsets
-from splice.joins.parallel_band import TaskQueueJoin, arrival_bounds
+from splice.joins.band.band_join import probe_offsets
+from splice.joins.band.parallel_band import TaskQueueJoin, arrival_bounds
 from splice.kernels.jit import kernel_input
 
 RING = 512  # window slots (a power of 2, 8 bitmap words)

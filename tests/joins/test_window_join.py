@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Data, End, Watermark
-from splice.joins import window_join
-from splice.joins._window_kernels import (
+from splice.joins.temporal import window_join
+from splice.joins.temporal._window_kernels import (
     arrival_windows,
     arrival_windows_py,
     expand_windows,
@@ -22,7 +22,7 @@ from splice.joins._window_kernels import (
     window_pairs,
     window_pairs_py,
 )
-from splice.joins.window_join import WindowJoin, WindowJoinLogic
+from splice.joins.temporal.window_join import WindowJoin, WindowJoinLogic
 from splice.testing import OperatorHarness, check_operator, rows_of, run_operator
 from tests.joins.test_interval_join import L, R, _schemas, streams
 from tests.reference.time_joins import WindowJoinRef

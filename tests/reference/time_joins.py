@@ -1,7 +1,7 @@
 """Nested-loop references of the interval join and the window join, one row at a time.
 
-They follow the semantics of :mod:`splice.joins.interval_join` and
-:mod:`splice.joins.window_join` literally: each row arrives alone, is late when its time is at or
+They follow the semantics of :mod:`splice.joins.temporal.interval_join` and
+:mod:`splice.joins.temporal.window_join` literally: each row arrives alone, is late when its time is at or
 behind the watermark the path delivered, is compared with every retained row of the other side, and
 after each row every retained row that can no longer match (interval join) or whose windows have
 closed (window join) leaves. Slow and obvious on purpose.

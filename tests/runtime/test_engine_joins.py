@@ -8,9 +8,9 @@ import pytest
 from splice.core.records import Data, End
 from splice.io.sources import round_robin, table_source
 from splice.io.tpch import load_table
-from splice.joins.hash_window_join import HashWindowJoin
-from splice.joins.interval_join import IntervalJoin
-from splice.joins.window import CountWindow
+from splice.joins.common.join_windows import CountWindow
+from splice.joins.hash.hash_window_join import HashWindowJoin
+from splice.joins.temporal.interval_join import IntervalJoin
 from splice.runtime import BindInputs, Engine, Node, Query
 from splice.testing import OperatorHarness
 from splice.workloads.tpch_plans import q3_query

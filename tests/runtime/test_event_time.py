@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 
 from splice.core.errors import SchemaError
 from splice.core.time import WatermarkStrategy
-from splice.joins.band_join import BandJoin
-from splice.joins.hash_window_join import HashWindowJoin
-from splice.joins.interval_join import IntervalJoin
-from splice.joins.window import TimeWindow
-from splice.joins.window_join import WindowJoin
+from splice.joins.band.band_join import BandJoin
+from splice.joins.common.join_windows import TimeWindow
+from splice.joins.hash.hash_window_join import HashWindowJoin
+from splice.joins.temporal.interval_join import IntervalJoin
+from splice.joins.temporal.window_join import WindowJoin
 from splice.ops.aggregate import Agg
 from splice.ops.window_aggregate import WindowAggregate
 from splice.runtime import BindInputs, Engine, Node, Query

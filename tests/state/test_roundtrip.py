@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from splice.core.operator import OperatorSpec
 from splice.core.records import Data, End, Watermark
-from splice.joins.band_join import BandJoin
-from splice.joins.hash_window_join import HashWindowJoin
-from splice.joins.interval_join import IntervalJoin
-from splice.joins.multiway import MultiwayJoin
-from splice.joins.window import CountWindow, TimeWindow
-from splice.joins.window_join import WindowJoin
+from splice.joins.band.band_join import BandJoin
+from splice.joins.common.join_windows import CountWindow, TimeWindow
+from splice.joins.hash.hash_window_join import HashWindowJoin
+from splice.joins.multiway.multiway_join import MultiwayJoin
+from splice.joins.temporal.interval_join import IntervalJoin
+from splice.joins.temporal.window_join import WindowJoin
 from splice.ops.aggregate import Agg, GroupBy
 from splice.ops.order import OrderBy, TopK
 from splice.ops.window_aggregate import WindowAggregate

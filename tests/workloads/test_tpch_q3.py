@@ -11,7 +11,7 @@ import pytest
 
 from splice.core.errors import PlanError, SchemaError
 from splice.io.tpch import load_tables
-from splice.joins._hash_kernels import merge_by_fraction
+from splice.joins.hash._hash_kernels import merge_by_fraction
 from splice.workloads.tpch_q3 import q3_arrival, q3_sql, run_q3
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

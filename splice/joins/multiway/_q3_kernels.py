@@ -7,7 +7,7 @@ results appear. Doing the interleaving, the selections and the join in one pass 
 intermediate arrival arrays and reads each raw row once.
 
 A stage holds the last ``w`` passing tuples of its stream in a ring of raw row numbers, threaded
-by per-bucket FIFO chains (the fast index of :mod:`splice.joins.hash_window_join`): the oldest
+by per-bucket FIFO chains (the fast index of :mod:`splice.joins.hash.hash_window_join`): the oldest
 tuple heads its chain, so expiry and insert are O(1), and a probe walks one chain. Unbounded
 stages (``lifo``) hold the whole filtered stream and prepend to their chains; nothing expires,
 and the revenue sum does not depend on the order matches are found in.
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from splice.joins._hash_kernels import _NO_NRT, chain_append, first_by_position, fx_bucket
+from splice.joins.hash._hash_kernels import _NO_NRT, chain_append, first_by_position, fx_bucket
 
 __all__ = ["q3_join_arrival", "new_cursor", "partition_of", "partition_arrival", "INTERLEAVED", "SEQUENTIAL", "REVERSED", "EXPLICIT"]
 

@@ -14,7 +14,7 @@ A row whose key has a null in any key column gets ``valid = False`` and never ma
 
 **Key index** (the seed's hybrid, above 1,024 retained rows): the retained rows of one side in a
 chained hash table over their codes and time buckets
-(:func:`~splice.joins._interval_kernels.index_probe`). A chain holds the rows of one key whose
+(:func:`~splice.joins.temporal._interval_kernels.index_probe`). A chain holds the rows of one key whose
 times fall in one bucket of ``2**shift`` time units, at least the band's width, so a probe reads
 at most two chains (the buckets its band ``[t + lo, t + hi]`` touches) and touches nothing else:
 not the rows of other keys, nor the rows of its key far from its time. Row ids grow in arrival
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.core.errors import InternalError, SchemaError, StateError
-from splice.joins._interval_kernels import (
+from splice.joins.temporal._interval_kernels import (
     band_shift,
     hash_bytes,
     index_insert,
@@ -176,7 +176,7 @@ class KeyIndex:
     Entries (row id, and the pair (time, next) side by side) sit in arrays with spare capacity,
     appended on arrival and linked into the chain of their (code, bucket), so a chain lists rows
     in arrival order; retirement compacts the surviving entries and relinks them. The probe
-    reads no codes (see :func:`~splice.joins._interval_kernels.index_probe`), so the index keeps
+    reads no codes (see :func:`~splice.joins.temporal._interval_kernels.index_probe`), so the index keeps
     the code arrays it is given by reference, in entry order, and reads them only to rebuild:
     the side's retained batches hold those arrays anyway. The table has at least 1.2 slots per
     entry of capacity. ``nbytes`` (entry and table capacity, and the codes the index made itself

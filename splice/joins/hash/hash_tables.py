@@ -1,14 +1,14 @@
 """The hash window join over two whole tables, driven through its operator as the engine drives it.
 
 :func:`hash_join_tables` (count windows) and :func:`hash_time_join_tables` (time windows) run
-:class:`~splice.joins.hash_window_join.HashWindowJoin` the way the data path carries a join's
+:class:`~splice.joins.hash.hash_window_join.HashWindowJoin` the way the data path carries a join's
 inputs: each input ordered by its arrival column (a stable sort, skipped when it is in order
 already), cut into whole batches of ``batch_size`` rows, the two inputs' batches taking turns by
 the order value their next batch starts with, one ``on_batch`` per batch, then ``on_end``. The
 operator merges the two inputs into their arrival order itself (its ``order``): by ``arrival`` (a
 global position both inputs carry) when given, else by ``time`` (ties left first), else row ``i``
 of the left input just before row ``i`` of the right
-(:data:`~splice.joins.window.POSITION`) — the order
+(:data:`~splice.joins.common.join_windows.POSITION`) — the order
 :func:`splice.io.arrival.arrival_positions` gives.
 
 Time windows: ordered by ``time``, each input's watermark trails its largest time by one inside
@@ -29,8 +29,14 @@ from typing import Any
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError
-from splice.joins.hash_window_join import HashWindowJoin, key_columns
-from splice.joins.window import POSITION, CountWindow, TimeWindow, drive_tables, parse_count_window
+from splice.joins.common.join_windows import (
+    POSITION,
+    CountWindow,
+    TimeWindow,
+    drive_tables,
+    parse_count_window,
+)
+from splice.joins.hash.hash_window_join import HashWindowJoin, key_columns
 
 __all__ = ["run", "command_metrics", "hash_join_tables", "hash_time_join_tables"]
 

@@ -17,7 +17,7 @@ several columns keeps one window indexed on each of them: TPC-H Q3's orders stag
 ``o_custkey`` and ``o_orderkey`` in one stage (Diba Fig. 13(b)). Within a batch of one stream
 the other windows do not change, so a batch probes each stage with one vectorized kernel call.
 
-Keys. Join columns may be of any hashable Arrow type (:mod:`splice.joins.hash_keys`). Columns
+Keys. Join columns may be of any hashable Arrow type (:mod:`splice.joins.common.hash_keys`). Columns
 that predicates tie together (``a.x = b.y``, ``b.y = c.z``) form one key
 (:func:`key_classes`): they must agree or cast safely to one type, and one codec turns their
 values into ``int64`` codes, so the indexes and kernels are those of the two-way join. One
@@ -42,13 +42,18 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
-from splice.joins._hash_kernels import q3_hbsj_sequence
-from splice.joins._q3_kernels import EXPLICIT, new_cursor, partition_arrival, q3_join_arrival
-from splice.joins.hash_keys import HashKeys, common_key_type, common_key_types
-from splice.joins.hash_window_join import Impl, make_index
-from splice.joins.hbsj import HBSJIndex
-from splice.joins.splitjoin import WindowIndex
-from splice.joins.window import RowStore
+from splice.joins.common.hash_keys import HashKeys, common_key_type, common_key_types
+from splice.joins.common.join_windows import RowStore
+from splice.joins.hash._hash_kernels import q3_hbsj_sequence
+from splice.joins.hash.hash_window_join import Impl, make_index
+from splice.joins.hash.hbsj import HBSJIndex
+from splice.joins.hash.splitjoin import HashIndex
+from splice.joins.multiway._q3_kernels import (
+    EXPLICIT,
+    new_cursor,
+    partition_arrival,
+    q3_join_arrival,
+)
 from splice.kernels.jit import kernel_input
 
 __all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_partitioned_join", "Q3FastJoin"]
@@ -125,7 +130,7 @@ class MultiwayJoin(OperatorSpec):
     """N-way count-window equi-join of ``streams`` (ids) under ``predicates`` (see module doc).
 
     Keys are columns of any hashable Arrow type (integers, strings, binaries, dates, timestamps,
-    decimals, booleans, ...; :mod:`splice.joins.hash_keys`); the columns that predicates tie
+    decimals, booleans, ...; :mod:`splice.joins.common.hash_keys`); the columns that predicates tie
     together must agree or cast safely to one type. A tuple with a null in any of its join
     columns never matches; :meth:`stats` counts them per stream (``null_keys``).
     """
@@ -210,7 +215,7 @@ class _Stage:
         self.attrs = spec.attrs[sid]
         self.col = {c: i for i, c in enumerate(self.attrs)}
         self.codecs = [codecs[spec.classes[(sid, c)]] for c in self.attrs]
-        self.index: WindowIndex = make_index(spec.impl, max(1, len(self.attrs)), spec.window, 1, spec.table_size)
+        self.index: HashIndex = make_index(spec.impl, max(1, len(self.attrs)), spec.window, 1, spec.table_size)
         self.rows = RowStore(schema)
         self.keys = np.zeros((len(self.attrs), 0), np.int64)  # by seq - keys_base
         self.valid = np.zeros((len(self.attrs), 0), np.bool_)
@@ -364,7 +369,7 @@ class Q3FastJoin:
     """Q3's join with fast-index stages over the raw arrival of the three tables, advanced in
     steps, its whole state in arrays (so a run can be checkpointed between steps).
 
-    ``mode`` is an arrival mode of :mod:`splice.joins._q3_kernels` (``EXPLICIT`` reads
+    ``mode`` is an arrival mode of :mod:`splice.joins.multiway._q3_kernels` (``EXPLICIT`` reads
     ``arrival`` = (table, raw row) arrays); ``masks`` are the selections over raw rows, ``keys``
     c_custkey, o_orderkey, o_custkey, l_orderkey over raw rows and ``valid`` their validity (None:
     no nulls; a null key takes its window position and joins nothing), ``words`` the (low, high)
@@ -481,7 +486,7 @@ def q3_partitioned_join(
 ) -> tuple[np.ndarray, np.ndarray, int, bool]:
     """Q3's join with unbounded stages on ``n_parts`` threads: thread ``p`` joins the orders and
     lineitems of partition ``p`` of the order key and every customer (SplitJoin's store-a-share,
-    by key), in their arrival order (:func:`~splice.joins._q3_kernels.partition_arrival`). Same
+    by key), in their arrival order (:func:`~splice.joins.multiway._q3_kernels.partition_arrival`). Same
     results as one :class:`Q3FastJoin` with ``window=None``."""
     from concurrent.futures import ThreadPoolExecutor
 

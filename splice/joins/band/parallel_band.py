@@ -1,14 +1,14 @@
 """Parallel IBWJ: key ranges or a shared task queue over PIM-Tree windows, round-robin baselines.
 
-Semantics: exactly those of :mod:`splice.joins.band_join` — the same rows in the same order (by
+Semantics: exactly those of :mod:`splice.joins.band.band_join` — the same rows in the same order (by
 arrival of the later tuple, then of its partner) for any number of threads.
 
 **Key-range join** (:class:`KeyRangeJoin`, for ``imtree``/``pimtree`` windows; the default).
 Thread ``k`` owns the keys in ``[b_k, b_k+1)`` and keeps its own IM/PIM-Tree of each window,
 holding the tuples with keys in that range under their stream positions. Each thread first lists
 one slice of a chunk's tuples under the ranges they concern
-(:func:`~splice.joins._band_kernels.range_split`); then each joins its range's tuples from every
-slice in arrival order (:func:`~splice.joins._band_kernels.range_run`, one GIL-free numba call):
+(:func:`~splice.joins.band._band_kernels.range_split`); then each joins its range's tuples from every
+slice in arrival order (:func:`~splice.joins.band._band_kernels.range_run`, one GIL-free numba call):
 a tuple whose band reaches into the range probes the range's trees over its window's positions,
 and a tuple whose key lies in the range enters them. (A thread walking every tuple of the chunk
 itself spent 8-25 ns on each one of another range: on 16 threads, more than its share of the
@@ -20,7 +20,7 @@ order. The bounds start as the quantiles of the first keys joined; when one rang
 than ``REBALANCE_SKEW`` times its share of the arrivals, the bounds are re-derived from the
 latest keys and the windows' live entries move to their new ranges (:meth:`KeyRangeJoin.rebalance`:
 one pass, each range's ``T_S`` rebuilt), as the PIM-Tree re-derives its partitions at a merge.
-Time windows (:class:`~splice.joins.band_time.TimeBandCore`) run on the same ranges: eviction
+Time windows (:class:`~splice.joins.band.band_time.TimeBandCore`) run on the same ranges: eviction
 sets how many positions each window spans (:meth:`KeyRangeJoin.set_span`), and growth rebuilds
 every range's trees with more room (:meth:`KeyRangeJoin.reindex`).
 
@@ -28,7 +28,7 @@ every range's trees with more room (:meth:`KeyRangeJoin.reindex`).
 parallel IBWJ, its threads sharing one index). Tuples of both
 streams enter one work queue in arrival order; a *task* is ``task_size`` consecutive tuples.
 Each thread runs the whole task loop inside one GIL-free numba call
-(:func:`splice.joins._band_kernels.par_worker`) and returns to Python only to grow its result
+(:func:`splice.joins.band._band_kernels.par_worker`) and returns to Python only to grow its result
 buffers or at the end of the queue:
 
 1. *task acquisition* — under the queue mutex (a spin lock in a shared control array), take the
@@ -97,8 +97,8 @@ from splice.index._window import (
     merge_into,
     new_descents,
 )
-from splice.index.window import IndexKind, WindowIndex
-from splice.joins._band_kernels import (
+from splice.index.window_index import IndexKind, WindowIndex
+from splice.joins.band._band_kernels import (
     C_ERROR,
     C_HEAD,
     C_LEN,
@@ -123,7 +123,7 @@ from splice.joins._band_kernels import (
     range_split,
     rr_run,
 )
-from splice.joins.band_join import probe_offsets
+from splice.joins.band.band_join import probe_offsets
 from splice.kernels.jit import kernel_input
 from splice.kernels.workers import Workers
 
@@ -555,7 +555,7 @@ class KeyRangeJoin:
             for part in self.parts:
                 part[s].meta[M_NEXT] = int(positions[s])
 
-    # -- time windows (:class:`~splice.joins.band_time.TimeBandCore`) ---------------------------
+    # -- time windows (:class:`~splice.joins.band.band_time.TimeBandCore`) ---------------------------
 
     def next_position(self, s: int) -> int:
         """Position of stream ``s``'s next arrival."""
@@ -855,7 +855,7 @@ class KeyRangeJoin:
 
 
 def make_parallel(spec: Any, dtype: np.dtype) -> TaskQueueJoin | RoundRobinJoin | KeyRangeJoin:
-    """The parallel engine for a :class:`~splice.joins.band_join.BandJoin` with threads > 1."""
+    """The parallel engine for a :class:`~splice.joins.band.band_join.BandJoin` with threads > 1."""
     lower, upper = spec.bounds
     mode = spec.parallel_mode
     if mode == "key_range":

@@ -9,7 +9,7 @@ matches (ordered by arrival, then by matched tuple) are identical to the single-
 The PUs run their numba kernels on threads (the kernels release the GIL).
 
 >>> import numpy as np
->>> from splice.joins.hash_window_join import FastIndex
+>>> from splice.joins.hash.hash_window_join import FastIndex
 >>> ix = SplitIndex(lambda pu, parts: FastIndex(1, 4, pu=pu, parts=parts), parts=3)
 >>> ix.insert(np.arange(6), np.array([[1, 1, 2, 1, 1, 1]]), np.ones((1, 6), bool))
 >>> ix.probe(0, np.array([1]), np.array([True]))[1]  # window holds tuples 2..5
@@ -24,10 +24,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["SplitIndex", "WindowIndex", "merge_matches"]
+__all__ = ["SplitIndex", "HashIndex", "merge_matches"]
 
 
-class WindowIndex(Protocol):
+class HashIndex(Protocol):
     """What a join stage needs from a window index (fast index, HB-SJ, SplitJoin)."""
 
     kind: str
@@ -56,13 +56,13 @@ def merge_matches(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
 class SplitIndex:
     """``parts`` sub-window indexes built by ``make(pu, parts)``, probed and updated together."""
 
-    def __init__(self, make: Callable[[int, int], WindowIndex], parts: int) -> None:
+    def __init__(self, make: Callable[[int, int], HashIndex], parts: int) -> None:
         self.parts = parts
         self.pus = [make(pu, parts) for pu in range(parts)]
         self.kind = self.pus[0].kind
         self._pool: ThreadPoolExecutor | None = None
 
-    def _map(self, fn: Callable[[WindowIndex], Any]) -> list[Any]:
+    def _map(self, fn: Callable[[HashIndex], Any]) -> list[Any]:
         if self.parts == 1:
             return [fn(self.pus[0])]
         if self._pool is None:

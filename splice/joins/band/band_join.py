@@ -12,7 +12,7 @@ before ``a``) with ``lower <= b.x - a.x <= upper``; its rows are ``a``'s columns
 
 **Time windows** (``window=TimeWindow(D, column)``): partners within ``D`` of the arriving
 tuple's event time instead of the last ``w`` arrivals, evicted by watermark; a tuple at or
-before its stream's watermark goes to the late side output (:mod:`splice.joins.band_time`).
+before its stream's watermark goes to the late side output (:mod:`splice.joins.band.band_time`).
 
 Output rows list the left input's columns then the right input's (a right column whose name is
 taken gets the suffix ``_right``), ordered by the arrival of the later tuple, then by the arrival
@@ -29,8 +29,8 @@ NaN key never matches and is counted (``stats()[side]["null_keys"]``); so does a
 forms is dropped before it is emitted.
 
 Arrival order. ``order=None``: the data path's, batch by batch. ``order`` a column both inputs
-carry, or :data:`~splice.joins.window.POSITION`: the join merges its two inputs into that order
-itself, ties left first (:class:`~splice.joins.window.ArrivalMerge`; each input nondecreasing in
+carry, or :data:`~splice.joins.common.join_windows.POSITION`: the join merges its two inputs into that order
+itself, ties left first (:class:`~splice.joins.common.join_windows.ArrivalMerge`; each input nondecreasing in
 the column), and joins each merged prefix in one call of its core, whatever batches the path
 cuts. With a time window and ``order`` its time column, each input's watermark also trails its
 largest time by one, retiring the other input's tuples as the join goes: a long prefix goes
@@ -42,9 +42,9 @@ Algorithm. Each window is indexed (``index``): ``nlwj`` scans it (nested loops, 
 :mod:`splice.index`. A probe is one range search ``[x + lower, x + upper]`` restricted to the
 window's positions; the partners are sorted by position. The loop over a batch is one numba call
 (:func:`splice.index._window.join_run`). ``threads > 1`` runs the parallel IBWJ of
-:mod:`splice.joins.parallel_band` (same output, same order).
+:mod:`splice.joins.band.parallel_band` (same output, same order).
 
-State: per side the retained rows (:class:`~splice.joins.window.RowStore`), the next arrival
+State: per side the retained rows (:class:`~splice.joins.common.join_windows.RowStore`), the next arrival
 number, the rows waiting for their place in the arrival order, watermarks and counts; the indexes
 are derived and rebuilt on restore.
 
@@ -72,16 +72,23 @@ from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, is_temporal, time_values
 from splice.index._window import M_NEXT, M_W, join_run, new_descents
-from splice.index.window import (
+from splice.index.window_index import (
     INDEX_KINDS,
     IndexKind,
     WindowIndex,
     default_merge_ratio,
     max_insertion_depth,
 )
-from splice.joins._band_kernels import LOW_LEFT_POOL, LOW_RIGHT_POOL, OUT_FULL, join_seq_run
-from splice.joins.hash_window_join import join_output_schema
-from splice.joins.window import POSITION, ArrivalMerge, Release, RowStore, TimeWindow, conform
+from splice.joins.band._band_kernels import LOW_LEFT_POOL, LOW_RIGHT_POOL, OUT_FULL, join_seq_run
+from splice.joins.common.join_windows import (
+    POSITION,
+    ArrivalMerge,
+    Release,
+    RowStore,
+    TimeWindow,
+    conform,
+)
+from splice.joins.hash.hash_window_join import join_output_schema
 from splice.kernels.jit import kernel_input
 
 __all__ = [
@@ -217,9 +224,9 @@ class BandCore:
     by ``g`` then partner. Positions count each stream's arrivals from 0 across calls.
     ``prefetch``: 1 — the join loop starts loading each tuple's immutable leaves a few tuples
     ahead, when a window's immutable trees are large enough to miss the caches
-    (:attr:`~splice.index.window.WindowIndex.prefetch_pays`); 2 — also the ``T_I`` node of
+    (:attr:`~splice.index.window_index.WindowIndex.prefetch_pays`); 2 — also the ``T_I`` node of
     each insert, in larger IM/PIM-Tree windows
-    (:attr:`~splice.index.window.WindowIndex.insert_prefetch_pays`); 0 — neither.
+    (:attr:`~splice.index.window_index.WindowIndex.insert_prefetch_pays`); 0 — neither.
     """
 
     def __init__(
@@ -253,7 +260,7 @@ class BandCore:
         for ix, p in zip(self.indexes, positions, strict=False):
             ix.meta[M_NEXT] = p
 
-    # -- time windows (:class:`~splice.joins.band_time.TimeBandCore`; as the key-range join) ----
+    # -- time windows (:class:`~splice.joins.band.band_time.TimeBandCore`; as the key-range join) ----
 
     def next_position(self, s: int) -> int:
         """Position of stream ``s``'s next arrival."""
@@ -341,9 +348,9 @@ class BandJoin(OperatorSpec):
     """IBWJ of streams ``left`` and ``right`` (``right=None``: self-join of ``left``) on ``on``.
 
     ``eps`` or ``lower``/``upper`` give the predicate (module docstring); ``window`` is ``w`` or
-    ``(w_left, w_right)`` (count windows), or a :class:`~splice.joins.window.TimeWindow`
+    ``(w_left, w_right)`` (count windows), or a :class:`~splice.joins.common.join_windows.TimeWindow`
     ``(D, column)``: partners within ``D`` of the arriving tuple's event time, evicted by
-    watermark, late tuples to the late side output (:mod:`splice.joins.band_time`; on several
+    watermark, late tuples to the late side output (:mod:`splice.joins.band.band_time`; on several
     threads by key ranges of an IM/PIM-Tree);
     ``index`` one of ``nlwj bptree bchain ibchain imtree pimtree``.
     IM/PIM-Tree: ``merge_ratio`` m in (0, 1] (``None``: by window size,
@@ -356,7 +363,7 @@ class BandJoin(OperatorSpec):
     ``round_robin`` (the partitioned baseline, any index) or ``auto`` (key ranges where they
     apply, else round robin).
     ``order``: ``None`` joins in the data path's order, batch by batch; a column both inputs
-    carry (nondecreasing on each input), or :data:`~splice.joins.window.POSITION`, makes the
+    carry (nondecreasing on each input), or :data:`~splice.joins.common.join_windows.POSITION`, makes the
     join merge the two inputs into that order itself, ties left first (two inputs only).
     """
 
@@ -543,12 +550,12 @@ class BandJoin(OperatorSpec):
         lower, upper = self.bounds
         tw = self.time_window
         if tw is not None:
-            from splice.joins.band_time import TimeBandCore
+            from splice.joins.band.band_time import TimeBandCore
 
             return TimeBandCore(self.index, dtype, lower, upper, tw.length, self.self_join,
                                 self.ratio, self.depth, self.chain_length, self.threads)
         if self.threads > 1:
-            from splice.joins.parallel_band import make_parallel
+            from splice.joins.band.parallel_band import make_parallel
 
             return make_parallel(self, dtype)
         return BandCore(self.index, self.windows, dtype, lower, upper, self.self_join,

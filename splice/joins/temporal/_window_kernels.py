@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from splice.core.time import MIN_TIME
-from splice.joins._interval_kernels import _slot
+from splice.joins.temporal._interval_kernels import _slot
 
 __all__ = [
     "arrival_windows",

@@ -20,8 +20,8 @@ time in ``[t + lo_S, t + hi_S]`` where ``(lo_L, hi_L) = (lower, upper)`` and
 1. drops its *late* rows (time ``<=`` its side's watermark) to the late side output, counted per
    stream (:meth:`drain_late`, ``late_rows``);
 2. probes the opposite side's retained rows: at ``index_threshold`` (1,024) retained rows or fewer
-   the whole side goes through the :class:`~splice.joins.matcher.Matcher` (the full probe); above
-   it the side's :class:`~splice.joins._key_index.KeyIndex` yields only the rows of the probed
+   the whole side goes through the :class:`~splice.joins.common.matcher.Matcher` (the full probe); above
+   it the side's :class:`~splice.joins.common._key_index.KeyIndex` yields only the rows of the probed
    keys near the probe's time;
 3. locates the matched opposite rows by batch and row (sorted by batch/row order when they lie in
    several batches, so each is read once) and gathers their payload straight into output order
@@ -30,7 +30,7 @@ time in ``[t + lo_S, t + hi_S]`` where ``(lo_L, hi_L) = (lower, upper)`` and
    exact key column of one type (integers, booleans, temporal types) is the arriving row's key,
    and an indexed side's ``int64`` times come from the index entries the probe reads; codes that
    are not exact are checked for real key equality. The output batch is assembled by one kernel
-   and handed to Arrow through its C data interface (:mod:`splice.joins._c_batches`), the
+   and handed to Arrow through its C data interface (:mod:`splice.joins.common._c_batches`), the
    arriving batch's columns shared, not copied, when each of its rows matched once, in order;
    columns of types only Arrow gathers make it of Arrow arrays instead;
 4. is retained (LEFT_BUFFER / RIGHT_BUFFER: a list of Arrow batches with their times, key codes
@@ -85,10 +85,16 @@ from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.row_checks import RowCheck, not_null
 from splice.core.time import MIN_TIME, is_temporal, time_values
-from splice.joins._c_batches import MINE, PASS, THEIRS, TIMES, BatchAssembler
-from splice.joins._interval_kernels import gather_bits, gather_var, is_arange, locate, time_range
-from splice.joins._key_index import KeyCodec, KeyIndex, check_key_types, keys_equal
-from splice.joins.matcher import Matcher, MatchMethod
+from splice.joins.common._c_batches import MINE, PASS, THEIRS, TIMES, BatchAssembler
+from splice.joins.common._key_index import KeyCodec, KeyIndex, check_key_types, keys_equal
+from splice.joins.common.matcher import Matcher, MatchMethod
+from splice.joins.temporal._interval_kernels import (
+    gather_bits,
+    gather_var,
+    is_arange,
+    locate,
+    time_range,
+)
 
 __all__ = ["IntervalJoin", "JoinType", "join_output_schema"]
 
@@ -270,7 +276,7 @@ _NO_BITS = np.zeros(0, dtype=np.uint8)
 #: side's time range (below it, the check costs more than it can save).
 _PRUNE_ROWS = 32
 _FIXED_WIDTHS: dict[int, type] = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
-#: Output batches of pairs through :mod:`~splice.joins._c_batches` (else from Arrow arrays); off
+#: Output batches of pairs through :mod:`~splice.joins.common._c_batches` (else from Arrow arrays); off
 #: only where pyarrow cannot import a batch through the C data interface.
 _C_BATCHES = hasattr(pa.RecordBatch, "_import_from_c") and hasattr(pa.RecordBatch, "_export_to_c")
 
@@ -300,7 +306,7 @@ def _column_plan(t: pa.DataType) -> tuple[str, Any]:
 
 class _ColumnView:
     """NumPy views of one column's buffers, so that matched rows are gathered by NumPy indexing
-    and :func:`~splice.joins._interval_kernels.gather_var` instead of an Arrow ``take``.
+    and :func:`~splice.joins.temporal._interval_kernels.gather_var` instead of an Arrow ``take``.
 
     Made once per retained batch (see :class:`_Buffered`). ``bits`` is the validity bitmap
     (``None`` without nulls), read from bit ``bit_offset``.
@@ -316,7 +322,7 @@ class _ColumnView:
         self.offsets: np.ndarray = _EMPTY
         self.bits: np.ndarray | None = None
         self.bit_offset = array.offset
-        #: the column as a source row of :func:`~splice.joins._c_batches.assemble` (code 0:
+        #: the column as a source row of :func:`~splice.joins.common._c_batches.assemble` (code 0:
         #: not gathered there)
         self.source = (0, 0, 0, 0, 0, 0)
         if kind != "arrow":
@@ -412,7 +418,7 @@ class _Buffered:
         return self.views
 
     def source_table(self, plans: list[tuple[str, Any]]) -> np.ndarray:
-        """The columns as source rows of :func:`~splice.joins._c_batches.assemble`, shape
+        """The columns as source rows of :func:`~splice.joins.common._c_batches.assemble`, shape
         ``(1, columns, 6)``; made once."""
         if self.sources is None:
             self.sources = np.array([[v.source for v in self.make_views(plans)]],
@@ -557,7 +563,7 @@ class _Side:
     def locate(self, row_ids: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Where the rows ``row_ids`` (non-empty) lie: see
-        :func:`~splice.joins._interval_kernels.locate` (``cuts`` is ``None`` for one batch)."""
+        :func:`~splice.joins.temporal._interval_kernels.locate` (``cuts`` is ``None`` for one batch)."""
         if len(self.batches) == 1:
             start = self.batches[0].start
             return (row_ids - start if start else row_ids), _EMPTY, _GROUP0, None
@@ -766,7 +772,7 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
                        for whole in (True, False)}
 
     def _output_plan(self, left: bool, times: bool, whole: bool) -> np.ndarray | None:
-        """The :func:`~splice.joins._c_batches.assemble` plan of the pairs of an arriving batch
+        """The :func:`~splice.joins.common._c_batches.assemble` plan of the pairs of an arriving batch
         of the left side (``left``) or the right, with the opposite times from the index
         (``times``) and every arriving row once, in order (``whole``); ``None`` when a column
         it would gather is of a type gathered only by Arrow (the output is then made of Arrow

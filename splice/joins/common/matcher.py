@@ -8,7 +8,7 @@
 
 ``"numba"``
     a chained hash table over ``B``'s key codes built per call, then probed with the band
-    (:func:`~splice.joins._interval_kernels.hash_band_pairs`).
+    (:func:`~splice.joins.temporal._interval_kernels.hash_band_pairs`).
 ``"acero"``
     pyarrow's Acero hash join (``pyarrow.Table.join``) on the key codes, then the time band as a
     vectorized filter.
@@ -21,7 +21,7 @@
 fastest. A DataFusion call costs 3.5 ms or more of planning and execution, even on a handful of
 rows, and an Acero call about 1 ms or more; the operator's whole push with the numba probe takes
 0.15–0.56 ms (medians; see ``docs/benchmarks.md``). The key index of
-:class:`~splice.joins.interval_join.IntervalJoin` always probes with the numba kernel.
+:class:`~splice.joins.temporal.interval_join.IntervalJoin` always probes with the numba kernel.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.core.errors import PlanError
-from splice.joins._interval_kernels import hash_band_pairs
+from splice.joins.temporal._interval_kernels import hash_band_pairs
 
 __all__ = ["Matcher", "MatchMethod"]
 
@@ -69,7 +69,7 @@ class Matcher:
 
         Rows with null keys must already be left out. The engines join on the ``int64`` codes;
         where codes are not exact (strings, several key columns) the caller checks real key
-        equality of the pairs (:func:`~splice.joins._key_index.keys_equal`).
+        equality of the pairs (:func:`~splice.joins.common._key_index.keys_equal`).
         """
         if len(p_codes) == 0 or len(b_codes) == 0:
             return _EMPTY, _EMPTY

@@ -10,7 +10,7 @@ output and joins nothing. Output order is that of the count-window join: by arri
 tuple, then of its partner.
 
 Algorithm. Each stream keeps the index of the count-window join
-(:class:`~splice.index.window.WindowIndex`, any kind) over the positions it retains,
+(:class:`~splice.index.window_index.WindowIndex`, any kind) over the positions it retains,
 ``first .. next - 1``, with a capacity ``C >= next - first``, so the count expiry of the index
 never drops a retained tuple. A probe searches the key range over the retained positions and
 keeps the candidates within ``D`` in time (one compiled pass per call). When a watermark ``W`` arrives on one stream, the other stream's tuples with time
@@ -22,7 +22,7 @@ index over the rest (amortized O(1) per tuple, as the hash join's time windows).
 by time. When arrivals would exceed ``C``, the index is rebuilt with ``C`` doubled.
 
 Threads. With ``threads > 1`` the IM/PIM-Tree windows are those of the key-range join
-(:class:`~splice.joins.parallel_band.KeyRangeJoin`): each thread indexes one key range of both
+(:class:`~splice.joins.band.parallel_band.KeyRangeJoin`): each thread indexes one key range of both
 streams' retained positions and probes it; eviction moves every range's window start, and a
 rebuild sorts each range's keys into a new ``T_S`` on its own thread. The time filter and the
 bookkeeping above are the same, so the output is the single-threaded join's, row for row.
@@ -36,10 +36,10 @@ from __future__ import annotations
 import numpy as np
 
 from splice.core.errors import PlanError
-from splice.index.window import IndexKind
-from splice.joins._band_kernels import time_window_filter
-from splice.joins.band_join import BandCore
-from splice.joins.parallel_band import KeyRangeJoin
+from splice.index.window_index import IndexKind
+from splice.joins.band._band_kernels import time_window_filter
+from splice.joins.band.band_join import BandCore
+from splice.joins.band.parallel_band import KeyRangeJoin
 from splice.kernels.jit import kernel_input
 
 __all__ = ["TimeBandCore"]

@@ -692,7 +692,7 @@ def fx_time_ring_sequence(  # type: ignore[no-untyped-def]
     Tuple i of side ``me = sides[i]`` (sequence number ``s = seqs[i]`` on that side, event time
     ``times[i]``) matches every retained tuple of the other side with an equal key and
     ``|dt| <= length``; then it is stored at ring slot ``(s // parts) & (C - 1)`` of its side
-    when this PU owns it (``s % parts == pu``: SplitJoin, :mod:`splice.joins.splitjoin`). Per
+    when this PU owns it (``s % parts == pu``: SplitJoin, :mod:`splice.joins.hash.splitjoin`). Per
     side and bucket, chains (``head[side, b]``, ``rnxt[side, slot]``) link tuples newest first by
     their *sequence number*; a link whose slot now holds another tuple has been overwritten, and
     so has everything older on the chain (slots are reused in arrival order), so a walk stops

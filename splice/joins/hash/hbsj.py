@@ -9,7 +9,7 @@ An **ordered sliding window** records, for every window position, where its tupl
 (table 0..3 or overflow) and at which slot; before each insert the oldest tuple expires from
 exactly that place. An unbounded window has no fixed size: the ordered window grows as tuples
 arrive. Time windows use the count-window form as a ring that the watermark frees from its head
-(:func:`~splice.joins._hash_kernels.hb_time_sequence`), grown by :meth:`HBSJIndex.resized`.
+(:func:`~splice.joins.hash._hash_kernels.hb_time_sequence`), grown by :meth:`HBSJIndex.resized`.
 
 A probe examines the four addressed slots and then the whole overflow buffer; its matches are
 returned oldest first, so HB-SJ yields exactly the fast index's results in the same order.
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from splice.core.errors import PlanError
-from splice.joins._hash_kernels import (
+from splice.joins.hash._hash_kernels import (
     N_STATS,
     SEED1,
     SEED2,
@@ -55,7 +55,7 @@ class HBSJIndex:
     densely and the window grows (tables of twice its size unless ``table_size`` is given;
     statistics counters carry over). ``pu``/``parts`` make it one PU's share of a SplitJoin: it
     stores the tuples whose sequence number is ``pu`` modulo ``parts`` (see
-    :mod:`splice.joins.splitjoin`), ``ceil(w / parts)`` positions of a count window.
+    :mod:`splice.joins.hash.splitjoin`), ``ceil(w / parts)`` positions of a count window.
     """
 
     kind = "hbsj"

@@ -21,18 +21,18 @@ to :meth:`drain_late`. A row is freed when its last window closes.
 
 Algorithm. Rows are buffered per side as Arrow batches with their times, key codes and first open
 window (found with the late rows in one compiled pass over an arriving batch,
-:func:`~splice.joins._window_kernels.arrival_windows`); at a close, the rows of the closing windows
-are expanded to ``(row, window)`` pairs (by :func:`~splice.joins._window_kernels.expand_windows`,
+:func:`~splice.joins.temporal._window_kernels.arrival_windows`); at a close, the rows of the closing windows
+are expanded to ``(row, window)`` pairs (by :func:`~splice.joins.temporal._window_kernels.expand_windows`,
 one compiled pass per retained batch, which stops at the first row of a time-ordered batch whose
 windows are all still open) and matched on ``(window, key code)`` window by window, each window's
-right rows in a hash table of their own (:func:`~splice.joins._window_kernels.window_pairs`), which
+right rows in a hash table of their own (:func:`~splice.joins.temporal._window_kernels.window_pairs`), which
 yields the pairs in emission order; non-exact codes are checked for real key equality. A close of
 many windows is expanded and matched in groups of windows (``_GROUP_PAIRS``), a time-ordered
 batch read from the group's first row. Freeing the closed rows of a time-ordered batch that
 keeps at least half of them is a zero-copy slice, counted in the state bytes with its parent's
 buffers whole; a smaller remainder is copied. Watermarks (taken from the path), null keys (they
 match nothing; counted in ``null_keys``; an outer side pads them when their windows close) and
-``state_budget`` behave as in :class:`~splice.joins.interval_join.IntervalJoin`.
+``state_budget`` behave as in :class:`~splice.joins.temporal.interval_join.IntervalJoin`.
 
 >>> import pyarrow as pa
 >>> from splice.testing import OperatorHarness
@@ -57,10 +57,10 @@ from splice.core.errors import PlanError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.row_checks import RowCheck
 from splice.core.time import MIN_TIME, time_values
-from splice.joins._interval_kernels import time_range
-from splice.joins._key_index import KeyCodec, keys_equal
-from splice.joins._window_kernels import arrival_windows, expand_windows, window_pairs
-from splice.joins.interval_join import (
+from splice.joins.common._key_index import KeyCodec, keys_equal
+from splice.joins.temporal._interval_kernels import time_range
+from splice.joins.temporal._window_kernels import arrival_windows, expand_windows, window_pairs
+from splice.joins.temporal.interval_join import (
     MAX_TIME,
     JoinType,
     TwoSidedJoinLogic,

@@ -7,14 +7,14 @@
 pairs ``(l, r)`` with ``|l.X - r.X| <= E`` (or ``--lower A --upper B``: ``A <= r.X - l.X <= B``)
 over count windows of the last N tuples of each input (``--window N,M``: N left, M right), or,
 with ``--time TS --window-time D`` instead of ``--window``, over time windows: pairs whose
-``TS`` differ by at most D (:mod:`splice.joins.band_time`; ``--threads T > 1`` joins by key
+``TS`` differ by at most D (:mod:`splice.joins.band.band_time`; ``--threads T > 1`` joins by key
 ranges, on ``imtree``/``pimtree``). Arriving by time,
 nothing is late and each input's watermark trails its largest time by one, retiring the other
 input's tuples as the join goes; with ``--arrival`` there are no watermarks.
 Arrival order is :func:`splice.io.arrival.arrival_positions`: by ``--arrival``, else by ``--time``
 (ties left first), else row i of the left input just before row i of the right. The inputs go
-through the :class:`~splice.joins.band_join.BandJoin` operator in whole batches of
-``--batch-size`` rows each (:func:`~splice.joins.window.drive_tables`), and the operator merges
+through the :class:`~splice.joins.band.band_join.BandJoin` operator in whole batches of
+``--batch-size`` rows each (:func:`~splice.joins.common.join_windows.drive_tables`), and the operator merges
 them into that order itself (its ``order``), joining each merged prefix in one call of its
 core (or one parallel run with ``--threads T > 1``). Output: the left input's columns, then the
 right input's (``_right`` on taken names), by arrival of the later tuple, then of its partner.
@@ -34,8 +34,8 @@ from typing import Any
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError
-from splice.joins.band_join import BandJoin, band_bounds
-from splice.joins.window import POSITION, TimeWindow, drive_tables, parse_count_window
+from splice.joins.band.band_join import BandJoin, band_bounds
+from splice.joins.common.join_windows import POSITION, TimeWindow, drive_tables, parse_count_window
 
 __all__ = ["run", "band_join_tables", "parse_windows"]
 
@@ -74,8 +74,8 @@ def band_join_tables(
 ) -> pa.Table:
     """Band join of two tables in arrival order with the options of ``spec``: the operator
     with ``order`` the arrival column, else ``time``, else
-    :data:`~splice.joins.window.POSITION`, over whole batches of each input
-    (:func:`~splice.joins.window.drive_tables`)."""
+    :data:`~splice.joins.common.join_windows.POSITION`, over whole batches of each input
+    (:func:`~splice.joins.common.join_windows.drive_tables`)."""
     for t, side in ((left, "left"), (right, "right")):
         if on not in t.schema.names:
             raise SchemaError(f"stream {side!r}: join key column {on!r} is missing "

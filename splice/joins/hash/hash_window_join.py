@@ -6,8 +6,8 @@ r is processed as::
     emit { (r, s) : s in W_S, s.key == r.key }   ->   expire from W_R   ->   insert r into W_R
 
 and symmetrically for an arriving s. ``W`` is a count window (the last ``w`` tuples of the
-stream, :class:`~splice.joins.window.CountWindow`) or a time window
-(:class:`~splice.joins.window.TimeWindow`: stored tuples within ``D`` of the arriving tuple's
+stream, :class:`~splice.joins.common.join_windows.CountWindow`) or a time window
+(:class:`~splice.joins.common.join_windows.TimeWindow`: stored tuples within ``D`` of the arriving tuple's
 event time; tuples evicted by watermark; a tuple whose time is ``<=`` its own input's watermark
 is late: counted and handed to the late side output with its stream id, joined with nothing).
 The key is one or several columns of any hashable type (integers, strings, binaries, dates,
@@ -20,17 +20,17 @@ matched one.
 
 The arrival order. With ``order=None`` it is the data path's: batch by batch, in the order the
 path delivers them. With ``order`` a column both inputs carry (an arrival position, or the
-event time), or :data:`~splice.joins.window.POSITION` (each input's running row count), the
+event time), or :data:`~splice.joins.common.join_windows.POSITION` (each input's running row count), the
 join merges the two inputs itself: rows are joined in the order of that column, ties left
 first — the order :func:`splice.io.arrival.arrival_positions` gives — whatever batches the path
-cuts and however it interleaves them (:class:`~splice.joins.window.ArrivalMerge`). Each input
+cuts and however it interleaves them (:class:`~splice.joins.common.join_windows.ArrivalMerge`). Each input
 must then arrive in nondecreasing order of the column (else a ``SchemaError`` names the stream,
 the column and the row). Results are deterministic for a given arrival order, however the input
 is cut into batches. Over time windows the SET of pairs depends only on which rows are late:
 with nothing late it is every pair with equal keys and ``|dt| <= D``, however the inputs
 interleave.
 
-Algorithm. Keys become ``int64`` codes (:mod:`splice.joins.hash_keys`): one integer-like
+Algorithm. Keys become ``int64`` codes (:mod:`splice.joins.common.hash_keys`): one integer-like
 column is its own code; strings, several columns and the like are hashed, and every matched
 pair of a hashed key is checked for real key equality before it is emitted. Rows released in
 their arrival order (one batch of one input, or the merged prefix of both) go through one
@@ -40,7 +40,7 @@ sequence-kernel call, whose state persists in the logic across calls:
   window positions threaded by per-bucket FIFO chains (``2 w`` buckets): the window's oldest
   tuple always heads its chain, so expiry and insert are O(1) and a probe walks one chain,
   yielding matches oldest first; the ring starts at 1,024 positions and doubles as the window
-  fills. ``impl="hbsj"`` (:class:`~splice.joins.hbsj.HBSJIndex`): Diba's four Murmur3 tables and
+  fills. ``impl="hbsj"`` (:class:`~splice.joins.hash.hbsj.HBSJIndex`): Diba's four Murmur3 tables and
   overflow buffer; same results, plus per-table and overflow statistics.
 * time windows (:class:`TimeCore`): each input's tuples sit in a ring whose slot is reused once
   the other input's watermark retired its tuple (the ring doubles when the slot to reuse still
@@ -48,10 +48,10 @@ sequence-kernel call, whose state persists in the logic across calls:
   from its head by watermark. Watermarks come only from the path (``on_watermark``); when
   ``order`` is the time column each input arrives sorted by time, so its watermark also trails
   its largest time by one and probes stop at the window's edge.
-* ``parallel=P``: SplitJoin over P PUs (:mod:`splice.joins.splitjoin`): each PU keeps every
+* ``parallel=P``: SplitJoin over P PUs (:mod:`splice.joins.hash.splitjoin`): each PU keeps every
   P-th tuple of both windows and runs the whole sequence on its thread; matches are merged.
 
-State: per side the retained rows (:class:`~splice.joins.window.RowStore`), the rows waiting for
+State: per side the retained rows (:class:`~splice.joins.common.join_windows.RowStore`), the rows waiting for
 their place in the arrival order, the null-key and late counts and the watermarks; the indexes
 and rings and the key codes are derived: rebuilt from the rows on restore, not stored.
 
@@ -90,7 +90,18 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, is_temporal, time_values
-from splice.joins._hash_kernels import (
+from splice.joins.common.hash_keys import HashKeys, common_key_types
+from splice.joins.common.join_windows import (
+    POSITION,
+    ArrivalMerge,
+    CountWindow,
+    JoinWindow,
+    Release,
+    RowStore,
+    TimeWindow,
+    conform,
+)
+from splice.joins.hash._hash_kernels import (
     NO_TIME,
     drain,
     fx_join_sequence,
@@ -102,19 +113,8 @@ from splice.joins._hash_kernels import (
     hb_time_sequence,
     ring_positions,
 )
-from splice.joins.hash_keys import HashKeys, common_key_types
-from splice.joins.hbsj import HBSJIndex
-from splice.joins.splitjoin import SplitIndex, WindowIndex, merge_matches
-from splice.joins.window import (
-    POSITION,
-    ArrivalMerge,
-    CountWindow,
-    JoinWindow,
-    Release,
-    RowStore,
-    TimeWindow,
-    conform,
-)
+from splice.joins.hash.hbsj import HBSJIndex
+from splice.joins.hash.splitjoin import HashIndex, SplitIndex, merge_matches
 
 __all__ = [
     "HashWindowJoin",
@@ -244,12 +244,12 @@ class FastIndex:
 
 def make_index(
     impl: Impl, n_attrs: int, window: int | None, parallel: int = 1, table_size: int | None = None
-) -> WindowIndex:
+) -> HashIndex:
     """The window index of ``impl`` (SplitJoin across ``parallel`` PUs when > 1)."""
     if impl not in get_args(Impl):
         raise PlanError(f"unknown hash join implementation {impl!r} (choose {', '.join(get_args(Impl))})")
 
-    def one(pu: int, parts: int) -> WindowIndex:
+    def one(pu: int, parts: int) -> HashIndex:
         if impl == "hbsj":
             return HBSJIndex(n_attrs, window, table_size, pu, parts)
         return FastIndex(n_attrs, window, pu, parts, buckets=table_size)
@@ -325,8 +325,8 @@ class CountCore:
     ``run(sides, seqs, keys, valid)``: tuple ``i`` of input ``sides[i]`` (0 left, 1 right), with
     its sequence number ``seqs[i]`` on that input (0, 1, ... across calls) and its key code,
     probes the other input's window, expires its own input's tuple ``w`` arrivals older and is
-    inserted (:func:`~splice.joins._hash_kernels.fx_join_sequence`, or HB-SJ's
-    :func:`~splice.joins._hash_kernels.hb_join_sequence`); one kernel call for the sequence.
+    inserted (:func:`~splice.joins.hash._hash_kernels.fx_join_sequence`, or HB-SJ's
+    :func:`~splice.joins.hash._hash_kernels.hb_join_sequence`); one kernel call for the sequence.
     Returns ``(i, matched seq)`` per output row, by ``i``, then oldest match first. The indexes
     persist between calls, so the windows span calls. With ``parallel`` P > 1 each of P
     SplitJoin PUs keeps every P-th tuple of both windows and runs the sequence on its thread.
@@ -599,8 +599,8 @@ class TimeCore:
     sequence may be late. Returns ``(i, matched seq)``, by ``i``, then oldest match first.
 
     Each input's tuples sit in a ring (``impl="fast"``:
-    :func:`~splice.joins._hash_kernels.fx_time_ring_sequence`; ``"hbsj"``: HB-SJ's ordered
-    sliding window, :func:`~splice.joins._hash_kernels.hb_time_sequence`). A slot is reused once
+    :func:`~splice.joins.hash._hash_kernels.fx_time_ring_sequence`; ``"hbsj"``: HB-SJ's ordered
+    sliding window, :func:`~splice.joins.hash._hash_kernels.hb_time_sequence`). A slot is reused once
     the other input's watermark retired its tuple (time ``<= W_other - length``); a slot to reuse
     that still holds a live tuple doubles the ring (from ``capacity`` slots). ``watermark(side,
     w)`` raises input ``side``'s watermark; with ``time_sorted`` (each input arrives in
@@ -726,12 +726,12 @@ class HashWindowJoin(OperatorSpec):
     """Two-way equi-join of streams ``left`` and ``right`` over sliding windows (see module doc).
 
     ``on`` is the key column or columns (of both inputs, or of the left input when ``right_on``
-    names the right input's), of any hashable type (:mod:`splice.joins.hash_keys`); ``window`` a
+    names the right input's), of any hashable type (:mod:`splice.joins.common.hash_keys`); ``window`` a
     :class:`CountWindow` or :class:`TimeWindow`, ``impl`` ``"fast"`` or ``"hbsj"``,
     ``table_size`` the HB-SJ table size (default the next power of two >= 2 w) or the fast
     count index's bucket count, ``parallel`` the number of SplitJoin PUs. ``order``: ``None``
     joins in the data path's order, batch by batch; a column both inputs carry (nondecreasing
-    on each input), or :data:`~splice.joins.window.POSITION`, makes the join merge the two
+    on each input), or :data:`~splice.joins.common.join_windows.POSITION`, makes the join merge the two
     inputs into that order itself, ties left first.
     """
 
@@ -828,7 +828,7 @@ class _Side:
         self.pending: list[tuple[int, int]] = []
 
     def encode(self, rows: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 key codes, valid) of ``rows`` (see :mod:`splice.joins.hash_keys`)."""
+        """(int64 key codes, valid) of ``rows`` (see :mod:`splice.joins.common.hash_keys`)."""
         return self.hk.encode([rows.column(c) for c in self.keys], str(self.sid), self.keys)
 
     def key_cols(self, rows: pa.RecordBatch | pa.Table) -> list[Any]:
