@@ -64,7 +64,7 @@ def machine_parallelism(threads: int = 2, seconds: float = 0.3) -> float:
     from concurrent.futures import ThreadPoolExecutor
 
     from splice.txn._kernels import busy_work
-    from splice.txn.executor import busy_iters_for
+    from splice.txn.txn_executor import busy_iters_for
 
     iters = busy_iters_for(seconds * 1e6)
     busy_work(10, 1.0)

@@ -175,7 +175,7 @@ def crash(args: argparse.Namespace, tmp: Path) -> None:
 
 
 def _q3_source(sf: float, batch: int) -> tuple[dict[str, pa.Table], Any]:
-    from splice.io.tpch import load_table
+    from splice.io.tpch_data import load_table
 
     names = ("customer", "orders", "lineitem")
     tables = {n: load_table(n, sf, None) for n in names}

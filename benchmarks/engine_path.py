@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from splice.cli.tpch import stream_lineitem_query
-from splice.io.tpch import load_table
+from splice.io.tpch_data import load_table
 from splice.runtime import Engine, Query
 from splice.workloads import tpch_queries
 

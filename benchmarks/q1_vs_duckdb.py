@@ -28,7 +28,7 @@ import duckdb
 import pyarrow as pa
 
 from splice.core.operator import OperatorSpec
-from splice.io.tpch import load_table
+from splice.io.tpch_data import load_table
 from splice.workloads import tpch_queries as tq
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from splice.io.tpch import load_tables
+from splice.io.tpch_data import load_tables
 from splice.workloads.tpch_q3 import q3_sql, run_q3
 
 OUT = Path(__file__).parent / "out"

@@ -1,5 +1,5 @@
 """Lazy abort's redo: the data-edge closure of the changed exclusions against a fresh pass over
-the whole batch, by abort ratio (what ``FULL_REDO_SHARE`` in ``splice/txn/executor.py`` decides).
+the whole batch, by abort ratio (what ``FULL_REDO_SHARE`` in ``splice/txn/txn_executor.py`` decides).
 
 ``python -m benchmarks.txn_redo [--threads T] [--samples N]``
 
@@ -19,11 +19,11 @@ import numpy as np
 
 from benchmarks._txn import emit
 from splice.cli.txn import warm_kernels
-from splice.txn import executor
-from splice.txn.engine import TxnEngine
+from splice.txn import txn_executor as executor
 from splice.txn.memory import keep_freed_memory
 from splice.txn.scheduler import Strategy
 from splice.txn.tpg import build_tpg
+from splice.txn.txn_engine import TxnEngine
 from splice.workloads.txn_apps import TxnWorkload, batches, make_app
 
 VARIANTS = {"closure": 0, "whole batch": 10**12, "engine": executor.FULL_REDO_SHARE}

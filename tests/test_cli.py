@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 from splice.cli import build_parser, main
-from splice.io.tpch import load_table
+from splice.io.tpch_data import load_table
 from splice.workloads import tpch_queries
 
 

@@ -55,7 +55,7 @@ def _tpch_fingerprint(args: argparse.Namespace, names: tuple[str, ...], plan: li
                       ) -> dict[str, Any]:
     """What identifies a ``splice tpch`` job: the plan, the options that shape its stream, and
     the table files it reads."""
-    from splice.io.tpch import tpch_dir
+    from splice.io.tpch_data import tpch_dir
 
     d = tpch_dir(args.sf, args.data_dir)
     options = {k: getattr(args, k, None) for k in ("query", "sf", "window", "order", "batch_size",
@@ -265,7 +265,7 @@ def run_txn_checkpointed(args: argparse.Namespace) -> int:
     ``committed``, ``aborted`` and ``state_checksum`` equal an uninterrupted run's.
     """
     from splice.core.errors import StateError
-    from splice.txn.engine import TxnEngine
+    from splice.txn.txn_engine import TxnEngine
     from splice.workloads.txn_apps import TxnWorkload, batches, make_app, run_app
 
     if args.scheduler == "nested":

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.io.rows import json_rows, print_table
-from splice.io.tpch import load_table
+from splice.io.tpch_data import load_table
 from splice.ops import Select
 from splice.runtime import Engine, Query
 from splice.workloads import tpch_queries

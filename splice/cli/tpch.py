@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError
 from splice.io.rows import json_rows, print_table
-from splice.io.tpch import load_table
+from splice.io.tpch_data import load_table
 from splice.runtime import Engine, Query
 from splice.workloads import tpch_queries
 
@@ -41,8 +41,8 @@ def check_state_backend(args: argparse.Namespace) -> str:
 
 def load_tpch_inputs(names: tuple[str, ...], args: argparse.Namespace) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """The command's input tables; with ``--bad-input``, ``--dedupe-on`` or ``--max-row-bytes``
-    checked at the edge as they are read (:func:`splice.io.tpch.load_tables_checked`)."""
-    from splice.io.tpch import load_tables_checked
+    checked at the edge as they are read (:func:`splice.io.tpch_data.load_tables_checked`)."""
+    from splice.io.tpch_data import load_tables_checked
 
     policy = getattr(args, "bad_input", None)
     dedupe = _columns(getattr(args, "dedupe_on", None))

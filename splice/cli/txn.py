@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from splice.core.errors import PlanError
-from splice.txn.engine import TIME_KEYS, TxnEngine
 from splice.txn.memory import keep_freed_memory
+from splice.txn.txn_engine import TIME_KEYS, TxnEngine
 from splice.workloads.txn_apps import TxnApp, TxnWorkload, events_from_file, make_app, run_app
 
 __all__ = ["run_txn", "run_workload", "latency_percentiles", "warm_kernels"]

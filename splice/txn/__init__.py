@@ -13,7 +13,6 @@ from splice.txn.api import (
     window_read,
     write,
 )
-from splice.txn.engine import BASELINES, BatchResult, NonDeterministic, TxnEngine
 from splice.txn.objects import Abort
 from splice.txn.operator import TransactionalOperator
 from splice.txn.ops import (
@@ -38,7 +37,8 @@ from splice.txn.ops import (
     OpBatchBuilder,
 )
 from splice.txn.scheduler import ALL_STRATEGIES, Strategy, choose_strategy
-from splice.txn.state import StateStore, StateTable
+from splice.txn.state_tables import StateStore, StateTable
+from splice.txn.txn_engine import BASELINES, BatchResult, NonDeterministic, TxnEngine
 
 __all__ = [
     "ABT",

@@ -47,7 +47,6 @@ from typing import Any
 import numpy as np
 
 from splice.core.errors import PlanError
-from splice.txn.engine import TxnEngine
 from splice.txn.objects import ObjectOps
 from splice.txn.ops import (
     COND_GE,
@@ -63,7 +62,8 @@ from splice.txn.ops import (
     OpBatch,
     OpBatchBuilder,
 )
-from splice.txn.state import CELL_SHIFT, MAX_KEY, StateStore
+from splice.txn.state_tables import CELL_SHIFT, MAX_KEY, StateStore
+from splice.txn.txn_engine import TxnEngine
 
 __all__ = ["Access", "read", "write", "add", "window_read", "sum_write", "update",
            "read_object", "update_object", "compile_events", "CompiledEvents", "run_events",

@@ -21,7 +21,7 @@ of the value). Correctness equals serial execution by construction; throughput i
 reports the pre-values for its numeric accesses, as one aborted by a failed condition. Batches without object accesses keep the
 parallel schedulers. Object values are not versioned (no window reads); they are JSON-like data
 (dicts, lists, tuples, str, int, float, bool, None), which snapshots hold as JSON (see
-:mod:`splice.txn.state`): a value of another type is refused when the store is snapshotted.
+:mod:`splice.txn.state_tables`): a value of another type is refused when the store is snapshotted.
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ def _objects_of(store: Any, objs: ObjectOps, lo: int, hi: int, t: int,
 def run_with_objects(batch: OpBatch, refused: np.ndarray, store: Any, busy: int,
                      udf: Any) -> Any:
     """Serial execution of a batch with object accesses (see the module doc); an
-    :class:`~splice.txn.executor.Execution` whose ``info`` carries the object results, the
+    :class:`~splice.txn.txn_executor.Execution` whose ``info`` carries the object results, the
     per-transaction object abort reasons and their details."""
-    from splice.txn.executor import _dense, _serial_arrays, _serial_finish
+    from splice.txn.txn_executor import _dense, _serial_arrays, _serial_finish
 
     objs = batch.objects
     assert objs is not None

@@ -7,7 +7,7 @@ events form one batch (a punctuation interval) that runs with the engine's sched
 are the input rows in arrival order plus ``committed`` (bool), ``abort_reason`` (string, empty when
 committed) and ``results`` (the value each access read or wrote; null for object accesses), i.e.
 the post-processing input. Snapshots hold the tables (object columns as JSON, see
-:meth:`~splice.txn.state.StateStore.snapshot`) and the pending rows as an Arrow batch.
+:meth:`~splice.txn.state_tables.StateStore.snapshot`) and the pending rows as an Arrow batch.
 
 >>> import pyarrow as pa
 >>> from splice.testing.harness import OperatorHarness
@@ -33,8 +33,8 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.txn.api import Access, add, run_events
-from splice.txn.engine import TxnEngine
-from splice.txn.state import StateTable
+from splice.txn.state_tables import StateTable
+from splice.txn.txn_engine import TxnEngine
 
 __all__ = ["TransactionalOperator"]
 

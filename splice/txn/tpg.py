@@ -23,7 +23,7 @@ import numpy as np
 
 from splice.txn import _kernels as K
 from splice.txn.ops import SUM_ADD, SUM_WRITE, WINDOW_READ, OpBatch
-from splice.txn.state import StateStore
+from splice.txn.state_tables import StateStore
 
 __all__ = ["TPG", "build_tpg", "refresh_tpg", "tpg_stats"]
 

@@ -50,8 +50,8 @@ import pyarrow.compute as pc
 
 from splice.core.errors import PlanError, SchemaError
 from splice.joins.hash._hash_kernels import merge_by_fraction, merge_filtered3
-from splice.joins.multiway.multiway_join import Q3FastJoin, q3_partitioned_join, q3_stream_join
 from splice.joins.multiway._q3_kernels import INTERLEAVED, REVERSED, SEQUENTIAL
+from splice.joins.multiway.multiway_join import Q3FastJoin, q3_partitioned_join, q3_stream_join
 
 __all__ = ["run_q3", "q3_arrival", "q3_filtered_arrival", "q3_sql", "Q3_SQL", "ORDERS", "q3_inputs", "q3_raw_inputs",
            "q3_fast_run", "q3_answer"]

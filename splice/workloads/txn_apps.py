@@ -42,7 +42,6 @@ import pyarrow as pa
 from numba import njit
 
 from splice.core.errors import PlanError
-from splice.txn.engine import NonDeterministic, TxnEngine
 from splice.txn.ops import (
     ADD,
     COND_GE,
@@ -54,7 +53,8 @@ from splice.txn.ops import (
     OpBatch,
     OpBatchBuilder,
 )
-from splice.txn.state import StateTable
+from splice.txn.state_tables import StateTable
+from splice.txn.txn_engine import NonDeterministic, TxnEngine
 
 __all__ = ["TxnWorkload", "TxnApp", "zipf_keys", "make_app", "phased_sl", "APPS", "run_app",
            "events_from_file", "EVENT_COLUMNS"]

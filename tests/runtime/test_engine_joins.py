@@ -7,7 +7,7 @@ import pytest
 
 from splice.core.records import Data, End
 from splice.io.sources import round_robin, table_source
-from splice.io.tpch import load_table
+from splice.io.tpch_data import load_table
 from splice.joins.common.join_windows import CountWindow
 from splice.joins.hash.hash_window_join import HashWindowJoin
 from splice.joins.temporal.interval_join import IntervalJoin

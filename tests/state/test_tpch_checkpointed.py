@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from splice.cli import main
-from splice.io.tpch import load_table
+from splice.io.tpch_data import load_table
 
 
 @pytest.fixture(scope="module")

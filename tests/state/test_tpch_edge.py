@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from splice.cli import main
-from splice.io.tpch import SCHEMAS, load_table, tpch_dir
+from splice.io.tpch_data import SCHEMAS, load_table, tpch_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SF = 0.01

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splice.txn import executor
-from splice.txn.engine import TxnEngine
+from splice.txn import txn_executor as executor
 from splice.txn.scheduler import ALL_STRATEGIES
-from splice.txn.state import StateTable
+from splice.txn.state_tables import StateTable
+from splice.txn.txn_engine import TxnEngine
 from tests.txn.reference import SerialReference
 from tests.txn.workload import assert_matches_reference
 

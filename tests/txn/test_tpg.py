@@ -19,7 +19,6 @@ from splice.txn import (
     TxnEngine,
     choose_strategy,
 )
-from splice.txn.executor import ThreadTeam, run_tpg
 from splice.txn.scheduler import (
     ALL_STRATEGIES,
     executor_threads,
@@ -27,6 +26,7 @@ from splice.txn.scheduler import (
     work_order,
 )
 from splice.txn.tpg import build_tpg, tpg_stats
+from splice.txn.txn_executor import ThreadTeam, run_tpg
 
 
 def _batch(eng: TxnEngine):  # type: ignore[no-untyped-def]

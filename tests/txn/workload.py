@@ -20,7 +20,7 @@ from splice.txn.ops import (
     OpBatch,
     OpBatchBuilder,
 )
-from splice.txn.state import StateStore
+from splice.txn.state_tables import StateStore
 
 
 def random_batch(rng: np.random.Generator, store: StateStore, ts0: int, n_txn: int, keys: int,

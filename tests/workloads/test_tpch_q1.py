@@ -10,7 +10,7 @@ import pytest
 
 from splice.core.operator import OperatorSpec
 from splice.core.records import Data, End
-from splice.io.tpch import load_table
+from splice.io.tpch_data import load_table
 from splice.ops.aggregate import GroupBy
 from splice.testing import rebatch, run_operator
 from splice.workloads import tpch_queries as tq

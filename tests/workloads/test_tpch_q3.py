@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from splice.core.errors import PlanError, SchemaError
-from splice.io.tpch import load_tables
+from splice.io.tpch_data import load_tables
 from splice.joins.hash._hash_kernels import merge_by_fraction
 from splice.workloads.tpch_q3 import q3_arrival, q3_sql, run_q3
 

@@ -29,7 +29,17 @@ import numpy as np
 from numba.core.registry import CPUDispatcher as Dispatcher
 
 from splice.core.errors import PlanError
-from splice.txn.executor import (
+from splice.txn.objects import run_with_objects
+from splice.txn.ops import REASON_CONDITION, REASON_LATE, REASON_UDF, OpBatch
+from splice.txn.scheduler import (
+    Strategy,
+    choose_strategy,
+    executor_threads,
+    initial_executor_threads,
+)
+from splice.txn.state_tables import StateStore, StateTable
+from splice.txn.tpg import TPG, build_tpg, refresh_tpg, tpg_stats
+from splice.txn.txn_executor import (
     Execution,
     SStorePrep,
     ThreadTeam,
@@ -40,16 +50,6 @@ from splice.txn.executor import (
     run_tpg,
     run_tstream,
 )
-from splice.txn.objects import run_with_objects
-from splice.txn.ops import REASON_CONDITION, REASON_LATE, REASON_UDF, OpBatch
-from splice.txn.scheduler import (
-    Strategy,
-    choose_strategy,
-    executor_threads,
-    initial_executor_threads,
-)
-from splice.txn.state import StateStore, StateTable
-from splice.txn.tpg import TPG, build_tpg, refresh_tpg, tpg_stats
 
 __all__ = ["TxnEngine", "BatchResult", "BASELINES", "subset_batch", "NonDeterministic"]
 

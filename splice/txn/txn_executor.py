@@ -17,7 +17,7 @@ import numpy as np
 from splice.txn import _kernels as K
 from splice.txn.ops import WINDOW_READ, OpBatch, is_write_kind
 from splice.txn.scheduler import Strategy, WorkOrder, work_order
-from splice.txn.state import StateStore
+from splice.txn.state_tables import StateStore
 from splice.txn.tpg import TPG
 
 __all__ = ["Execution", "ThreadTeam", "run_tpg", "run_serial", "run_sstore", "run_tstream",
