@@ -18,6 +18,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check splice tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # test files in parallel worker processes, one file per worker at a time: a file's tests share
 # the kernels they compile, and the suite's time is mostly compiling them

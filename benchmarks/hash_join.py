@@ -359,10 +359,10 @@ def on_engine(spec: Any, left: Any, right: Any, path: list[tuple[int, Any]]) -> 
 def _gather(left: Any, right: Any, lrows: np.ndarray, rrows: np.ndarray) -> Any:
     import pyarrow as pa
 
-    from splice.joins.hash.hash_window_join import join_output_schema
+    from splice.joins.common.output_schema import pair_output_schema
 
     lt, rt = left.take(pa.array(lrows)), right.take(pa.array(rrows))
-    return pa.Table.from_arrays(lt.columns + rt.columns, schema=join_output_schema(left.schema, right.schema)[0])
+    return pa.Table.from_arrays(lt.columns + rt.columns, schema=pair_output_schema(left.schema, right.schema)[0])
 
 
 def whole_sequence(kind: str, left: Any, right: Any, arg: Any, chunk: int = 65_536) -> Any:

@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError
 from splice.io.bad_input import BadInputPolicy, DeadLetterSink, check_policy, rows_json
-from splice.ops import _agg_kernels as K
+from splice.kernels import group_keys as K
 from splice.state.keyed import StateBackendKind, open_keyed_state
 
 __all__ = ["Deduplicator", "DUPLICATE"]

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.row_checks import RowCheck, decimal_fits_64
+from splice.kernels import group_keys as G
 from splice.ops import _agg_kernels as K
 from splice.ops.arithmetic import (
     Arith,
@@ -248,7 +249,7 @@ class _KeyCoder:
     * integers, booleans, dates, times, timestamps, durations, and decimals of precision <= 18:
       the value itself (unscaled for decimals);
     * strings and binaries: strings of at most 7 bytes packed into the word
-      (:func:`~splice.ops._agg_kernels.pack_strings`), longer ones interned to ``-(id + 1)``;
+      (:func:`~splice.kernels.group_keys.pack_strings`), longer ones interned to ``-(id + 1)``;
     * anything else (floats, wide decimals, ...): interned to ``id >= 0``.
 
     A null codes as 0; the group table tells nulls apart with a separate null bitmask word.
@@ -330,7 +331,7 @@ class _KeyCoder:
                 else np.zeros(1, dtype=np.uint8)
             )
             valid = _EMPTY_BOOL if nulls is None else ~nulls
-            n_long = K.pack_strings(offsets, data, valid, keys, c)
+            n_long = G.pack_strings(offsets, data, valid, keys, c)
             if n_long:
                 rows = np.flatnonzero(keys[:, c] == -1)
                 keys[rows, c] = -1 - self._intern(arr.take(pa.array(rows)))
@@ -359,7 +360,7 @@ class _KeyCoder:
         text = pa.types.is_string(self.type) or pa.types.is_large_string(self.type)
         wide = pa.large_string() if text else pa.large_binary()
         codes = np.ascontiguousarray(codes, dtype=np.int64)
-        offsets, data = K.unpack_strings(codes)
+        offsets, data = G.unpack_strings(codes)
         out = pa.Array.from_buffers(
             wide, n, [_mask_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)]
         )
@@ -528,7 +529,7 @@ class GroupAggregator:
         cap = 16
         while cap < 2 * self.n_groups + 2:
             cap *= 2
-        self.slots = K._rehash(np.full(cap // 2, -1, dtype=np.int64), self.gkeys, self.n_groups)
+        self.slots = G.rehash(np.full(cap // 2, -1, dtype=np.int64), self.gkeys, self.n_groups)
         if not plan.keys and self.n_groups == 0:
             self.n_groups = 1  # a global aggregate has its one group even over no rows
             self.gkeys = np.zeros((1, w), dtype=np.int64)
@@ -555,7 +556,7 @@ class GroupAggregator:
                 bits = nulls.astype(np.int64) << c
                 nullword = bits if nullword is None else nullword | bits
         keys[:, -1] = 0 if nullword is None else nullword
-        gids, self.slots, self.gkeys, ng = K.assign_groups(
+        gids, self.slots, self.gkeys, ng = G.assign_groups(
             keys, _EMPTY_BOOL if skip is None else skip, self.slots, self.gkeys, self.n_groups
         )
         self.n_groups = int(ng)

@@ -56,7 +56,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from splice.core.errors import PlanError, StateError
-from splice.ops import _agg_kernels as K
+from splice.kernels import group_keys as K
 
 __all__ = [
     "StateBackendKind",

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splice.core.errors import InternalError
-from splice.joins.common._key_index import KeyIndex
 from splice.joins.temporal._interval_kernels import (
     band_pairs_py,
     gather_bits,
@@ -30,6 +29,7 @@ from splice.joins.temporal._interval_kernels import (
     time_range_py,
     var_parts,
 )
+from splice.joins.temporal._key_index import KeyIndex
 from splice.joins.temporal.interval_join import (
     _BATCH_OVERHEAD,
     IntervalJoin,

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data, End
+from splice.kernels import group_keys as G
 from splice.ops import _agg_kernels as K
 from splice.ops.aggregate import Agg, GroupBy
 from splice.ops.arithmetic import col, decimal_words, lit, parse
@@ -316,8 +317,8 @@ def test_assign_groups_matches_twin(pairs: list[tuple[int, int]], with_skip: boo
     keys = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     skip = (keys[:, 0] == 0) if with_skip else np.zeros(0, dtype=bool)
     table: dict[tuple[int, ...], int] = {}
-    want = K.py_assign_groups(keys, skip, table)
-    gids, _, gkeys, n = K.assign_groups(
+    want = G.py_assign_groups(keys, skip, table)
+    gids, _, gkeys, n = G.assign_groups(
         keys, skip, np.full(4, -1, dtype=np.int64), np.zeros((0, 2), dtype=np.int64), 0
     )
     assert gids.tolist() == want.tolist()
@@ -330,8 +331,8 @@ def test_assign_groups_hash_path_many_groups() -> None:
     keys = rng.integers(-(2**62), 2**62, size=(500, 1)) // 7 * np.array([[1]])
     keys = np.concatenate([keys, keys[::-1]])
     table: dict[tuple[int, ...], int] = {}
-    want = K.py_assign_groups(keys, np.zeros(0, dtype=bool), table)
-    gids, *_ = K.assign_groups(
+    want = G.py_assign_groups(keys, np.zeros(0, dtype=bool), table)
+    gids, *_ = G.assign_groups(
         keys, np.zeros(0, dtype=bool), np.full(2, -1, dtype=np.int64), np.zeros((1, 1), dtype=np.int64), 0
     )
     assert gids.tolist() == want.tolist()
@@ -346,11 +347,11 @@ def test_pack_strings_matches_twin_and_round_trips(values: list[bytes | None]) -
     offsets = np.frombuffer(bufs[1], dtype=np.int32, count=len(values) + 1)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and bufs[2].size else np.zeros(1, np.uint8)
     valid = np.array([v is not None for v in values], dtype=bool)
-    n_long = K.pack_strings(offsets, data, valid, keys, 0)
-    assert keys[:, 0].tolist() == K.py_pack_strings(values)
+    n_long = G.pack_strings(offsets, data, valid, keys, 0)
+    assert keys[:, 0].tolist() == G.py_pack_strings(values)
     assert n_long == sum(1 for v in values if v is not None and len(v) > 7)
     short = np.where(keys[:, 0] >= 0, keys[:, 0], -1)
-    offs, out = K.unpack_strings(short)
+    offs, out = G.unpack_strings(short)
     for i, v in enumerate(values):
         if v is not None and len(v) <= 7:
             assert bytes(out[offs[i] : offs[i + 1]]) == v

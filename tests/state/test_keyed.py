@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, StateError
-from splice.ops import _agg_kernels as K
+from splice.kernels import group_keys as K
 from splice.state.keyed import (
     MemoryKeyedState,
     RocksDBKeyedState,

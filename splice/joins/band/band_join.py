@@ -88,7 +88,7 @@ from splice.joins.common.join_windows import (
     TimeWindow,
     conform,
 )
-from splice.joins.hash.hash_window_join import join_output_schema
+from splice.joins.common.output_schema import pair_output_schema
 from splice.kernels.jit import kernel_input
 
 __all__ = [
@@ -540,7 +540,7 @@ class BandJoin(OperatorSpec):
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         ls, rs = self._schemas(inputs)
         self.key_dtype(inputs)
-        return join_output_schema(ls, rs)[0]
+        return pair_output_schema(ls, rs)[0]
 
     def columns_used(self, inputs: InputSchemas) -> dict[int, set[str]] | None:
         return None
@@ -577,7 +577,7 @@ class BandJoinLogic(OperatorLogic):
         self.spec = spec
         ls, rs = spec._schemas(inputs)
         self.schemas = (ls, rs)
-        self.out_schema, _ = join_output_schema(ls, rs)
+        self.out_schema, _ = pair_output_schema(ls, rs)
         self.cols = spec._columns()
         self.dtype = spec.key_dtype(inputs)
         self.windows = spec.windows if spec.time_window is None else (0, 0)

@@ -101,6 +101,7 @@ from splice.joins.common.join_windows import (
     TimeWindow,
     conform,
 )
+from splice.joins.common.output_schema import pair_output_schema
 from splice.joins.hash._hash_kernels import (
     NO_TIME,
     drain,
@@ -123,7 +124,7 @@ __all__ = [
     "TimeCore",
     "Impl",
     "POSITION",
-    "join_output_schema",
+    "pair_output_schema",
     "key_columns",
     "make_index",
     "join_sequence",
@@ -260,20 +261,6 @@ def make_index(
 # --------------------------------------------------------------------------------------------
 # keys and schemas
 # --------------------------------------------------------------------------------------------
-
-
-def join_output_schema(left: pa.Schema, right: pa.Schema) -> tuple[pa.Schema, list[str]]:
-    """Left's fields then right's; a right name already taken gets ``_right`` (repeated)."""
-    taken = set(left.names)
-    names = []
-    for f in right:
-        n = f.name
-        while n in taken:
-            n = n + "_right"
-        taken.add(n)
-        names.append(n)
-    fields = list(left) + [pa.field(n, f.type, f.nullable) for n, f in zip(names, right, strict=True)]
-    return pa.schema(fields), names
 
 
 def key_columns(on: str | Sequence[str], what: str = "on") -> tuple[str, ...]:
@@ -802,7 +789,7 @@ class HashWindowJoin(OperatorSpec):
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         ls, rs = self._schemas(inputs)
-        return join_output_schema(ls, rs)[0]
+        return pair_output_schema(ls, rs)[0]
 
     def columns_used(self, inputs: InputSchemas) -> dict[int, set[str]] | None:
         return None
@@ -840,7 +827,7 @@ class _HashWindowJoinLogic(OperatorLogic):
         self.spec = spec
         lon, ron = spec.key_pairs
         self.hk = hk
-        self.schema, self._right_names = join_output_schema(ls, rs)
+        self.schema, self._right_names = pair_output_schema(ls, rs)
         self.ids = (spec.left, spec.right)
         self.sides = (_Side(ls, lon, spec.left, hk), _Side(rs, ron, spec.right, hk))
         self.time = spec.window if isinstance(spec.window, TimeWindow) else None

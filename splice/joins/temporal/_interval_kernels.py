@@ -1,8 +1,5 @@
 """Numba kernels of the time-bounded joins, each with a plain-Python twin the tests compare.
 
-* ``hash_bytes(offsets, data)`` — a 64-bit hash (FNV-1a, then a murmur finalizer) of each
-  variable-length value ``data[offsets[i]:offsets[i+1]]``: the equi-key code of string and
-  binary keys (codes narrow the candidates; real key equality is checked afterwards).
 * ``band_pairs(p_codes, p_times, b_codes, b_times, lo, hi)`` — every pair ``(i, j)`` with
   ``p_codes[i] == b_codes[j]`` and ``p_times[i] + lo <= b_times[j] <= p_times[i] + hi``, where
   ``b_codes`` is sorted ascending. Pairs come ordered by ``i``, then by ``j``.
@@ -25,8 +22,6 @@ import numpy as np
 from numba import njit
 
 __all__ = [
-    "hash_bytes",
-    "hash_bytes_py",
     "band_pairs",
     "band_pairs_py",
     "hash_band_pairs",
@@ -47,56 +42,6 @@ __all__ = [
     "var_parts",
     "probe_pairs",
 ]
-
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
-
-
-@njit(cache=True, nogil=True)
-def _fmix64(h: np.uint64) -> np.uint64:
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xFF51AFD7ED558CCD)
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xC4CEB9FE1A85EC53)
-    h ^= h >> np.uint64(33)
-    return h
-
-
-@njit(cache=True, nogil=True)
-def hash_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """``out[i] = fmix64(fnv1a(data[offsets[i]:offsets[i+1]]))`` as ``uint64``."""
-    n = len(offsets) - 1
-    out = np.empty(n, dtype=np.uint64)
-    for i in range(n):
-        h = np.uint64(0xCBF29CE484222325)
-        for k in range(offsets[i], offsets[i + 1]):
-            h ^= np.uint64(data[k])
-            h *= np.uint64(0x100000001B3)
-        out[i] = _fmix64(h)
-    return out
-
-
-def _fmix64_py(h: int) -> int:
-    m = (1 << 64) - 1
-    h ^= h >> 33
-    h = (h * 0xFF51AFD7ED558CCD) & m
-    h ^= h >> 33
-    h = (h * 0xC4CEB9FE1A85EC53) & m
-    h ^= h >> 33
-    return h
-
-
-def hash_bytes_py(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """Plain-Python twin of :func:`hash_bytes`."""
-    m = (1 << 64) - 1
-    out = []
-    for i in range(len(offsets) - 1):
-        h = int(_FNV_OFFSET)
-        for b in data[offsets[i] : offsets[i + 1]].tolist():
-            h ^= int(b)
-            h = (h * int(_FNV_PRIME)) & m
-        out.append(_fmix64_py(h))
-    return np.array(out, dtype=np.uint64)
 
 
 @njit(cache=True, nogil=True)

@@ -20,8 +20,8 @@ time in ``[t + lo_S, t + hi_S]`` where ``(lo_L, hi_L) = (lower, upper)`` and
 1. drops its *late* rows (time ``<=`` its side's watermark) to the late side output, counted per
    stream (:meth:`drain_late`, ``late_rows``);
 2. probes the opposite side's retained rows: at ``index_threshold`` (1,024) retained rows or fewer
-   the whole side goes through the :class:`~splice.joins.common.matcher.Matcher` (the full probe); above
-   it the side's :class:`~splice.joins.common._key_index.KeyIndex` yields only the rows of the probed
+   the whole side goes through the :class:`~splice.joins.temporal.matcher.Matcher` (the full probe); above
+   it the side's :class:`~splice.joins.temporal._key_index.KeyIndex` yields only the rows of the probed
    keys near the probe's time;
 3. locates the matched opposite rows by batch and row (sorted by batch/row order when they lie in
    several batches, so each is read once) and gathers their payload straight into output order
@@ -86,8 +86,7 @@ from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.row_checks import RowCheck, not_null
 from splice.core.time import MIN_TIME, is_temporal, time_values
 from splice.joins.common._c_batches import MINE, PASS, THEIRS, TIMES, BatchAssembler
-from splice.joins.common._key_index import KeyCodec, KeyIndex, check_key_types, keys_equal
-from splice.joins.common.matcher import Matcher, MatchMethod
+from splice.joins.common.key_codec import KeyCodec, check_key_types, keys_equal
 from splice.joins.temporal._interval_kernels import (
     gather_bits,
     gather_var,
@@ -95,6 +94,8 @@ from splice.joins.temporal._interval_kernels import (
     locate,
     time_range,
 )
+from splice.joins.temporal._key_index import KeyIndex
+from splice.joins.temporal.matcher import Matcher, MatchMethod
 
 __all__ = ["IntervalJoin", "JoinType", "join_output_schema"]
 

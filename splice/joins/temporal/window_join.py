@@ -57,7 +57,7 @@ from splice.core.errors import PlanError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.row_checks import RowCheck
 from splice.core.time import MIN_TIME, time_values
-from splice.joins.common._key_index import KeyCodec, keys_equal
+from splice.joins.common.key_codec import KeyCodec, keys_equal
 from splice.joins.temporal._interval_kernels import time_range
 from splice.joins.temporal._window_kernels import arrival_windows, expand_windows, window_pairs
 from splice.joins.temporal.interval_join import (

@@ -69,7 +69,7 @@ class Matcher:
 
         Rows with null keys must already be left out. The engines join on the ``int64`` codes;
         where codes are not exact (strings, several key columns) the caller checks real key
-        equality of the pairs (:func:`~splice.joins.common._key_index.keys_equal`).
+        equality of the pairs (:func:`~splice.joins.temporal._key_index.keys_equal`).
         """
         if len(p_codes) == 0 or len(b_codes) == 0:
             return _EMPTY, _EMPTY
