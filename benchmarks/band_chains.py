@@ -5,7 +5,7 @@
 
 For each window ``w = 2^k`` and chain length ``L``: the two-stream workload of
 :mod:`benchmarks.band_windows` (uniform keys, match rate 2), one serial join per structure
-(B-chain and IB-chain of length ``L``, the B+-Tree as the seed's reference), each warmed with
+(B-chain and IB-chain of length ``L``, the B+-Tree as the PIM-Tree paper's reference), each warmed with
 ``2w`` tuples; then ``--rounds`` rounds, each feeding the next ``--chunk`` tuples to every join
 in an order that rotates from round to round, timing each call in CPU seconds. Every chunk's
 results are asserted equal. Structures measured one after another drift apart on a shared
@@ -13,7 +13,7 @@ machine by more than the difference between them; chunks a fraction of a second 
 
 One JSON line per point: each structure's median CPU nanoseconds per tuple and the medians of
 the per-round ratios IB-chain / B-chain and each chain / B+-Tree (throughput ratios); then per
-window the IB-chain / B-chain ratio averaged over the lengths, the figure the seed reports
+window the IB-chain / B-chain ratio averaged over the lengths, the figure the PIM-Tree paper reports
 (``"summary"``).
 """
 

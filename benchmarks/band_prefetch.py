@@ -3,7 +3,7 @@
 ``python -m benchmarks.band_prefetch [--logs 12,14,16,17,18,20,22] [--tuples N]
 [--indexes imtree,pimtree,ibchain] [--chunk C] [--threads T] [--warm K] [--merge-ratio M]``
 
-For each window ``w = 2^k`` and structure: the seed's two-stream workload (uniform keys, match
+For each window ``w = 2^k`` and structure: the PIM-Tree paper's two-stream workload (uniform keys, match
 rate 2, merge ratio ``--merge-ratio``, by default 1/8, chains of length 2), one join warmed
 with ``K·w`` tuples (``--warm``, by default 2), then ``--tuples`` tuples fed in chunks of
 ``--chunk``, prefetching switched on for every other chunk (the core's ``prefetch``: on, the

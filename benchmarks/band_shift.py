@@ -1,8 +1,8 @@
-"""PIM-Tree under a shifting Gaussian (the seed's Figure 13a/b): inserts per partition over time.
+"""PIM-Tree under a shifting Gaussian (the PIM-Tree paper's Figure 13a/b): inserts per partition over time.
 
 ``python -m benchmarks.band_shift [--log-w 18] [--depth 2] [--rs 0,0.2,0.4,0.6,0.8,1] [--plot]``
 
-A self-join over one stream whose keys come in three phases (the seed's setup, scaled by the
+A self-join over one stream whose keys come in three phases (the PIM-Tree paper's setup, scaled by the
 window): ``4w`` tuples from N(0.5, 0.125), ``10w`` tuples whose mean moves linearly from 0.5 to
 ``0.5 + r``, ``4w`` tuples from N(0.5 + r, 0.125); band ``eps`` for match rate 2 under the fixed
 distribution. The PIM-Tree runs with merge ratio 1 (as the parallel join) and insertion depth
@@ -14,7 +14,7 @@ join (``1t``) and of the task-queue and key-range joins on ``--threads`` threads
 (``rate``) and per CPU second of the process (``cpu_rate``), with the key-range join's
 rebalances; the joins' results are asserted equal. The machine's
 2-thread ceiling measured in the same run comes first. ``--plot`` writes ``benchmarks/out/band_shift.png`` (the sorted, normalized
-insert distribution of phase 2 per ``r``, as the seed's Figure 13a) and
+insert distribution of phase 2 per ``r``, as the PIM-Tree paper's Figure 13a) and
 ``band_shift_throughput.png``.
 """
 

@@ -1,4 +1,4 @@
-"""Band-join parameter sweeps of the seed: merge ratio, insertion depth D_I, match rate, chain
+"""Band-join parameter sweeps of the PIM-Tree paper: merge ratio, insertion depth D_I, match rate, chain
 length, key skew (Figures 8b-d, 9a-d, 10b-d, 12b), memory per structure, and task size.
 
 ``python -m benchmarks.band_sweeps [--log-w 16] [--tuples N] [--only merge_ratio,depth,...]``

@@ -1,4 +1,4 @@
-"""Band-join throughput vs window size per index structure (the seed's Figures 8a, 10a, 13c).
+"""Band-join throughput vs window size per index structure (the PIM-Tree paper's Figures 8a, 10a, 13c).
 
 ``python -m benchmarks.band_windows [--min-log 10] [--max-log 20] [--tuples N] [--threads 2]
 [--parallel key_range|task_queue] [--repeat R] [--batch N]``
@@ -11,7 +11,7 @@ would otherwise put at the segment's start or leave out), timed through the sing
 IBWJ on every structure, the B+-Tree as the same-run baseline (NLWJ up to ``2^--nlwj-max-log``),
 and the PIM-Tree join on 1 thread (the serial join, no concurrency control) and on ``--threads``
 threads: ``--parallel key_range`` (default; the serial join's merge ratio and insertion depth)
-or ``task_queue`` (nonblocking merge, merge ratio 1 as the seed uses for the parallel join,
+or ``task_queue`` (nonblocking merge, merge ratio 1 as the PIM-Tree paper uses for the parallel join,
 insertion depth ``--par-depth``, by default the deepest level of ``T_S``), each against the
 serial join with the same settings.
 ``--batch N`` feeds the timed tuples in calls of ``N`` (as ``splice join`` feeds its
@@ -20,7 +20,7 @@ arrays reuse memory), by default all in one call.
 Every result is asserted equal to the B+-Tree's before its time counts. ``--repeat R`` measures
 every single-thread point R times (a fresh, warmed join each time) and keeps the run of median
 rate: a single run of a small window lasts a tenth of a second, short enough for one
-preemption to move it by 10 %. One JSON line per run, then a summary line with the goals of the seed:
+preemption to move it by 10 %. One JSON line per run, then a summary line with the PIM-Tree paper's goals:
 IM-Tree >= 1.5x and PIM-Tree >= 1.6x the B+-Tree, IB-chain >= 1.5x B-chain (averaged over
 window sizes), the PIM-Tree's rate at 2^20, and the parallel speedup for w >= 2^16 next to the
 machine's own 2-thread ceilings measured in the same run (busy work, and reads from memory:

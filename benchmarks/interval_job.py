@@ -3,7 +3,7 @@
 Run: ``python -m benchmarks.interval_job [--rows N] [--long-rows N] [--batch B ...]``
 (one JSON object per line).
 
-Workload (seeded, issue 5): two streams of ``--rows`` rows each, int64 keys uniform over 10,000,
+Workload (seeded): two streams of ``--rows`` rows each, int64 keys uniform over 10,000,
 event times sorted uniform over ``[0, rows)`` ms (about one event per ms per stream), an int64
 payload. The streams arrive as alternating batches of ``B`` rows per side (left, right, left, ...),
 each side's watermark generated with out-of-orderness 0. Each variant runs once untimed over the

@@ -1,4 +1,4 @@
-"""Selective interval-join probes: the seed's fixtures, full probe (before) against key index (after).
+"""Selective interval-join probes: the fixtures of "Delegate joins to DataFusion's hash join", full probe (before) against key index (after).
 
 Run: ``python -m benchmarks.interval_probe [--samples N]`` (one JSON object per line).
 
@@ -14,7 +14,7 @@ Variants, measured in the same run, each round in a fresh (seeded) random order,
 variant always follows the same one and inherits its warm caches:
 
 * ``before``  — the full probe for every state size (``index_threshold`` = infinity): the whole
-  retained side goes through the numba hash join each push (the seed's original path);
+  retained side goes through the numba hash join each push (the original path);
 * ``after``   — the hybrid: full probe at <= 1,024 retained rows, key index above;
 * ``acero`` / ``datafusion`` — the full probe delegated to pyarrow's Acero hash join or to
   DataFusion's HashJoinExec (one long-lived SessionContext), the engines the matcher can use;

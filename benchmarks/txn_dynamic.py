@@ -1,4 +1,4 @@
-"""The seed's phased dynamic workload: adaptive scheduling vs every fixed strategy and baselines.
+"""MorphStream's phased dynamic workload: adaptive scheduling vs every fixed strategy and baselines.
 
 ``python -m benchmarks.txn_dynamic [--events-per-phase N] [--threads T]``
 

@@ -171,7 +171,7 @@ def join_spec(args: argparse.Namespace) -> BindInputs:
         if args.merge_ratio is not None:
             options["merge_ratio"] = args.merge_ratio
         elif args.parallel_mode == "task_queue":
-            options["merge_ratio"] = 1.0  # merges stop every thread: the seed's parallel setting
+            options["merge_ratio"] = 1.0  # merges stop every thread: the PIM-Tree paper's parallel setting
         return BindInputs(BandJoin, options)
     raise PlanError(f"join --kind {args.kind}: unknown kind (choose {', '.join(KINDS)})")
 

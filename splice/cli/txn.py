@@ -9,7 +9,7 @@ and the problem, or go with their reason to ``--dead-letter`` and are counted
 
 Prints throughput (events/s), latency percentiles (an event's latency is the time from the
 start of its batch's construction to the end of its post-processing: events wait for their
-punctuation, so all events of a batch share it), the time breakdown of the seed (useful, sync,
+punctuation, so all events of a batch share it), the time breakdown of MorphStream (useful, sync,
 lock, construct, explore, abort), the strategies the scheduler picked and the memory per batch.
 ``--json`` ends with ``{"metrics": {...}}``: ``input_rows``, ``output_rows``, ``seconds``,
 ``load_seconds``, ``rows_per_s``, ``events_per_s``, ``committed``, ``aborted``,

@@ -81,7 +81,7 @@ def default_merge_ratio(window: int) -> float:
     to 2^13 entries, 1/16 up to 2^19, 1/32 above.
 
     A large window's ``T_I`` at 1/8 outgrows the caches, and its searches and inserts miss more
-    than the extra merges cost; as in the seed, whose best ratio fell from 1/8 at 2^16 to 1/16 at
+    than the extra merges cost; as in the PIM-Tree paper, whose best ratio fell from 1/8 at 2^16 to 1/16 at
     2^23, the ratio falls as the window grows (measured: docs/benchmarks.md).
     """
     if window <= 1 << 13:

@@ -83,7 +83,7 @@ READ, WRITE, ADD, SUM_WRITE, SUM_ADD, WINDOW_READ, MAX, UDF = 0, 1, 2, 3, 4, 5, 
 KIND_NAMES = ("read", "write", "add", "sum_write", "sum_add", "window_read", "max", "udf")
 COND_NONE, COND_GE, COND_LE, COND_UDF = 0, 1, 2, 3
 
-#: Operation states (the seed's state machine): blocked, ready, executed, aborted.
+#: Operation states (MorphStream's state machine): blocked, ready, executed, aborted.
 BLK, RDY, EXE, ABT = 0, 1, 2, 3
 
 REASON_NONE = 0

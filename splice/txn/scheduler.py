@@ -1,6 +1,6 @@
 """Scheduling strategies: how executor threads explore the TPG, in what units, and how aborts go.
 
-A :class:`Strategy` is the seed's triple::
+A :class:`Strategy` is MorphStream's triple::
 
     explore      s  structured: stages (TPG levels) separated by barriers; within a stage no
                     op depends on another, so threads never wait on single ops
@@ -176,13 +176,13 @@ def choose_strategy(
 ) -> Strategy:
     """The decision model: a strategy for the next batch from measured statistics.
 
-    The rules follow the seed's decision tree, with thresholds set from this engine's own
+    The rules follow MorphStream's decision tree, with thresholds set from this engine's own
     measurements (``benchmarks/txn_dynamic.py``, ``docs/benchmarks.md``):
 
     * abort: ``l`` (speculate, then redo what the failed transactions' exclusion changes) unless
       aborts are frequent (>= 2 % of recent batches) *and* operations are heavy (>= 5 us): then
       ``e``, since a redo repeats the heavy work. With cheap operations the redo is cheaper than
-      eager waits on other threads at every abort ratio measured (1-30 %), as in the seed's
+      eager waits on other threads at every abort ratio measured (1-30 %), as in MorphStream's
       Figure 20 (l-abort for high abort ratios at low complexity).
     * explore: ``ns`` by default: barriers cost most where threads are descheduled or chains are
       long (skew: many levels); on the shared 2-core machine of ``docs/benchmarks.md`` ``ns`` won

@@ -1,6 +1,6 @@
 """The task precedence graph (TPG) of one batch, built with sorts instead of per-op objects.
 
-Vertices are operations; edges are the seed's three dependencies:
+Vertices are operations; edges are MorphStream's three dependencies:
 
 * **TD** (temporal): consecutive operations on one cell, in timestamp order. Sorting operations
   by (cell, transaction, reads first) makes each cell's *operation chain* a contiguous run; an

@@ -1,7 +1,7 @@
 """Executor threads: run a TPG under a strategy, and the baselines (serial, S-Store, TStream).
 
 Each executor returns an :class:`Execution`: per-transaction commit flags, per-op results, the
-final value of every touched cell and the committed versions, plus the time breakdown the seed
+final value of every touched cell and the committed versions, plus the time breakdown MorphStream
 uses (useful, sync, lock, construct, explore, abort), in seconds.
 """
 

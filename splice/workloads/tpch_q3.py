@@ -30,7 +30,7 @@ written. HB-SJ stages run on the filtered arrival (:func:`q3_filtered_arrival`,
 answer is exactly the SQL answer (DuckDB's, types included: ``revenue`` is
 ``decimal128(38, 4)``). ``window=N``: each stage keeps the last N tuples of its *filtered*
 stream (count windows, Diba's semantics: a pair joins only if both are in their windows when the
-later one arrives); the answer depends on the arrival order, as the seed notes.
+later one arrives); the answer depends on the arrival order, as Diba notes.
 
 ``seconds`` covers the selections, the arrival order, the join, the aggregation and the top-10,
 all on data already in memory.

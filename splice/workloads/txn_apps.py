@@ -21,12 +21,12 @@ punctuation interval, built column-wise (no per-event Python):
   configurations.
 * **Stock exchange join (sej)**: tables ``traded`` and ``quoted``; a trade writes its volume as a
   new version of ``traded[stock]`` and probes ``quoted[stock]`` with a window read (sum of quote
-  volumes in the window), and symmetrically: the hash window join of the seed as transactions.
+  volumes in the window), and symmetrically: the hash window join of Diba as transactions.
 
 Common parameters: ``keys``, ``skew`` (Zipf exponent, 0 uniform), ``abort_ratio`` (events made to
 abort: they carry a condition that cannot hold), ``multi_access`` (share of multi-key events),
 ``keys_per_access``, ``deposit_ratio``, ``cyclic`` (GrepSum: when false, sums read only keys
-below the one they write, so chains form no cycles). ``phased_sl`` concatenates the seed's four
+below the one they write, so chains form no cycles). ``phased_sl`` concatenates MorphStream's four
 phases of the dynamic workload.
 """
 
@@ -206,7 +206,7 @@ def make_sl(w: TxnWorkload) -> TxnApp:
 
 def phased_sl(events_per_phase: int, keys: int, seed: int = 0,
               punctuation: int = 10_240) -> list[tuple[str, TxnWorkload]]:
-    """The seed's dynamic workload: (1) deposits, uniform; (2) skew rising; (3) transfers rising;
+    """MorphStream's dynamic workload: (1) deposits, uniform; (2) skew rising; (3) transfers rising;
     (4) aborts rising. Each phase is a list of sub-phases with its own parameters."""
     phases: list[tuple[str, TxnWorkload]] = []
     base = TxnWorkload(events=events_per_phase // 4, keys=keys, punctuation=punctuation, seed=seed)

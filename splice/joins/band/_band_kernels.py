@@ -573,7 +573,7 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
                l0, l1, r0, r1, locks_l, locks_r, ring_l, ring_r, bits_l, bits_r, edge, elock,
                limits, ctl, cur, allow, merging, ti, thresh, before, counts, windows, blocking,
                status, task_thr, task_off, task_cnt, t_acq, t_prop, res, path, out_g, out_p, n_out):
-    """One thread of the parallel IBWJ: the whole task loop of the seed in one GIL-free call.
+    """One thread of the parallel IBWJ: the whole task loop of the PIM-Tree paper's join in one GIL-free call.
 
     Every thread of a run calls this with its own ``tid``, resume record ``res``, scratch
     ``path`` and result buffers ``out_g``/``out_p``; everything else is shared. Per task:

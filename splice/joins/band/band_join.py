@@ -359,7 +359,7 @@ class BandJoin(OperatorSpec):
     threads share one index, takes that deepest level). Chains: ``chain_length`` >= 2.
     ``threads`` >= 1, ``task_size`` tuples per task and ``merge`` mode of the task-queue join;
     ``parallel``: ``key_range`` (each thread indexes one key range of both windows, IM/PIM-Tree
-    only), ``task_queue`` (the seed's join over one shared index, IM/PIM-Tree only),
+    only), ``task_queue`` (the PIM-Tree paper's join over one shared index, IM/PIM-Tree only),
     ``round_robin`` (the partitioned baseline, any index) or ``auto`` (key ranges where they
     apply, else round robin).
     ``order``: ``None`` joins in the data path's order, batch by batch; a column both inputs

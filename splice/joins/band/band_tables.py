@@ -106,7 +106,7 @@ def run(left: pa.Table, right: pa.Table, args: argparse.Namespace) -> pa.Table:
     if args.merge_ratio is not None:
         options["merge_ratio"] = args.merge_ratio
     elif getattr(args, "parallel_mode", "auto") == "task_queue":
-        options["merge_ratio"] = 1.0  # merges stop every thread: the seed's parallel setting
+        options["merge_ratio"] = 1.0  # merges stop every thread: the PIM-Tree paper's parallel setting
     spec = BandJoin(
         left=0,
         right=1,

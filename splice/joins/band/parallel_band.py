@@ -24,7 +24,7 @@ Time windows (:class:`~splice.joins.band.band_time.TimeBandCore`) run on the sam
 sets how many positions each window spans (:meth:`KeyRangeJoin.set_span`), and growth rebuilds
 every range's trees with more room (:meth:`KeyRangeJoin.reindex`).
 
-**Task-queue join** (:class:`TaskQueueJoin`, for ``imtree``/``pimtree`` windows; the seed's
+**Task-queue join** (:class:`TaskQueueJoin`, for ``imtree``/``pimtree`` windows; the PIM-Tree paper's
 parallel IBWJ, its threads sharing one index). Tuples of both
 streams enter one work queue in arrival order; a *task* is ``task_size`` consecutive tuples.
 Each thread runs the whole task loop inside one GIL-free numba call
@@ -166,7 +166,7 @@ def arrival_bounds(
 
 
 class TaskQueueJoin:
-    """The parallel IBWJ of the seed over IM/PIM-Tree windows (module docstring)."""
+    """The parallel IBWJ of the PIM-Tree paper over IM/PIM-Tree windows (module docstring)."""
 
     def __init__(
         self,

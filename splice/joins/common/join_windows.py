@@ -6,7 +6,7 @@ tuples ``n - w + 1 .. n`` of R (arrival order on the data path). A **time window
 once the watermark of the opposite stream is ``W``, no future opposite tuple can have a time
 ``<= W``, so a stored tuple with time ``<= W - D`` can never match again.
 
-A two-way window join processes an arriving r (stream R) as the seeds define::
+A two-way window join processes an arriving r (stream R) as Diba and the PIM-Tree paper define::
 
     probe W_S with r   ->   expire from W_R   ->   insert r into W_R
 

@@ -1,6 +1,6 @@
 """The key index of the interval join (above 1,024 retained rows).
 
-**Key index** (the seed's hybrid, above 1,024 retained rows): the retained rows of one side in a
+**Key index** (the hybrid of "Delegate joins to DataFusion's hash join", above 1,024 retained rows): the retained rows of one side in a
 chained hash table over their codes and time buckets
 (:func:`~splice.joins.temporal._interval_kernels.index_probe`). A chain holds the rows of one key whose
 times fall in one bucket of ``2**shift`` time units, at least the band's width, so a probe reads
