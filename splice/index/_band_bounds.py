@@ -15,37 +15,20 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic, overload
 
 from splice.kernels.jit import kernel
+from splice.kernels.numba_internals import bits_float, float_bits, overload
 
 __all__ = ["band_bounds", "band_low", "band_cover"]
-
-
-@intrinsic
-def _bits(typingctx, v):  # type: ignore[no-untyped-def]
-    # the float64's bit pattern as an int64
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def _float(typingctx, v):  # type: ignore[no-untyped-def]
-    # the float64 of an int64 bit pattern
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(types.int64), codegen
 
 
 @kernel(inline="always")
 def _next_up(b):  # type: ignore[no-untyped-def]
     # the next float64 above a finite b (np.nextafter(b, inf) without the library call): one
     # more in the bit pattern above zero, one less below (b + 0.0 turns -0.0 into +0.0)
-    u = _bits(b + 0.0)
-    return _float(u + 1 - 2 * (u < 0))
+    u = float_bits(b + 0.0)
+    return bits_float(u + 1 - 2 * (u < 0))
 
 
 @kernel()

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 from numba import types, uint64
-from numba.extending import overload
 
 from splice.kernels.jit import kernel
+from splice.kernels.numba_internals import overload
 
 __all__ = [
     "LEAF_SIZE",

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llvmlite import ir
 from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from splice.kernels.numba_internals import NO_NRT, cgutils, intrinsic, ir
 
 __all__ = [
     "atomic_add",
@@ -148,7 +147,7 @@ sched_yield: Any = intrinsic(_sched_yield)
 cycle_counter: Any = intrinsic(_cycle_counter)
 
 # kernels that never allocate compile without reference counting (see splice/kernels/jit.py)
-_INLINE: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False, "inline": "always"}
+_INLINE: dict[str, Any] = {"cache": True, "nogil": True, "inline": "always", **NO_NRT}
 
 
 @njit(**_INLINE)

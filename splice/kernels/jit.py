@@ -13,12 +13,14 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from splice.kernels.numba_internals import NO_NRT
+
 __all__ = ["kernel", "kernel_input"]
 
 
 def kernel(**options: Any) -> Any:
     """``njit(cache=True, nogil=True, _nrt=False, **options)``."""
-    flags: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False, **options}
+    flags: dict[str, Any] = {"cache": True, "nogil": True, **NO_NRT, **options}
     return njit(**flags)
 
 

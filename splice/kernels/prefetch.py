@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llvmlite import ir
 from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from splice.kernels.numba_internals import cgutils, intrinsic, ir
 
 __all__ = ["prefetch"]
 

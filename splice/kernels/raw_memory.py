@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llvmlite import ir
 from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from splice.kernels.numba_internals import cgutils, intrinsic, ir
 
 __all__ = ["mem_alloc", "mem_free", "mem_copy", "call_pointer", "load", "store"]
 

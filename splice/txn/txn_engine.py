@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numba.core.registry import CPUDispatcher as Dispatcher
 
 from splice.core.errors import PlanError
+from splice.kernels.numba_internals import Dispatcher
 from splice.txn.objects import run_with_objects
 from splice.txn.ops import REASON_CONDITION, REASON_LATE, REASON_UDF, OpBatch
 from splice.txn.scheduler import (

@@ -7,7 +7,6 @@ the loop walks a mixed sequence, picking each tuple's own and opposite window by
 from __future__ import annotations
 
 import numpy as np
-from numba.cpython.unsafe.numbers import trailing_zeros
 
 from splice.index._band_bounds import band_bounds, band_cover, band_low
 from splice.index._bptree import bpt_insert, bpt_search, nodes_free
@@ -52,6 +51,7 @@ from splice.kernels.atomics import atomic_load_acquire as atomic_load
 from splice.kernels.atomics import atomic_store_release as store_release
 from splice.kernels.atomics import atomic_xchg as atomic_store
 from splice.kernels.jit import kernel
+from splice.kernels.numba_internals import trailing_zeros
 
 __all__ = [
     "join_seq_run",

@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from splice.kernels.numba_internals import NO_NRT
+
 __all__ = [
     "murmur3_32",
     "SEED1",
@@ -59,7 +61,7 @@ __all__ = [
 ]
 
 #: ``njit(cache=True, nogil=True)`` without reference counting, for kernels that never allocate.
-_NO_NRT: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}
+_NO_NRT: dict[str, Any] = {"cache": True, "nogil": True, **NO_NRT}
 _no_nrt: Any = njit(**_NO_NRT)
 
 M32 = 0xFFFFFFFF
