@@ -29,6 +29,7 @@ import numpy as np
 
 from splice.core.errors import PlanError
 from splice.kernels.numba_internals import Dispatcher
+from splice.kernels.team import ThreadTeam
 from splice.txn.objects import run_with_objects
 from splice.txn.ops import REASON_CONDITION, REASON_LATE, REASON_UDF, OpBatch
 from splice.txn.scheduler import (
@@ -42,7 +43,6 @@ from splice.txn.tpg import TPG, build_tpg, refresh_tpg, tpg_stats
 from splice.txn.txn_executor import (
     Execution,
     SStorePrep,
-    ThreadTeam,
     busy_iters_for,
     exec_sstore,
     prepare_sstore,
@@ -194,7 +194,7 @@ class TxnEngine:
                 Strategy.parse(spec)
         self.busy = busy_iters_for(complexity_us)
         self.complexity_us = complexity_us
-        self.team = ThreadTeam(threads)
+        self.team = ThreadTeam(threads, "splice-txn")
         # auto, pipelined: executor threads per batch
         self.exec_threads = initial_executor_threads(threads, available_cores(), complexity_us)
         self.thread_use: Counter[int] = Counter()

@@ -8,19 +8,19 @@ uses (useful, sync, lock, construct, explore, abort), in seconds.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from splice.kernels.team import ThreadTeam
 from splice.txn import _kernels as K
 from splice.txn.ops import WINDOW_READ, OpBatch, is_write_kind
 from splice.txn.scheduler import Strategy, WorkOrder, work_order
 from splice.txn.state_tables import StateStore
 from splice.txn.tpg import TPG
 
-__all__ = ["Execution", "ThreadTeam", "run_tpg", "run_serial", "run_sstore", "run_tstream",
+__all__ = ["Execution", "run_tpg", "run_serial", "run_sstore", "run_tstream",
            "prepare_sstore", "exec_sstore", "SStorePrep",
            "cycles_per_second", "busy_iters_for"]
 
@@ -83,36 +83,6 @@ class Execution:
     udf_raised: np.ndarray | None = None  # per transaction: a user function raised
     memory_bytes: int = 0
     info: dict[str, Any] = field(default_factory=dict)
-
-
-class ThreadTeam:
-    """A persistent pool of executor threads; thread 0 is the caller."""
-
-    def __init__(self, threads: int, pool: ThreadPoolExecutor | None = None) -> None:
-        self.threads = threads
-        self._owns = pool is None
-        if pool is None and threads > 1:
-            pool = ThreadPoolExecutor(max_workers=threads - 1)
-        self._pool = pool if threads > 1 else None
-
-    def using(self, threads: int) -> ThreadTeam:
-        """A team of this team's first ``threads`` threads (sharing its pool; nothing to close)."""
-        if threads >= self.threads:
-            return self
-        return ThreadTeam(threads, self._pool)
-
-    def run(self, fn: Any, *args: Any) -> list[Any]:
-        """Call ``fn(t, *args)`` for every thread id t concurrently; return the results."""
-        if self._pool is None:
-            return [fn(0, *args)]
-        futs = [self._pool.submit(fn, t, *args) for t in range(1, self.threads)]
-        first = fn(0, *args)
-        return [first] + [f.result() for f in futs]
-
-    def close(self) -> None:
-        if self._pool is not None and self._owns:
-            self._pool.shutdown(wait=True)
-        self._pool = None
 
 
 class _Run:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from splice.core.errors import PlanError
+from splice.kernels.team import ThreadTeam
 from splice.txn import (
     ABT,
     ADD,
@@ -26,7 +27,7 @@ from splice.txn.scheduler import (
     work_order,
 )
 from splice.txn.tpg import build_tpg, tpg_stats
-from splice.txn.txn_executor import ThreadTeam, run_tpg
+from splice.txn.txn_executor import run_tpg
 
 
 def _batch(eng: TxnEngine):  # type: ignore[no-untyped-def]

@@ -71,7 +71,7 @@ results are merged into the join's order.
 
 Threads are Python threads; the work runs in ``nogil`` numba kernels, so they run in parallel.
 The key-range and task-queue joins keep their threads from call to call
-(:class:`~splice.kernels.workers.Workers`); the key-range join runs a call of fewer than
+(:class:`~splice.kernels.team.ThreadTeam`); the key-range join runs a call of fewer than
 ``SMALL_CALL`` tuples range after range on the calling thread, where waking the others would
 cost more than they save.
 """
@@ -125,7 +125,7 @@ from splice.joins.band._band_kernels import (
 )
 from splice.joins.band.band_join import probe_offsets
 from splice.kernels.jit import kernel_input
-from splice.kernels.workers import Workers
+from splice.kernels.team import ThreadTeam
 
 __all__ = ["TaskQueueJoin", "RoundRobinJoin", "KeyRangeJoin", "make_parallel", "arrival_bounds"]
 
@@ -230,7 +230,7 @@ class TaskQueueJoin:
                          *(np.zeros(tasks, np.int64) for _ in range(6)))
         self._bufs = [(np.empty(0, np.int64), np.empty(0, np.int64))] * self.threads
         self._all = (np.empty(0, np.int64), np.empty(0, np.int64))
-        self._workers = Workers(self.threads - 1) if self.threads > 1 else None
+        self._team = ThreadTeam(self.threads, "splice-band")
 
     # -- the OperatorLogic-facing API (same as BandCore) ---------------------------------------
     def start_at(self, positions: tuple[int, int]) -> None:
@@ -311,10 +311,7 @@ class TaskQueueJoin:
                 errors.append(exc)
 
         c0, w0 = cycles(), time.perf_counter()
-        if self._workers is None:
-            work(0)
-        else:
-            self._workers.run(work)
+        self._team.run(work)
         c1, w1 = cycles(), time.perf_counter()
         if errors:
             raise errors[0]
@@ -394,6 +391,7 @@ class RoundRobinJoin:
             for s in range(n_streams)
         ]
         self.counts = [0, 0]
+        self._team = ThreadTeam(t, "splice-band")
 
     def start_at(self, positions: tuple[int, int]) -> None:
         """Continue numbering each stream's arrivals from ``positions`` (an empty join only)."""
@@ -411,23 +409,7 @@ class RoundRobinJoin:
             sides = np.zeros(len(keys), np.int8)
         pos, t_e, t_l = arrival_bounds(sides, (self.counts[0], self.counts[1]), self.windows,
                                        self.self_join)
-        results: list[Any] = [None] * self.threads
-        errors: list[BaseException] = []
-
-        def work(part: int) -> None:
-            try:
-                results[part] = self._run_part(part, sides, keys, pos, t_e, t_l)
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(1, self.threads)]
-        for th in threads:
-            th.start()
-        work(0)
-        for th in threads:
-            th.join()
-        if errors:
-            raise errors[0]
+        results = self._team.run(self._run_part, sides, keys, pos, t_e, t_l)
         for s in range(len(self.parts)):
             self.counts[s] += int((sides == s).sum())
         g = np.concatenate([r[0] for r in results])
@@ -539,7 +521,7 @@ class KeyRangeJoin:
         self._split_g = np.empty((0, t, 0), np.int32)
         self._counts = np.zeros((0, t + 8), np.int64)
         self._todo = [np.empty(0, np.int32) for _ in range(t)]
-        self._workers = Workers(t - 1) if t > 1 else None
+        self._team = ThreadTeam(t, "splice-band")
 
     def _new_index(self, capacity: int) -> WindowIndex:
         # a range holds about 1/t of each window: merging at 1/t of the serial threshold keeps
@@ -774,11 +756,11 @@ class KeyRangeJoin:
             except BaseException as exc:  # surfaced by the thread that started the run
                 errors.append(exc)
 
-        if self._workers is None or here:
+        if here:
             for k in range(self.threads):
                 call(k)
         else:
-            self._workers.run(call)
+            self._team.run(call)
         if errors:
             raise errors[0]
 

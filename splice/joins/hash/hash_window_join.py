@@ -80,7 +80,6 @@ row ``i`` of the left input is joined just before row ``i`` of the right.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -116,6 +115,7 @@ from splice.joins.hash._hash_kernels import (
 )
 from splice.joins.hash.hbsj import HBSJIndex
 from splice.joins.hash.splitjoin import HashIndex, SplitIndex, merge_matches
+from splice.kernels.team import ThreadTeam
 
 __all__ = [
     "HashWindowJoin",
@@ -288,15 +288,15 @@ class _Threads:
 
     def __init__(self, parallel: int) -> None:
         self.parallel = parallel
-        self._pool: ThreadPoolExecutor | None = None
+        self._team: ThreadTeam | None = None
 
     def map(self, fn: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """``fn(pu)`` on every PU; their matches merged (by arrival, then matched tuple)."""
         if self.parallel == 1:
             return fn(0)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="splitjoin-pu")
-        return merge_matches(list(self._pool.map(fn, range(self.parallel))))
+        if self._team is None:
+            self._team = ThreadTeam(self.parallel, "splitjoin-pu")
+        return merge_matches(self._team.run(fn))
 
 
 def _same_capacity(a: FastIndex, b: FastIndex) -> None:

@@ -19,10 +19,11 @@ array([3, 4, 5])
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
+
+from splice.kernels.team import ThreadTeam
 
 __all__ = ["SplitIndex", "HashIndex", "merge_matches"]
 
@@ -60,14 +61,14 @@ class SplitIndex:
         self.parts = parts
         self.pus = [make(pu, parts) for pu in range(parts)]
         self.kind = self.pus[0].kind
-        self._pool: ThreadPoolExecutor | None = None
+        self._team: ThreadTeam | None = None
 
     def _map(self, fn: Callable[[HashIndex], Any]) -> list[Any]:
         if self.parts == 1:
             return [fn(self.pus[0])]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.parts, thread_name_prefix="splitjoin-pu")
-        return list(self._pool.map(fn, self.pus))
+        if self._team is None:
+            self._team = ThreadTeam(self.parts, "splitjoin-pu")
+        return self._team.run(lambda pu: fn(self.pus[pu]))
 
     def insert(self, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray, expire: bool = True) -> None:
         self._map(lambda ix: ix.insert(seqs, keys, valid, expire))
@@ -101,6 +102,6 @@ class SplitIndex:
             ix.set_counters(c)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
+        if self._team is not None:
+            self._team.close()
+            self._team = None

@@ -55,6 +55,7 @@ from splice.joins.multiway._q3_kernels import (
     q3_join_arrival,
 )
 from splice.kernels.jit import kernel_input
+from splice.kernels.team import ThreadTeam
 
 __all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_partitioned_join", "Q3FastJoin"]
 
@@ -488,8 +489,6 @@ def q3_partitioned_join(
     lineitems of partition ``p`` of the order key and every customer (SplitJoin's store-a-share,
     by key), in their arrival order (:func:`~splice.joins.multiway._q3_kernels.partition_arrival`). Same
     results as one :class:`Q3FastJoin` with ``window=None``."""
-    from concurrent.futures import ThreadPoolExecutor
-
     okeys = np.ascontiguousarray(keys[1], np.int64)
     lkeys = np.ascontiguousarray(keys[3], np.int64)
     n = np.array(n_raw, np.int64)
@@ -503,8 +502,8 @@ def q3_partitioned_join(
         join.run(batch_size)
         return join
 
-    with ThreadPoolExecutor(n_parts, thread_name_prefix="splice-q3") as pool:
-        joins = list(pool.map(one, range(n_parts)))
+    with ThreadTeam(n_parts, "splice-q3") as team:
+        joins = team.run(one)
     return agg[0], agg[1], sum(j.results for j in joins), all(j.fits for j in joins)
 
 

@@ -1,5 +1,6 @@
-"""The parallel join's kept worker threads: every round runs on every thread, and the threads
-end when their owner is collected."""
+"""The thread team every parallel kernel runs on: every round runs on every thread, errors reach
+the caller after all threads finished, and the threads end when their owner is collected or
+closed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from splice.kernels.workers import Workers
+from splice.kernels.team import ThreadTeam
 
 
 def _alive(name: str) -> int:
@@ -18,7 +19,7 @@ def _alive(name: str) -> int:
 
 
 def test_each_round_calls_every_thread_once_and_waits_for_all():
-    pool = Workers(3, name="t-rounds")
+    pool = ThreadTeam(4, name="t-rounds")
     for r in range(50):
         seen: dict[int, str] = {}
 
@@ -32,7 +33,7 @@ def test_each_round_calls_every_thread_once_and_waits_for_all():
 
 
 def test_a_failing_caller_still_waits_for_the_workers():
-    pool = Workers(2, name="t-fail")
+    pool = ThreadTeam(3, name="t-fail")
     finished: list[int] = []
 
     def fn(tid: int) -> None:
@@ -48,7 +49,7 @@ def test_a_failing_caller_still_waits_for_the_workers():
 
 
 def test_threads_end_when_the_pool_is_collected():
-    pool = Workers(4, name="t-collect")
+    pool = ThreadTeam(5, name="t-collect")
     pool.run(lambda tid: None)
     assert _alive("t-collect") == 4
     del pool
@@ -60,7 +61,7 @@ def test_threads_end_when_the_pool_is_collected():
 
 
 def test_a_forked_child_starts_its_own_threads():
-    pool = Workers(2, name="t-fork")
+    pool = ThreadTeam(3, name="t-fork")
     pool.run(lambda tid: None)
     pid = os.fork()
     if pid == 0:  # the child: without threads of its own, this round would wait forever
@@ -81,3 +82,50 @@ def test_a_forked_child_starts_its_own_threads():
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     pytest.fail("the forked child's round did not finish")
+
+
+def test_results_come_back_by_thread_id_with_the_arguments_passed():
+    team = ThreadTeam(3, name="t-results")
+    assert team.run(lambda tid, a, b: (tid, a + b), 1, 2) == [(0, 3), (1, 3), (2, 3)]
+    assert ThreadTeam(1).run(lambda tid: tid * 10) == [0]
+
+
+def test_the_lowest_failing_thread_id_is_raised_after_every_thread_finished():
+    team = ThreadTeam(4, name="t-lowest")
+    finished: list[int] = []
+
+    def fn(tid: int) -> None:
+        if tid in (2, 3):
+            raise KeyError(tid)
+        time.sleep(0.01)
+        finished.append(tid)
+
+    with pytest.raises(KeyError) as info:
+        team.run(fn)
+    assert info.value.args == (2,)
+    assert sorted(finished) == [0, 1]
+
+
+def test_a_smaller_team_shares_the_helpers_and_leaves_them_open():
+    team = ThreadTeam(4, name="t-using")
+    team.run(lambda tid: None)
+    small = team.using(2)
+    assert small.threads == 2 and team.using(9) is team
+    names: dict[int, str] = {}
+    small.run(lambda tid: names.__setitem__(tid, threading.current_thread().name))
+    assert sorted(names) == [0, 1] and names[1] == "t-using-1"
+    small.close()
+    assert team.run(lambda tid: tid) == [0, 1, 2, 3]
+    assert _alive("t-using") == 3
+
+
+def test_a_closed_team_ends_its_threads_and_refuses_rounds():
+    with ThreadTeam(3, name="t-closed") as team:
+        team.run(lambda tid: None)
+        assert _alive("t-closed") == 2
+    deadline = time.monotonic() + 5
+    while _alive("t-closed") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _alive("t-closed") == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        team.run(lambda tid: None)
