@@ -123,7 +123,8 @@ def _count_below(a, base, size, lo):
     # First the line: how many of the lines' first entries (8, 16, 24, ...) are below lo; then
     # the entries below lo in that line. Two short steps, each a few independent loads and
     # compares, instead of a count over all the entries: a descent waits on every level's
-    # answer before it loads the next level, and this answer comes in half the time
+    # answer before it loads the next level, and this answer comes sooner
+    # (docs/lab/band-joins.md, "An immutable node searched line by line")
     b = uint64(base)
     line = 0
     for s in range(_LINE, size, _LINE):

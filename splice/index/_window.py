@@ -267,19 +267,24 @@ def im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q):
             return n_out
 
 
-#: Windows of this many tuples and more (2 MiB of keys and positions in ``T_S`` or the archived
-#: links, twice the L2 of a core) are searched with their immutable leaves prefetched a few
-#: tuples ahead; smaller ones mostly hit the caches, where prefetching costs more than it saves
-#: (measured with ``benchmarks.band_prefetch``: docs/benchmarks.md).
+#: Windows of this many tuples and more (about 1.5 MiB of keys and positions in ``T_S`` or the
+#: archived links, more than a core's L2 on the hosts measured) are searched with their
+#: immutable leaves prefetched a few tuples ahead; smaller ones mostly hit the caches, where
+#: prefetching costs more than it saves. The threshold trades those two; it was measured with
+#: ``benchmarks.band_prefetch``
+#: (docs/lab/band-joins.md, "Searches start from the prefetch's descent").
 PREFETCH_MIN_WINDOW = 1 << 17
-#: An IB-chain searches every link, each archived one an immutable tree: its leaves are
-#: prefetched from windows of this many tuples on (at 2^16, chain lengths 2-8, 0.89-0.97x the
-#: CPU per tuple; at 2^15 1.00-1.04x; at 2^14 1.04-1.07x, ``benchmarks.band_chains``).
+#: An IB-chain searches every link, each archived one an immutable tree, so its leaves miss the
+#: caches in smaller windows than an IM/PIM-Tree's ``T_S``: they are prefetched from windows of
+#: this many tuples on, the smallest size at which prefetching took less CPU per tuple than not
+#: over chain lengths 2-8 (``benchmarks.band_chains``;
+#: docs/lab/band-joins.md, "IB-chains prefetch from 2^16").
 CHAIN_PREFETCH_MIN_WINDOW = 1 << 16
 #: IM/PIM-Tree windows of this many tuples and more also have the ``T_I`` node a tuple's
 #: insert changes loaded ahead (:func:`insert_prefetch`, prefetch level 2 of the join loops);
 #: below, with ``T_S`` half as large, the node is mostly still cached and the early route costs
-#: more than the load saves (same-process A/B of the serial join, docs/benchmarks.md).
+#: more than the load saves (same-process A/B of the serial join: docs/lab/band-joins.md,
+#: "Each insert's `T_I` node loaded ahead").
 INSERT_PREFETCH_MIN_WINDOW = 1 << 19
 #: How many arrivals ahead the joins start loading a tuple's leaves.
 PREFETCH_AHEAD = 8
@@ -440,8 +445,8 @@ def merge_into(st, out_k, out_p, lo):
     which is key order), and before each the run of ``T_S`` entries below it, copied without a
     branch per entry: an expired entry is written and then overwritten by the next one, and an
     entry past the capacity goes to the scratch slot, only counted. Unsigned indices spare numba's
-    negative-index fix-ups. (Without the capacity branch and the fix-ups, merges take half the
-    time.)
+    negative-index fix-ups. (Dropping the capacity branch and the fix-ups is what made merges
+    cheap: docs/lab/band-joins.md, "Merges at half the cost; `T_S` in two rows".)
     """
     (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
      fgeo) = st

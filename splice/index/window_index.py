@@ -82,7 +82,8 @@ def default_merge_ratio(window: int) -> float:
 
     A large window's ``T_I`` at 1/8 outgrows the caches, and its searches and inserts miss more
     than the extra merges cost; as in the PIM-Tree paper, whose best ratio fell from 1/8 at 2^16 to 1/16 at
-    2^23, the ratio falls as the window grows (measured: docs/benchmarks.md).
+    2^23, the ratio falls as the window grows (measured with ``benchmarks.band_ratio``:
+    docs/lab/band-joins.md, "The merge ratio by window size").
     """
     if window <= 1 << 13:
         return 0.125

@@ -28,8 +28,9 @@ def kernel_input(values: Any, dtype: Any) -> np.ndarray:
     """``values`` as a contiguous, read-only ``dtype`` array (no copy when it already is one).
 
     numba compiles a kernel once per argument type, and a read-only array (a view of an Arrow
-    buffer) is another type than a writable one. The join kernels take a minute and more each to
-    compile, so the arrays they only read enter them read-only, whichever way they came.
+    buffer) is another type than a writable one. The join kernels are the slowest of the project
+    to compile (docs/lab/band-joins.md, "Compile time halved"), so the arrays they only read enter
+    them read-only, whichever way they came, and each compiles once per key type.
     """
     array = np.ascontiguousarray(values, dtype)
     if array.flags.writeable:

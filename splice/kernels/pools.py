@@ -3,11 +3,11 @@
 A join call of millions of tuples writes its matches into arrays of tens of megabytes. Made by
 ``np.empty``, each such array is a fresh ``mmap`` that glibc unmaps again when it is freed, and
 NumPy asks the kernel for huge pages on it: the first write of every page is a fault, and where
-the kernel compacts memory to find a huge page, the faults cost more than the join's own work
-(0.5 s of system time in a 2^21-tuple call of the band join at w = 2^20 on the machine
-measured). Arrow's pool (mimalloc or jemalloc) keeps freed memory for the next allocation, so
-a call's arrays are pages the previous call already faulted in. Small arrays stay with
-``np.empty``, which is cheaper to call.
+the kernel compacts memory to find a huge page, the faults can cost more than the join's own
+work (docs/lab/band-joins.md, "Fresh memory: result arrays from Arrow's pool"). Arrow's pool
+(mimalloc or jemalloc) keeps freed memory for the next allocation, so a call's arrays are
+pages the previous call already faulted in. Small arrays stay with ``np.empty``, which is
+cheaper to call.
 """
 
 from __future__ import annotations

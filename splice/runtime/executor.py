@@ -102,10 +102,11 @@ class PipelinedExecutor(Executor):
     ``switch_interval`` (seconds; ``None``, the default, leaves it alone) sets the interpreter's
     GIL switch interval, a setting of the whole process, from now until :meth:`close` restores
     the one it found. Ask for it explicitly: the executor's threads hand the GIL back and forth
-    between short Python steps and long GIL-free kernels, and with Python's default 5 ms a thread
-    coming back from a kernel can wait that long for the GIL, so some plans run faster at 1 ms
-    (docs/architecture.md has the figures), at the price of more switching for every thread of
-    the process.
+    between short Python steps and long GIL-free kernels, and with Python's default interval a
+    thread coming back from a kernel can wait a whole interval for the GIL, so plans whose units
+    work at the same time can run faster with a shorter one, at the price of more switching for
+    every thread of the process (figures: docs/architecture.md, "Components"; docs/lab/engine.md,
+    "The GIL switch interval").
     """
 
     def __init__(self, topology: Topology, in_flight: int = 4, queue_size: int = 8,

@@ -90,8 +90,8 @@ class _Refused(Exception):
 def paused_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while encoding or decoding: the walks build many small
     containers, none in a cycle, and each few hundred of them would otherwise start a collection
-    that scans every object of the process (measured: 3-4x the time of a walk of 300,000 tuples
-    next to a large state)."""
+    that scans every object of the process: next to a large state, those collections cost more
+    than the walk itself (docs/lab/recovery.md, "The state codec")."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -578,7 +578,8 @@ def decode_value(node: Any, where: str | None = None) -> Any:
 
 # :func:`encode_value` and :func:`decode_value` run once per object of a transactional table:
 # these twins of the encoder and decoder above do the same for the JSON-like types without
-# keeping a path (a refusal is explained by rerunning those), about twice as fast
+# keeping a path, so with less work per object (a refusal is explained by rerunning the
+# path-keeping ones; figures: docs/lab/recovery.md, "The state codec")
 
 def _value_node(x: Any) -> Any:
     t = type(x)

@@ -237,9 +237,10 @@ class RocksDBKeyedState:
         table = rocksdict.BlockBasedOptions()
         table.set_block_cache(rocksdict.Cache(block_cache_bytes))
         # point lookups dominate: a bloom filter per SST file (10 bits a key, in memory with the
-        # index) and LZ4 blocks (cheaper to decode than the default Snappy, about as small)
-        # cut the CPU of the group-by benchmark by about a quarter; no compression saves another
-        # tenth but makes checkpoints 2.5x larger
+        # index) spares the lookup of an absent key its block reads, and LZ4 blocks are cheaper
+        # to decode than the default Snappy and about as small; no compression at all would cost
+        # a little less CPU but make every checkpoint much larger
+        # (docs/lab/recovery.md, "Table options")
         table.set_bloom_filter(10, False)
         opts.set_compression_type(rocksdict.DBCompressionType.lz4())
         opts.set_block_based_table_factory(table)

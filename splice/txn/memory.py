@@ -2,7 +2,7 @@
 
 Every batch allocates a few dozen arrays of ops-count length. glibc serves allocations above
 128 KiB with fresh ``mmap`` pages and returns them on free, so each batch pays a page fault per
-4 KiB touched, which at a million events per second costs more than the kernels themselves.
+4 KiB touched, which at the rates the kernels reach costs more than the kernels themselves.
 :func:`keep_freed_memory` raises the mmap and trim thresholds so freed blocks stay in the heap
 and are reused. It is process-wide, so the engine never calls it on its own: the ``splice txn``
 command and the benchmarks do.

@@ -16,10 +16,10 @@ transaction with ``REASON_UDF`` and the message.
 **Slow path.** A batch with object accesses runs on one thread in timestamp order: the
 transactions without object accesses in runs through the compiled serial kernel, each one with
 object accesses on its own (object functions are Python, called once per access, plus a deep copy
-of the value). Correctness equals serial execution by construction; throughput is that of Python
-(about a microsecond or more per object access). A transaction aborted by an object function
-reports the pre-values for its numeric accesses, as one aborted by a failed condition. Batches without object accesses keep the
-parallel schedulers. Object values are not versioned (no window reads); they are JSON-like data
+of the value). Correctness equals serial execution by construction; throughput is that of Python,
+an interpreted call and a copy per object access (figures: docs/benchmarks.md, "Transactions").
+A transaction aborted by an object function reports the pre-values for its numeric accesses, as
+one aborted by a failed condition. Batches without object accesses keep the parallel schedulers. Object values are not versioned (no window reads); they are JSON-like data
 (dicts, lists, tuples, str, int, float, bool, None), which snapshots hold as JSON (see
 :mod:`splice.txn.state_tables`): a value of another type is refused when the store is snapshotted.
 """
@@ -78,8 +78,9 @@ _ATOMIC = (int, float, str, bytes, bool, type(None))
 
 
 def _copy(value: Any) -> Any:
-    """A deep copy: immutable scalars as they are, containers through pickle (C speed, several
-    times faster than ``copy.deepcopy`` on lists and dicts), ``deepcopy`` when pickling fails."""
+    """A deep copy: immutable scalars as they are, containers through pickle (which walks lists
+    and dicts in C, where ``copy.deepcopy`` walks them in Python), ``deepcopy`` when pickling
+    fails."""
     if type(value) in _ATOMIC:
         return value
     try:
@@ -135,7 +136,8 @@ def run_with_objects(batch: OpBatch, refused: np.ndarray, store: Any, busy: int,
             batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist, last, vprev, vts, vval,
             committed, result, 0, 0, busy, udf, batch.udf_params, raised)
     # the kernel's compiled entry point for these argument types: one call per transaction with
-    # object accesses, without the dispatcher's typing of every argument on each call (~5x less)
+    # object accesses, without the dispatcher typing all two dozen arguments again on each call
+    # (docs/lab/transactions.md, "Object accesses")
     entry = K.executors(udf)[1].compile(tuple(numba.typeof(x) for x in args))
     head, tail = args[:18], args[20:]
 

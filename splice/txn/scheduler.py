@@ -177,18 +177,21 @@ def choose_strategy(
     """The decision model: a strategy for the next batch from measured statistics.
 
     The rules follow MorphStream's decision tree, with thresholds set from this engine's own
-    measurements (``benchmarks/txn_dynamic.py``, ``docs/benchmarks.md``):
+    measurements (``benchmarks/txn_dynamic.py``; docs/benchmarks.md, "Transactions", and
+    docs/lab/transactions.md). Operations are *heavy* when ``complexity_us`` (the declared work
+    per operation) is at least 5: then execution, not scheduling, dominates an operation's cost.
 
     * abort: ``l`` (speculate, then redo what the failed transactions' exclusion changes) unless
-      aborts are frequent (>= 2 % of recent batches) *and* operations are heavy (>= 5 us): then
-      ``e``, since a redo repeats the heavy work. With cheap operations the redo is cheaper than
-      eager waits on other threads at every abort ratio measured (1-30 %), as in MorphStream's
-      Figure 20 (l-abort for high abort ratios at low complexity).
+      aborts are frequent (an abort ratio of at least 2 % over recent batches) *and* operations
+      are heavy: then ``e``, since a redo repeats the heavy work. With cheap operations the redo
+      costs less than eager waits on other threads at every abort ratio measured
+      (docs/lab/transactions.md, "The dynamic workload before executor threads per batch"), as
+      in MorphStream's Figure 20 (l-abort for high abort ratios at low complexity).
     * explore: ``ns`` by default: barriers cost most where threads are descheduled or chains are
-      long (skew: many levels); on the shared 2-core machine of ``docs/benchmarks.md`` ``ns`` won
-      every configuration measured. ``s`` only for heavy operations (>= 5 us of UDF work) on very
-      wide, flat TPGs (ops per longest chain >= 256 x threads, degree skew < 4), where one
-      barrier per level is amortised over many independent heavy ops.
+      long (skew: many levels), and on shared 2-core machines ``ns`` won every configuration
+      measured (docs/lab/transactions.md, "Every strategy on Streaming Ledger"). ``s`` only for
+      heavy operations on very wide, flat TPGs (ops per longest chain >= 256 x threads, degree
+      skew < 4), where one barrier per level is amortised over many independent heavy ops.
     * granularity: ``f``, except with no cross-chain dependencies at all (no LD checks, no PD
       reads) and heavy operations, where chains are the natural unit (``c``).
     """
@@ -211,8 +214,9 @@ _BY_PARTS = {(s.explore, s.granularity, s.abort): s for s in ALL_STRATEGIES}
 
 def initial_executor_threads(most: int, cores: int, complexity_us: float) -> int:
     """Executor threads for ``auto``'s first pipelined batch: all of them for heavy operations
-    (>= 5 us, execution dominates), otherwise as many as leave the driver thread a core of its
-    own (construction runs beside execution); :func:`executor_threads` adapts it from there."""
+    (``complexity_us >= 5``, execution dominates), otherwise as many as leave the driver thread a
+    core of its own (construction runs beside execution); :func:`executor_threads` adapts it from
+    there."""
     if complexity_us >= 5.0:
         return most
     return max(1, min(most, cores - 1))

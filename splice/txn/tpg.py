@@ -93,7 +93,8 @@ def refresh_tpg(tpg: TPG, store: StateStore) -> None:
 
 def tpg_stats(tpg: TPG) -> dict[str, float]:
     """Measured TPG statistics for the decision model: dependency counts and degree skew (one
-    kernel call: the model runs once per batch, and a batch of SL takes a few milliseconds)."""
+    kernel call: the model runs once per batch, so its inputs must cost little next to building
+    the batch's TPG)."""
     n = tpg.pred.shape[0]
     longest, multi, sums = K.tpg_counts(tpg.chain, tpg.n_chains, tpg.txn_ptr, tpg.kind, SUM_WRITE, SUM_ADD)
     mean_chain = n / max(tpg.n_chains, 1)

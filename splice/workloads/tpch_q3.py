@@ -1,4 +1,4 @@
-"""TPC-H Q3 (shipping priority) as three streams joined over windows, as Diba runs it (seed 6.1).
+"""TPC-H Q3 (shipping priority) as three streams joined over windows, as in Diba, §6.1.
 
 The query::
 

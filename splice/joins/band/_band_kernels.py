@@ -180,8 +180,8 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
     The step is written out once per side with the states fixed: choosing between the two
     states per tuple made every array of both live across the loop (hundreds of values kept and
     spilled per tuple, more than the probe of a small window costs). Prefetching or not, the
-    loop is the same: a loop of each kind doubled the inlined searches and the compile time
-    (two minutes per key type) for no measurable gain.
+    loop is the same: a loop of each kind doubled the inlined searches and the compile time for
+    no measurable gain (docs/lab/band-joins.md, "Compile time halved").
     """
     n = keys.shape[0]
     if prefetch:
@@ -224,7 +224,8 @@ def _lock(locks, i, res, cell):
 def _par_search(st, locks, lo, hi, plo, phi, out, n_out, res):
     # T_S is immutable while tasks run: no lock. T_I partitions: one lock each, held per tree.
     # Inlined into par_task: called once per tuple with two dozen array arguments, the call
-    # alone cost the 1-thread parallel join about 17 % of the serial join's rate.
+    # alone cost the 1-thread parallel join a sizable share of the serial join's rate
+    # (docs/lab/band-joins.md, "The paper's task-queue join").
     si, sl, sm = st[10], st[11], st[13]
     pk, pp, pc, pn, nx, tm, meta = st[0], st[1], st[2], st[3], st[4], st[7], st[15]
     s_k, s_p = ts_keys(st)
@@ -993,10 +994,10 @@ def merge_two(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
     each ``g``; return the end.
 
     Without a branch on which side a row comes from: rows of two key ranges interleave at
-    random, and a mispredicted branch per row cost more than the copy (18 against 8 ns a row).
-    Each row's pick waits on the pick before it; so the rows are cut in two at a ``g`` and the
-    halves merged in one loop, two picks at a time that do not wait on each other (5.7 -> 4.1
-    ns a row).
+    random, so such a branch mispredicts about every other row, and a misprediction costs more
+    than the copy. Each row's pick waits on the pick before it; so the rows are cut in two at a
+    ``g`` and the halves merged in one loop, two picks at a time that do not wait on each other
+    (docs/lab/band-joins.md, "Merging the key ranges' rows").
     """
     if ea - a + eb - b < 64:
         return _merge_rows(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base)

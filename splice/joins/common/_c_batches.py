@@ -2,8 +2,9 @@
 
 A join's output batch is the arriving batch's columns (whole, or the rows of its pairs) beside
 rows gathered from retained batches. Made of Arrow objects, it costs an ``Array`` and its
-``Buffer`` objects per column and ``RecordBatch.from_arrays``: tens of microseconds for a few
-hundred rows, when cold, most of what a selective probe costs. Here :func:`assemble` writes every
+``Buffer`` objects per column and ``RecordBatch.from_arrays``, per-object work that for a few
+hundred rows, when cold, is most of what a selective probe costs (docs/lab/time-joins.md,
+"Output batches through Arrow's C data interface"). Here :func:`assemble` writes every
 gathered column into one ``malloc`` allocation together with the ``ArrowArray`` structs that
 describe the batch, and Arrow imports the whole batch in one call, taking ownership. The arriving
 batch is exported (``RecordBatch._export_to_c``) into the same allocation, and its columns that

@@ -10,7 +10,7 @@ tuple. :class:`HashKeys` turns a row's key tuple into that code:
   ``date64`` ``date64``, timestamps (same time zone), times and durations the finer unit, decimals
   the larger scale. Anything else is a :class:`~splice.core.errors.SchemaError` naming the
   stream and the column. Both sides cast their key columns to the common types before encoding.
-* **Codes** (:class:`~splice.joins.temporal._key_index.KeyCodec`, shared with the interval and window
+* **Codes** (:class:`~splice.joins.common.key_codec.KeyCodec`, shared with the interval and window
   joins): one integer, boolean, temporal or floating column is its own code, *exact*: equal
   codes mean equal keys. Strings, binaries, decimals and several columns get a 64-bit hash, not
   exact: the indexes match on the hash, and every candidate pair is then checked for real key

@@ -1,4 +1,4 @@
-"""HB-SJ: Diba's hash-based stream join index over a sliding window (seed 5.2.2).
+"""HB-SJ: Diba's hash-based stream join index over a sliding window (Diba, §5.2.2).
 
 Per indexed attribute, two Murmur3 hash functions (``mmh3``-compatible MurmurHash3_x86_32 of
 the key's 8 little-endian bytes, seeds :data:`SEED1` and :data:`SEED2`) address four storage

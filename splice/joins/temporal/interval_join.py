@@ -754,7 +754,8 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         self._late: list[tuple[int, pa.RecordBatch]] = []
         self._nl = len(ls.names)
         # a schema of nullable fields without metadata is what a batch made from arrays and
-        # names has: the output is then made that way (half the cost of checking a schema)
+        # names has: the output is then made that way, which spares Arrow checking a schema
+        # (docs/lab/time-joins.md, "The selective push's fixed cost")
         plain = pa.schema([pa.field(f.name, f.type) for f in schema])
         self._names: list[str] | None = (schema.names if schema.equals(plain, check_metadata=True)
                                          else None)

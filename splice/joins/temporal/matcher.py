@@ -18,9 +18,9 @@
     table is registered and the catalog never grows.
 
 ``"auto"`` picks ``"numba"``: on every fixture of ``benchmarks/interval_probe.py`` it measured
-fastest. A DataFusion call costs 3.5 ms or more of planning and execution, even on a handful of
-rows, and an Acero call about 1 ms or more; the operator's whole push with the numba probe takes
-0.15–0.56 ms (medians; see ``docs/benchmarks.md``). The key index of
+fastest. A DataFusion or Acero call pays a fixed cost of planning and execution, even on a
+handful of rows, and that cost alone exceeds the operator's whole push with the numba probe
+(figures: docs/benchmarks.md, "Time-bounded joins and event time"). The key index of
 :class:`~splice.joins.temporal.interval_join.IntervalJoin` always probes with the numba kernel.
 """
 
@@ -69,7 +69,7 @@ class Matcher:
 
         Rows with null keys must already be left out. The engines join on the ``int64`` codes;
         where codes are not exact (strings, several key columns) the caller checks real key
-        equality of the pairs (:func:`~splice.joins.temporal._key_index.keys_equal`).
+        equality of the pairs (:func:`~splice.joins.common.key_codec.keys_equal`).
         """
         if len(p_codes) == 0 or len(b_codes) == 0:
             return _EMPTY, _EMPTY
