@@ -5,7 +5,8 @@ A row's key is ``k`` int64 words (integers and dates as themselves, short string
 the id of its group, creating groups for keys not seen before (open addressing, linear probing,
 Fibonacci hashing, the table doubled at half load); :func:`lookup_rows` only reads. The
 group-by's aggregates, the keyed state backends and the dedupe at the edge all key their state
-this way. Each kernel has a plain-Python twin (``py_*``) the tests compare it with.
+this way. The tests compare each kernel with its plain-Python reference in
+``tests/reference/group_keys.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["assign_groups", "assign_groups_from", "key_box", "lookup_rows", "pack_strings", "rehash",
-           "unpack_strings", "py_assign_groups", "py_lookup_rows", "py_pack_strings"]
+           "unpack_strings"]
 
 _MUL = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 as int64 (Fibonacci hashing)
 #: keys whose box (the product of each word's range) is this small are numbered through a dense
@@ -193,19 +194,6 @@ def pack_strings(
     return n_long
 
 
-def py_pack_strings(values: list[bytes | None]) -> list[int]:
-    """Twin of :func:`pack_strings` over Python byte strings."""
-    out = []
-    for v in values:
-        if v is None:
-            out.append(0)
-        elif len(v) > 7:
-            out.append(-1)
-        else:
-            out.append((len(v) << 56) | int.from_bytes(v, "little"))
-    return out
-
-
 @njit(cache=True, nogil=True)
 def unpack_strings(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of :func:`pack_strings` for codes >= 0: (int64 offsets, bytes); others are empty."""
@@ -222,20 +210,6 @@ def unpack_strings(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         for k in range(offsets[i + 1] - offsets[i]):
             data[offsets[i] + k] = (c >> (8 * k)) & 0xFF
     return offsets, data
-
-
-def py_assign_groups(
-    keys: np.ndarray, skip: np.ndarray, table: dict[tuple[int, ...], int]
-) -> np.ndarray:
-    """Twin of :func:`assign_groups` with a dict as the table (updated in place)."""
-    gids = np.empty(keys.shape[0], dtype=np.int64)
-    for i in range(keys.shape[0]):
-        if len(skip) and skip[i]:
-            gids[i] = -1
-            continue
-        k = tuple(int(x) for x in keys[i])
-        gids[i] = table.setdefault(k, len(table))
-    return gids
 
 
 @njit(cache=True, nogil=True)
@@ -255,8 +229,3 @@ def lookup_rows(keys: np.ndarray, slots: np.ndarray, gkeys: np.ndarray) -> np.nd
             g = slots[j]
         out[i] = g
     return out
-
-
-def py_lookup_rows(keys: np.ndarray, table: dict[tuple[int, ...], int]) -> np.ndarray:
-    """Twin of :func:`lookup_rows` over a dict table."""
-    return np.array([table.get(tuple(int(x) for x in row), -1) for row in keys], dtype=np.int64)

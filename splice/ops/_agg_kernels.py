@@ -1,5 +1,6 @@
-"""Numba kernels of the group-by aggregate's folds, each with a plain-Python twin (``py_*``) for
-tests (the group ids come from :mod:`splice.kernels.group_keys`).
+"""Numba kernels of the group-by aggregate's folds (the group ids come from
+:mod:`splice.kernels.group_keys`); the tests check each against its plain-Python reference in
+``tests/reference/aggregate_kernels.py``.
 
 Conventions: ``gids`` holds one group id per row, ``-1`` for a row that takes part in no group
 (filtered out, or outside every window); ``valid`` is a boolean array, or an empty one meaning
@@ -18,34 +19,22 @@ from numba import njit
 __all__ = [
     "decimal_low_words",
     "max_abs",
-    "py_max_abs",
-    "py_decimal_low_words",
     "count_rows",
-    "py_count_rows",
     "sum128",
-    "py_sum128",
     "sum_i64",
-    "py_sum_i64",
     "fold128",
     "limbs_to_int",
     "normalize128",
-    "py_normalize128",
     "sum_f64",
-    "py_sum_f64",
     "min_i64",
     "max_i64",
-    "py_min_i64",
-    "py_max_i64",
     "min_f64",
     "max_f64",
-    "py_min_f64",
-    "py_max_f64",
 ]
 
 _LOW32 = np.int64(0xFFFFFFFF)
 _I64_MIN = np.iinfo(np.int64).min
 _CARRY_AT = np.int64(1) << 62
-
 
 
 @njit(cache=True, nogil=True)
@@ -96,26 +85,6 @@ def max_abs(vals: np.ndarray) -> int:
     return b if b >= 0 else 1 << 63
 
 
-def py_max_abs(vals: np.ndarray) -> int:
-    """Twin of :func:`max_abs`."""
-    return max((abs(int(v)) for v in vals), default=0)
-
-
-def py_decimal_low_words(words: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, int, bool]:
-    out = np.zeros(words.shape[0], dtype=np.int64)
-    bound, fits = 0, True
-    for i in range(words.shape[0]):
-        if len(valid) and not valid[i]:
-            continue
-        v = (int(words[i, 1]) << 64) | (int(words[i, 0]) & ((1 << 64) - 1))
-        if not -(2**63) < v < 2**63:
-            fits = False
-            continue
-        out[i] = v
-        bound = max(bound, abs(v))
-    return out, bound, fits
-
-
 @njit(cache=True, nogil=True)
 def count_rows(gids: np.ndarray, valid: np.ndarray, counts: np.ndarray) -> None:
     """``counts[g] += 1`` for every row of group g (that is valid, when ``valid`` is given)."""
@@ -123,12 +92,6 @@ def count_rows(gids: np.ndarray, valid: np.ndarray, counts: np.ndarray) -> None:
     for i in range(gids.shape[0]):
         g = gids[i]
         if g >= 0 and (not has_valid or valid[i]):
-            counts[g] += 1
-
-
-def py_count_rows(gids: np.ndarray, valid: np.ndarray, counts: np.ndarray) -> None:
-    for i, g in enumerate(gids):
-        if g >= 0 and (len(valid) == 0 or valid[i]):
             counts[g] += 1
 
 
@@ -162,14 +125,6 @@ def normalize128(hi: np.ndarray, lo: np.ndarray) -> None:
         lo[g] &= _LOW32
 
 
-def py_sum128(gids: np.ndarray, vals: np.ndarray, valid: np.ndarray, sums: dict[int, int]) -> None:
-    """Twin of :func:`sum128` / :func:`sum_i64` + :func:`fold128` with exact Python ints."""
-    for i, g in enumerate(gids):
-        if g < 0 or (len(valid) and not valid[i]):
-            continue
-        sums[int(g)] = sums.get(int(g), 0) + int(vals[i])
-
-
 def limbs_to_int(hi: np.ndarray, lo: np.ndarray) -> list[int]:
     """The exact values ``hi * 2**32 + lo`` as Python ints (for tests and slow paths)."""
     return [(int(h) << 32) + int(low) for h, low in zip(hi, lo, strict=True)]
@@ -182,12 +137,6 @@ def sum_f64(gids: np.ndarray, vals: np.ndarray, valid: np.ndarray, sums: np.ndar
     for i in range(gids.shape[0]):
         g = gids[i]
         if g >= 0 and (not has_valid or valid[i]):
-            sums[g] += vals[i]
-
-
-def py_sum_f64(gids: np.ndarray, vals: np.ndarray, valid: np.ndarray, sums: np.ndarray) -> None:
-    for i, g in enumerate(gids):
-        if g >= 0 and (len(valid) == 0 or valid[i]):
             sums[g] += vals[i]
 
 
@@ -216,22 +165,6 @@ min_f64 = min_i64
 max_f64 = max_i64
 
 
-def py_min_i64(gids: np.ndarray, vals: np.ndarray, valid: np.ndarray, best: np.ndarray) -> None:
-    for i, g in enumerate(gids):
-        if g >= 0 and (len(valid) == 0 or valid[i]) and vals[i] < best[g]:
-            best[g] = vals[i]
-
-
-def py_max_i64(gids: np.ndarray, vals: np.ndarray, valid: np.ndarray, best: np.ndarray) -> None:
-    for i, g in enumerate(gids):
-        if g >= 0 and (len(valid) == 0 or valid[i]) and vals[i] > best[g]:
-            best[g] = vals[i]
-
-
-py_min_f64 = py_min_i64
-py_max_f64 = py_max_i64
-
-
 @njit(cache=True, nogil=True)
 def sum_i64(gids: np.ndarray, vals: np.ndarray, valid: np.ndarray, part: np.ndarray) -> None:
     """Per-group int64 sums of one batch into ``part``; the caller proves they cannot overflow."""
@@ -239,12 +172,6 @@ def sum_i64(gids: np.ndarray, vals: np.ndarray, valid: np.ndarray, part: np.ndar
     for i in range(gids.shape[0]):
         g = gids[i]
         if g >= 0 and (not has_valid or valid[i]):
-            part[g] += vals[i]
-
-
-def py_sum_i64(gids: np.ndarray, vals: np.ndarray, valid: np.ndarray, part: np.ndarray) -> None:
-    for i, g in enumerate(gids):
-        if g >= 0 and (len(valid) == 0 or valid[i]):
             part[g] += vals[i]
 
 
@@ -256,11 +183,3 @@ def fold128(hi: np.ndarray, lo: np.ndarray, part: np.ndarray) -> None:
         lo[g] += p & _LOW32
         hi[g] += (p >> 32) + (lo[g] >> 32)
         lo[g] &= _LOW32
-
-
-def py_normalize128(hi: np.ndarray, lo: np.ndarray) -> None:
-    for g in range(len(hi)):
-        hi[g] += lo[g] >> 32
-        lo[g] &= 0xFFFFFFFF
-
-

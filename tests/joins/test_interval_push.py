@@ -15,18 +15,12 @@ from hypothesis import strategies as st
 
 from splice.core.errors import InternalError
 from splice.joins.temporal._interval_kernels import (
-    band_pairs_py,
     gather_bits,
-    gather_bits_py,
     gather_var,
-    gather_var_py,
     hash_band_pairs,
-    index_probe_py,
     is_arange,
     locate,
-    locate_py,
     time_range,
-    time_range_py,
     var_parts,
 )
 from splice.joins.temporal._key_index import KeyIndex
@@ -40,6 +34,14 @@ from splice.joins.temporal.interval_join import (
 )
 from splice.testing import rows_of, run_operator
 from tests.joins.test_interval_join import L, R, _schemas
+from tests.reference.temporal_kernels import (
+    band_pairs_py,
+    gather_bits_py,
+    gather_var_py,
+    index_probe_py,
+    locate_py,
+    time_range_py,
+)
 
 # -- kernels and their twins ------------------------------------------------------------------
 

@@ -14,17 +14,11 @@ from hypothesis import strategies as st
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Data, End, Watermark
 from splice.joins.temporal import window_join
-from splice.joins.temporal._window_kernels import (
-    arrival_windows,
-    arrival_windows_py,
-    expand_windows,
-    expand_windows_py,
-    window_pairs,
-    window_pairs_py,
-)
+from splice.joins.temporal._window_kernels import arrival_windows, expand_windows, window_pairs
 from splice.joins.temporal.window_join import WindowJoin, WindowJoinLogic
 from splice.testing import OperatorHarness, check_operator, rows_of, run_operator
 from tests.joins.test_interval_join import L, R, _schemas, streams
+from tests.reference.temporal_kernels import arrival_windows_py, expand_windows_py, window_pairs_py
 from tests.reference.time_joins import WindowJoinRef
 
 

@@ -20,6 +20,8 @@ from splice.ops import _agg_kernels as K
 from splice.ops.aggregate import Agg, GroupBy
 from splice.ops.arithmetic import col, decimal_words, lit, parse
 from splice.testing import OperatorHarness, check_operator, rebatch, run_operator
+from tests.reference import aggregate_kernels as R
+from tests.reference import group_keys as RG
 from tests.reference.aggregates import group_by as ref_group_by
 
 SIZES = [1, 2, 7, 49, 50, 51, 100]
@@ -317,7 +319,7 @@ def test_assign_groups_matches_twin(pairs: list[tuple[int, int]], with_skip: boo
     keys = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     skip = (keys[:, 0] == 0) if with_skip else np.zeros(0, dtype=bool)
     table: dict[tuple[int, ...], int] = {}
-    want = G.py_assign_groups(keys, skip, table)
+    want = RG.py_assign_groups(keys, skip, table)
     gids, _, gkeys, n = G.assign_groups(
         keys, skip, np.full(4, -1, dtype=np.int64), np.zeros((0, 2), dtype=np.int64), 0
     )
@@ -331,7 +333,7 @@ def test_assign_groups_hash_path_many_groups() -> None:
     keys = rng.integers(-(2**62), 2**62, size=(500, 1)) // 7 * np.array([[1]])
     keys = np.concatenate([keys, keys[::-1]])
     table: dict[tuple[int, ...], int] = {}
-    want = G.py_assign_groups(keys, np.zeros(0, dtype=bool), table)
+    want = RG.py_assign_groups(keys, np.zeros(0, dtype=bool), table)
     gids, *_ = G.assign_groups(
         keys, np.zeros(0, dtype=bool), np.full(2, -1, dtype=np.int64), np.zeros((1, 1), dtype=np.int64), 0
     )
@@ -348,7 +350,7 @@ def test_pack_strings_matches_twin_and_round_trips(values: list[bytes | None]) -
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and bufs[2].size else np.zeros(1, np.uint8)
     valid = np.array([v is not None for v in values], dtype=bool)
     n_long = G.pack_strings(offsets, data, valid, keys, 0)
-    assert keys[:, 0].tolist() == G.py_pack_strings(values)
+    assert keys[:, 0].tolist() == RG.py_pack_strings(values)
     assert n_long == sum(1 for v in values if v is not None and len(v) > 7)
     short = np.where(keys[:, 0] >= 0, keys[:, 0], -1)
     offs, out = G.unpack_strings(short)
@@ -368,30 +370,36 @@ def test_sum_and_extreme_kernels_match_twins(rows: list[tuple[int, int, bool]]) 
     hi, lo = np.zeros(4, np.int64), np.zeros(4, np.int64)
     K.sum128(gids, vals, valid, hi, lo)
     want: dict[int, int] = {}
-    K.py_sum128(gids, vals, valid, want)
+    R.py_sum128(gids, vals, valid, want)
+    assert K.limbs_to_int(hi, lo) == [want.get(g, 0) for g in range(4)]
+    hi_n, lo_n = hi.copy(), lo.copy()
+    K.normalize128(hi, lo)
+    R.py_normalize128(hi_n, lo_n)
+    assert (hi.tolist(), lo.tolist()) == (hi_n.tolist(), lo_n.tolist())
+    assert all(0 <= x < 2**32 for x in lo.tolist())
     assert K.limbs_to_int(hi, lo) == [want.get(g, 0) for g in range(4)]
     small = vals >> 20  # small enough for the per-batch int64 path
     part, ppart = np.zeros(4, np.int64), np.zeros(4, np.int64)
     K.sum_i64(gids, small, valid, part)
-    K.py_sum_i64(gids, small, valid, ppart)
+    R.py_sum_i64(gids, small, valid, ppart)
     assert part.tolist() == ppart.tolist()
     hi2, lo2 = np.zeros(4, np.int64), np.zeros(4, np.int64)
     K.fold128(hi2, lo2, part)
     K.fold128(hi2, lo2, part)
     assert K.limbs_to_int(hi2, lo2) == [2 * int(p) for p in part]
-    for kern, twin, fill in ((K.min_i64, K.py_min_i64, 2**63 - 1), (K.max_i64, K.py_max_i64, -(2**63))):
+    for kern, twin, fill in ((K.min_i64, R.py_min_i64, 2**63 - 1), (K.max_i64, R.py_max_i64, -(2**63))):
         a, b = np.full(4, fill, np.int64), np.full(4, fill, np.int64)
         kern(gids, vals, valid, a)
         twin(gids, vals, valid, b)
         assert a.tolist() == b.tolist()
     c1, c2 = np.zeros(4, np.int64), np.zeros(4, np.int64)
     K.count_rows(gids, valid, c1)
-    K.py_count_rows(gids, valid, c2)
+    R.py_count_rows(gids, valid, c2)
     assert c1.tolist() == c2.tolist()
     f = vals.astype(np.float64)
     s1, s2 = np.zeros(4), np.zeros(4)
     K.sum_f64(gids, f, valid, s1)
-    K.py_sum_f64(gids, f, valid, s2)
+    R.py_sum_f64(gids, f, valid, s2)
     assert s1.tolist() == s2.tolist()
 
 
@@ -400,7 +408,7 @@ def test_decimal_low_words_matches_twin() -> None:
     valid = np.asarray(arr.is_valid())
     words = decimal_words(arr)
     a = K.decimal_low_words(words, valid)
-    b = K.py_decimal_low_words(words, valid)
+    b = R.py_decimal_low_words(words, valid)
     assert a[0].tolist() == b[0].tolist() and a[1:] == b[1:] == (2**63 - 1, False)
     sliced = arr.slice(0, 3)
     a = K.decimal_low_words(decimal_words(sliced), np.asarray(sliced.is_valid()))
@@ -412,4 +420,4 @@ def test_decimal_low_words_matches_twin() -> None:
 def test_max_abs_matches_twin_on_strided_views(values: list[int]) -> None:
     words = np.zeros((len(values), 2), dtype=np.int64)
     words[:, 0] = values
-    assert K.max_abs(words[:, 0]) == K.py_max_abs(words[:, 0])
+    assert K.max_abs(words[:, 0]) == R.py_max_abs(words[:, 0])

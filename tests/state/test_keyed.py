@@ -21,6 +21,7 @@ from splice.state.keyed import (
     open_keyed_state,
     rows_to_bytes,
 )
+from tests.reference.group_keys import py_lookup_rows
 
 KW, VW = 2, 3
 
@@ -94,7 +95,7 @@ def test_rows_bytes_round_trip_and_lookup_twin() -> None:
     s.put(rows, np.array([[5], [6]]))
     probe = np.array([[1, -2], [3, 3]], dtype=np.int64)
     table: dict[tuple[int, ...], int] = {(1, -2): 0, (int(rows[1, 0]), 7): 1}
-    assert K.lookup_rows(probe, s.slots, s.keys).tolist() == K.py_lookup_rows(probe, table).tolist()
+    assert K.lookup_rows(probe, s.slots, s.keys).tolist() == py_lookup_rows(probe, table).tolist()
 
 
 def test_rocksdb_snapshots_are_incremental(tmp_path: Path) -> None:

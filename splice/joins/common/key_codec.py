@@ -13,7 +13,7 @@
 A row whose key has a null in any key column gets ``valid = False`` and never matches.
 
 The hash of a variable-length value is :func:`hash_bytes` (FNV-1a, then a murmur finalizer) of its
-bytes, compiled with numba; :func:`hash_bytes_py` is its plain twin for the tests.
+bytes, compiled with numba; ``tests/reference/key_codec.py`` holds its plain-Python reference.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from numba import njit
 
 from splice.core.errors import SchemaError
 
-__all__ = ["KeyCodec", "check_key_types", "hash_bytes", "hash_bytes_py", "keys_equal"]
+__all__ = ["KeyCodec", "check_key_types", "hash_bytes", "keys_equal"]
 
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -52,35 +52,12 @@ def hash_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     n = len(offsets) - 1
     out = np.empty(n, dtype=np.uint64)
     for i in range(n):
-        h = np.uint64(0xCBF29CE484222325)
+        h = _FNV_OFFSET
         for k in range(offsets[i], offsets[i + 1]):
             h ^= np.uint64(data[k])
-            h *= np.uint64(0x100000001B3)
+            h *= _FNV_PRIME
         out[i] = _fmix64(h)
     return out
-
-
-def _fmix64_py(h: int) -> int:
-    m = (1 << 64) - 1
-    h ^= h >> 33
-    h = (h * 0xFF51AFD7ED558CCD) & m
-    h ^= h >> 33
-    h = (h * 0xC4CEB9FE1A85EC53) & m
-    h ^= h >> 33
-    return h
-
-
-def hash_bytes_py(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """Plain-Python twin of :func:`hash_bytes`."""
-    m = (1 << 64) - 1
-    out = []
-    for i in range(len(offsets) - 1):
-        h = int(_FNV_OFFSET)
-        for b in data[offsets[i] : offsets[i + 1]].tolist():
-            h ^= int(b)
-            h = (h * int(_FNV_PRIME)) & m
-        out.append(_fmix64_py(h))
-    return np.array(out, dtype=np.uint64)
 
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)

@@ -1,4 +1,5 @@
-"""Numba kernels of the time-bounded joins, each with a plain-Python twin the tests compare.
+"""Numba kernels of the time-bounded joins; the tests compare each with its plain-Python reference
+in ``tests/reference/temporal_kernels.py``.
 
 * ``band_pairs(p_codes, p_times, b_codes, b_times, lo, hi)`` — every pair ``(i, j)`` with
   ``p_codes[i] == b_codes[j]`` and ``p_times[i] + lo <= b_times[j] <= p_times[i] + hi``, where
@@ -23,22 +24,16 @@ from numba import njit
 
 __all__ = [
     "band_pairs",
-    "band_pairs_py",
     "hash_band_pairs",
     "index_insert",
     "index_probe",
-    "index_probe_py",
     "band_shift",
     "new_table",
     "time_range",
-    "time_range_py",
     "is_arange",
     "locate",
-    "locate_py",
     "gather_bits",
-    "gather_bits_py",
     "gather_var",
-    "gather_var_py",
     "var_parts",
     "probe_pairs",
 ]
@@ -82,25 +77,6 @@ def band_pairs(
                 pj[c] = j
                 c += 1
     return pi, pj
-
-
-def band_pairs_py(
-    p_codes: np.ndarray,
-    p_times: np.ndarray,
-    b_codes: np.ndarray,
-    b_times: np.ndarray,
-    lo: int,
-    hi: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Plain-Python twin of :func:`band_pairs` (nested loops, no sortedness needed)."""
-    pi: list[int] = []
-    pj: list[int] = []
-    for i in range(len(p_codes)):
-        for j in range(len(b_codes)):
-            if p_codes[i] == b_codes[j] and p_times[i] + lo <= b_times[j] <= p_times[i] + hi:
-                pi.append(i)
-                pj.append(j)
-    return np.array(pi, dtype=np.int64), np.array(pj, dtype=np.int64)
 
 
 # -- chained hash index over key codes and time buckets -----------------------------------------
@@ -282,14 +258,6 @@ def new_table(entries: int) -> np.ndarray:
     return np.zeros((slots, 2), dtype=np.int64)
 
 
-def index_probe_py(
-    e_code: np.ndarray, e_time: np.ndarray, n: int, p_codes: np.ndarray, p_times: np.ndarray,
-    lo: int, hi: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Plain-Python twin of :func:`index_insert` + :func:`index_probe` over entries ``0..n-1``."""
-    return band_pairs_py(p_codes, p_times, e_code[:n], e_time[:n], lo, hi)
-
-
 @njit(cache=True, nogil=True)
 def hash_band_pairs(
     p_codes: np.ndarray, p_times: np.ndarray, b_codes: np.ndarray, b_times: np.ndarray,
@@ -341,11 +309,6 @@ def is_arange(pi: np.ndarray, n: int) -> bool:
         if pi[i] != i:
             return False
     return True
-
-
-def time_range_py(t: np.ndarray) -> tuple[int, int, bool]:
-    """Plain twin of :func:`time_range`."""
-    return int(t.min()), int(t.max()), bool((t[1:] >= t[:-1]).all())
 
 
 @njit(cache=True, nogil=True)
@@ -414,23 +377,6 @@ def locate(
     return uniq[:nu], inv, groups[:g], cuts[: g + 1]
 
 
-def locate_py(
-    row_ids: np.ndarray, starts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Plain twin of :func:`locate` (NumPy's ``unique`` and ``searchsorted``)."""
-    batch = np.searchsorted(starts, row_ids, side="right") - 1
-    if (batch == batch[0]).all():
-        return (row_ids - starts[batch[0]], np.zeros(0, np.int64),
-                np.array([batch[0]], np.int64), np.array([0, len(row_ids)], np.int64))
-    uniq, inv = np.unique(row_ids, return_inverse=True)
-    if len(uniq) == len(row_ids) and (inv == np.arange(len(inv))).all():
-        inv = np.zeros(0, np.int64)
-    ub = np.searchsorted(starts, uniq, side="right") - 1
-    cut = np.flatnonzero(np.diff(ub)) + 1
-    cuts = np.concatenate([[0], cut, [len(uniq)]]).astype(np.int64)
-    return (uniq - starts[ub]).astype(np.int64), inv.astype(np.int64), ub[cuts[:-1]], cuts
-
-
 @njit(cache=True, nogil=True)
 def gather_bits(bits: np.ndarray, bit_offset: int, rows: np.ndarray) -> np.ndarray:
     """Bitmap (LSB first) of bits ``bit_offset + rows[k]`` of ``bits``, in the order of ``rows``."""
@@ -441,12 +387,6 @@ def gather_bits(bits: np.ndarray, bit_offset: int, rows: np.ndarray) -> np.ndarr
         if (bits[p >> 3] >> (p & 7)) & 1:
             out[k >> 3] |= np.uint8(1 << (k & 7))
     return out
-
-
-def gather_bits_py(bits: np.ndarray, bit_offset: int, rows: np.ndarray) -> np.ndarray:
-    """Plain twin of :func:`gather_bits`."""
-    flags = np.unpackbits(bits, bitorder="little")[bit_offset + np.asarray(rows, np.int64)]
-    return np.packbits(flags, bitorder="little")
 
 
 @njit(cache=True, nogil=True)
@@ -518,15 +458,3 @@ def var_parts(gathered: tuple[np.ndarray, int, int], rows: int, offset_type: typ
     offsets: np.ndarray = buf[off_at : off_at + (rows + 1) * size].view(offset_type)
     valid = buf[: (rows + 7) // 8] if nulls else np.zeros(0, np.uint8)
     return offsets, buf[data_at:], valid
-
-
-def gather_var_py(
-    offsets: np.ndarray, data: np.ndarray, bits: np.ndarray, bit_offset: int, rows: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Plain twin of :func:`gather_var`."""
-    parts = [bytes(data[offsets[r] : offsets[r + 1]]) for r in np.asarray(rows).tolist()]
-    off = np.concatenate([[0], np.cumsum([len(p) for p in parts], dtype=np.int64)])
-    if offsets.dtype.itemsize == 4 and off[-1] > 2**31 - 1:
-        return np.zeros(0, offsets.dtype), np.zeros(0, np.uint8), np.zeros(0, np.uint8)
-    valid = gather_bits_py(bits, bit_offset, rows) if len(bits) else np.zeros(0, np.uint8)
-    return (off.astype(offsets.dtype), np.frombuffer(b"".join(parts), np.uint8).copy(), valid)

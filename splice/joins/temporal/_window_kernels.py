@@ -1,5 +1,5 @@
-"""Numba kernels of the window join (an arriving batch, and the close), each with the plain twin
-the tests compare.
+"""Numba kernels of the window join (an arriving batch, and the close); the tests compare each with
+its plain-Python reference in ``tests/reference/temporal_kernels.py``.
 
 ``expand_windows(k_open, times, codes, slide, lo_k, hi_k, offset)`` lists the ``(row, window)``
 pairs of one retained batch whose windows lie in ``lo_k..hi_k``: row ``i`` belongs to windows
@@ -30,11 +30,8 @@ from splice.joins.temporal._interval_kernels import _slot
 
 __all__ = [
     "arrival_windows",
-    "arrival_windows_py",
     "expand_windows",
-    "expand_windows_py",
     "window_pairs",
-    "window_pairs_py",
 ]
 
 _MIN = MIN_TIME
@@ -55,17 +52,6 @@ def arrival_windows(t: np.ndarray, size: int, slide: int, closed: int
         k_first = (ti - size) // slide + 1
         k_open[i] = k_first if closed == _MIN else max(k_first, closed + 1)
     return late, k_open
-
-
-def arrival_windows_py(t: np.ndarray, size: int, slide: int, closed: int
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Plain twin of :func:`arrival_windows`, row by row in Python integers."""
-    late, k_open = [], []
-    for ti in (int(v) for v in t):
-        late.append(closed != _MIN and ti // slide <= closed)
-        k_first = (ti - size) // slide + 1
-        k_open.append(k_first if closed == _MIN else max(k_first, closed + 1))
-    return np.array(late, dtype=bool), np.array(k_open, dtype=np.int64)
 
 
 @njit(cache=True, nogil=True)
@@ -160,21 +146,6 @@ def expand_windows(k_open: np.ndarray, times: np.ndarray, codes: np.ndarray, sli
     return buf, m, m
 
 
-def expand_windows_py(k_open: np.ndarray, times: np.ndarray, codes: np.ndarray, slide: int,
-                      lo_k: int, hi_k: int, offset: int, window_major: bool = False
-                      ) -> tuple[np.ndarray, int]:
-    """Plain twin of :func:`expand_windows`: rows, windows and codes, one after the other."""
-    pairs = []
-    for i in range(len(times)):
-        for k in range(max(int(k_open[i]), lo_k), min(int(times[i]) // slide, hi_k) + 1):
-            pairs.append((k, i) if window_major else (i, k))
-    pairs.sort()
-    rows = [p[1] if window_major else p[0] for p in pairs]
-    ks = [p[0] if window_major else p[1] for p in pairs]
-    cs = [int(codes[i]) for i in rows]
-    return np.array([r + offset for r in rows] + ks + cs, dtype=np.int64), len(rows)
-
-
 @njit(cache=True, nogil=True)
 def _run_end(a: np.ndarray, i: int) -> int:
     v = a[i]
@@ -264,13 +235,3 @@ def window_pairs(l_win: np.ndarray, l_codes: np.ndarray, r_win: np.ndarray, r_co
         buf = np.empty(2 * cap, dtype=np.int64)
         k = _window_fill(l_win, l_codes, r_win, r_codes, buf[:cap], buf[cap:])
     return buf, cap, k
-
-
-def window_pairs_py(l_win: np.ndarray, l_codes: np.ndarray, r_win: np.ndarray,
-                    r_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Plain twin of :func:`window_pairs`: every pair, sorted by window, left, right."""
-    pairs = [(int(l_win[i]), i, j) for i in range(len(l_win)) for j in range(len(r_win))
-             if l_win[i] == r_win[j] and l_codes[i] == r_codes[j]]
-    pairs.sort()
-    return (np.array([p[1] for p in pairs], dtype=np.int64),
-            np.array([p[2] for p in pairs], dtype=np.int64))
