@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from splice.kernels.hashing import hash_words
+
 __all__ = ["assign_groups", "assign_groups_from", "key_box", "lookup_rows", "pack_strings", "rehash",
            "unpack_strings"]
 
-_MUL = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 as int64 (Fibonacci hashing)
 #: keys whose box (the product of each word's range) is this small are numbered through a dense
 #: lookup table instead of the hash table
 _LUT_MAX = 1 << 16
@@ -28,21 +29,12 @@ _LONG = np.int64(-1)
 
 
 @njit(cache=True, nogil=True)
-def _hash_row(keys: np.ndarray, i: int) -> np.int64:
-    h = np.int64(0x2545F4914F6CDD1D)
-    for c in range(keys.shape[1]):
-        h = (h ^ keys[i, c]) * _MUL
-        h ^= h >> 29
-    return h
-
-
-@njit(cache=True, nogil=True)
 def rehash(slots: np.ndarray, gkeys: np.ndarray, n_groups: int) -> np.ndarray:
     cap = slots.shape[0] * 2
     mask = cap - 1
     out = np.full(cap, -1, dtype=np.int64)
     for g in range(n_groups):
-        j = _hash_row(gkeys, g) & mask
+        j = hash_words(gkeys, g) & mask
         while out[j] >= 0:
             j = (j + 1) & mask
         out[j] = g
@@ -115,7 +107,7 @@ def assign_groups_from(
             if g >= 0:
                 gids[i] = g
                 continue
-        j = _hash_row(keys, i) & mask
+        j = hash_words(keys, i) & mask
         g = slots[j]
         while g >= 0 and not _same_key(gkeys, g, keys, i):
             j = (j + 1) & mask
@@ -222,7 +214,7 @@ def lookup_rows(keys: np.ndarray, slots: np.ndarray, gkeys: np.ndarray) -> np.nd
     out = np.full(n, -1, dtype=np.int64)
     mask = slots.shape[0] - 1
     for i in range(n):
-        j = _hash_row(keys, i) & mask
+        j = hash_words(keys, i) & mask
         g = slots[j]
         while g >= 0 and not _same_key(gkeys, g, keys, i):
             j = (j + 1) & mask

@@ -30,7 +30,6 @@ from splice.joins.hash._hash_kernels import (
     fx_update,
     hb_probe,
     hb_update,
-    murmur3_32,
     ring_positions,
 )
 from splice.joins.hash.hash_window_join import (
@@ -40,6 +39,7 @@ from splice.joins.hash.hash_window_join import (
     time_join_sequence,
 )
 from splice.joins.hash.hbsj import HBSJIndex
+from splice.kernels.hashing import murmur3_32
 from splice.testing import OperatorHarness, check_operator, rows_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -14,13 +14,14 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.records import Data, End, Watermark
-from splice.joins.common.key_codec import KeyCodec, hash_bytes
+from splice.joins.common.key_codec import KeyCodec
 from splice.joins.temporal._interval_kernels import band_pairs, hash_band_pairs
 from splice.joins.temporal._key_index import KeyIndex
 from splice.joins.temporal.interval_join import IntervalJoin, IntervalJoinLogic, _Side
 from splice.joins.temporal.matcher import Matcher
+from splice.kernels.hashing import hash_bytes
 from splice.testing import OperatorHarness, check_operator, rows_of, run_operator
-from tests.reference.key_codec import hash_bytes_py
+from tests.reference.hashing import hash_bytes_py
 from tests.reference.temporal_kernels import band_pairs_py, index_probe_py
 from tests.reference.time_joins import IntervalJoinRef
 

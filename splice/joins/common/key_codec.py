@@ -12,8 +12,8 @@
 
 A row whose key has a null in any key column gets ``valid = False`` and never matches.
 
-The hash of a variable-length value is :func:`hash_bytes` (FNV-1a, then a murmur finalizer) of its
-bytes, compiled with numba; ``tests/reference/key_codec.py`` holds its plain-Python reference.
+The hash of a variable-length value is :func:`~splice.kernels.hashing.hash_bytes` of its bytes,
+and several columns combine with :func:`~splice.kernels.hashing.combine_codes`.
 """
 
 from __future__ import annotations
@@ -23,44 +23,11 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numba import njit
 
 from splice.core.errors import SchemaError
+from splice.kernels.hashing import combine_codes, hash_bytes
 
-__all__ = ["KeyCodec", "check_key_types", "hash_bytes", "keys_equal"]
-
-
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-
-
-_FNV_PRIME = np.uint64(0x100000001B3)
-
-
-@njit(cache=True, nogil=True)
-def _fmix64(h: np.uint64) -> np.uint64:
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xFF51AFD7ED558CCD)
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xC4CEB9FE1A85EC53)
-    h ^= h >> np.uint64(33)
-    return h
-
-
-@njit(cache=True, nogil=True)
-def hash_bytes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """``out[i] = fmix64(fnv1a(data[offsets[i]:offsets[i+1]]))`` as ``uint64``."""
-    n = len(offsets) - 1
-    out = np.empty(n, dtype=np.uint64)
-    for i in range(n):
-        h = _FNV_OFFSET
-        for k in range(offsets[i], offsets[i + 1]):
-            h ^= np.uint64(data[k])
-            h *= _FNV_PRIME
-        out[i] = _fmix64(h)
-    return out
-
-
-_MIX = np.uint64(0x9E3779B97F4A7C15)
+__all__ = ["KeyCodec", "check_key_types", "keys_equal"]
 
 
 def _is_exact_type(t: pa.DataType) -> bool:
@@ -136,14 +103,8 @@ class KeyCodec:
                 valid = v if valid is None else valid & v
         if self.exact:
             return _int_codes(arrays[0]), valid
-        h: np.ndarray | None = None
-        for a, t in zip(arrays, self.types, strict=True):
-            c = (_int_codes(a) if _is_exact_type(t) else _hash_codes(a)).view(np.uint64)
-            if h is None:
-                h = c * _MIX if len(arrays) > 1 else c
-            else:
-                h = (h ^ (c + _MIX + (h << np.uint64(6)) + (h >> np.uint64(2)))) * _MIX
-        assert h is not None
+        h = combine_codes([(_int_codes(a) if _is_exact_type(t) else _hash_codes(a)).view(np.uint64)
+                           for a, t in zip(arrays, self.types, strict=True)])
         return h.view(np.int64), valid
 
 

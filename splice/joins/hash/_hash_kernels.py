@@ -1,4 +1,4 @@
-"""Numba kernels of the hash window joins: Murmur3, the fast chained window index, HB-SJ.
+"""Numba kernels of the hash window joins: the fast chained window index and HB-SJ.
 
 Every kernel is ``@njit(cache=True, nogil=True)`` and written so that its ``py_func`` (the plain
 Python twin) computes the same thing on NumPy arrays; the tests run both. Integer arithmetic is
@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from splice.kernels.hashing import GOLDEN_I64, murmur3_32
 from splice.kernels.numba_internals import NO_NRT
 
 __all__ = [
-    "murmur3_32",
     "SEED1",
     "SEED2",
     "fx_bucket",
@@ -64,11 +64,10 @@ __all__ = [
 _NO_NRT: dict[str, Any] = {"cache": True, "nogil": True, **NO_NRT}
 _no_nrt: Any = njit(**_NO_NRT)
 
-M32 = 0xFFFFFFFF
 SEED1 = 0
 SEED2 = 0x9747B28C
-#: The fast index's multiplier: 2**64 / golden ratio (as a signed int64).
-FX_MULT = -7046029254386353131
+#: The fast index's multiplier: Fibonacci hashing's, as a signed int64.
+FX_MULT = GOLDEN_I64
 
 ST_OVF_INS = 4
 ST_OVF_PEAK = 5
@@ -78,36 +77,6 @@ N_STATS = 8
 
 LOC_OVF = 4
 LOC_NONE = 5
-
-
-@_no_nrt
-def _rotl32(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & M32
-
-
-@_no_nrt
-def _mix_block(h: int, k: int) -> int:
-    k = (k * 0xCC9E2D51) & M32
-    k = _rotl32(k, 15)
-    k = (k * 0x1B873593) & M32
-    h ^= k
-    h = _rotl32(h, 13)
-    return (h * 5 + 0xE6546B64) & M32
-
-
-@_no_nrt
-def murmur3_32(key: int, seed: int) -> int:
-    """MurmurHash3_x86_32 of the 8 little-endian bytes of int64 ``key`` (= ``mmh3.hash``, unsigned)."""
-    h = seed & M32
-    h = _mix_block(h, key & M32)
-    h = _mix_block(h, (key >> 32) & M32)
-    h ^= 8
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & M32
-    h ^= h >> 16
-    return h
 
 
 def ring_positions(seqs: np.ndarray, window: int | None, cap: int, pu: int, parts: int,

@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from splice.kernels.hashing import GOLDEN
+
 __all__ = [
     "band_pairs",
     "hash_band_pairs",
@@ -95,7 +97,7 @@ def band_pairs(
 
 @njit(cache=True, nogil=True)
 def _slot(code: np.int64, mask: int) -> np.int64:
-    h = np.uint64(code) * np.uint64(0x9E3779B97F4A7C15)
+    h = np.uint64(code) * GOLDEN
     return np.int64(h >> np.uint64(20)) & mask
 
 
