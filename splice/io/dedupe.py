@@ -65,7 +65,7 @@ class Deduplicator:
         backend: StateBackendKind = "memory",
         directory: str | Path | None = None,
     ) -> None:
-        from splice.ops.aggregate import KeyCoder
+        from splice.ops.aggregate import GroupKeyCoder
 
         check_policy(policy)
         if not on:
@@ -78,7 +78,7 @@ class Deduplicator:
         self.on = list(on)
         self.policy = policy
         self.sink = sink if sink is not None or policy == "fail" else DeadLetterSink()
-        self.coders = [KeyCoder(c, schema.field(c).type) for c in self.on]
+        self.coders = [GroupKeyCoder(c, schema.field(c).type) for c in self.on]
         self.seen = open_keyed_state(backend, len(self.on) + 1, 1, directory)
         self.slots = np.full(64, -1, dtype=np.int64)
         self.gkeys = np.zeros((32, len(self.on) + 1), dtype=np.int64)

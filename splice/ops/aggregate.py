@@ -43,6 +43,7 @@ from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.row_checks import RowCheck, decimal_fits_64
 from splice.kernels import group_keys as G
+from splice.kernels.key_words import exact_words, is_exact_type
 from splice.ops import _agg_kernels as K
 from splice.ops.arithmetic import (
     Arith,
@@ -50,9 +51,7 @@ from splice.ops.arithmetic import (
     Values,
     ValueType,
     as_arith,
-    decimal_words,
     full_values,
-    leaf_type,
 )
 from splice.ops.expressions import evaluate, expression_columns, result_types
 
@@ -61,7 +60,7 @@ __all__ = [
     "AggFunc",
     "GroupBy",
     "GroupAggregator",
-    "KeyCoder",
+    "GroupKeyCoder",
     "BackedGroupAggregator",
     "AggPlan",
     "plan_aggregates",
@@ -190,22 +189,6 @@ def plan_aggregates(
 # Arrow <-> int64 codes
 
 
-def _int64_of(arr: pa.Array) -> np.ndarray:
-    """int64 values of an integer, boolean or temporal array (nulls as 0)."""
-    t = arr.type
-    if pa.types.is_boolean(t):
-        arr = arr.cast(pa.int8())
-    elif pa.types.is_date64(t):
-        arr = arr.view(pa.int64())
-    elif pa.types.is_date32(t) or pa.types.is_time32(t):
-        arr = arr.view(pa.int32())
-    elif pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_time64(t):
-        arr = arr.view(pa.int64())
-    if arr.null_count:
-        arr = arr.fill_null(0)
-    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
 def _mask_buffer(valid: np.ndarray | None) -> pa.Buffer | None:
     if valid is None or bool(valid.all()):
         return None
@@ -243,11 +226,11 @@ def _is_stringlike(t: pa.DataType) -> bool:
     )
 
 
-class _KeyCoder:
-    """Codes one key column as int64 words, the same in every batch.
+class GroupKeyCoder:
+    """Codes one key column as exact, decodable int64 words, the same in every batch.
 
     * integers, booleans, dates, times, timestamps, durations, and decimals of precision <= 18:
-      the value itself (unscaled for decimals);
+      the value itself (:func:`~splice.kernels.key_words.exact_words`);
     * strings and binaries: strings of at most 7 bytes packed into the word
       (:func:`~splice.kernels.group_keys.pack_strings`), longer ones interned to ``-(id + 1)``;
     * anything else (floats, wide decimals, ...): interned to ``id >= 0``.
@@ -262,12 +245,7 @@ class _KeyCoder:
         self.type = t
         if _is_stringlike(t):
             self.mode = "str"
-        elif (
-            pa.types.is_integer(t)
-            or pa.types.is_boolean(t)
-            or leaf_type(t).kind == "temporal"
-            or (pa.types.is_decimal(t) and t.bit_width == 128 and t.precision <= 18)
-        ):
+        elif is_exact_type(t) and not pa.types.is_floating(t):
             self.mode = "int"
         else:
             self.mode = "intern"
@@ -314,12 +292,7 @@ class _KeyCoder:
             arr = arr.cast(self.type)
         nulls = np.asarray(arr.is_null()) if arr.null_count else None
         if self.mode == "int":
-            if pa.types.is_decimal(arr.type):
-                valid = _EMPTY_BOOL if nulls is None else ~nulls
-                low, _, _ = K.decimal_low_words(decimal_words(arr), valid)
-                keys[:, c] = low
-            else:
-                keys[:, c] = _int64_of(arr)
+            keys[:, c] = exact_words(arr)
         elif self.mode == "str":
             large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
             bufs = arr.buffers()
@@ -380,8 +353,6 @@ class _KeyCoder:
         return sum(c.nbytes for c in self.chunks)
 
 
-#: the key coder, for other operators that key state by column values (deduplication)
-KeyCoder = _KeyCoder
 
 
 def _hashable(v: Any) -> Any:
@@ -493,7 +464,7 @@ class GroupAggregator:
         self.inputs, self.which = _inputs_of(plan)
         w = len(plan.keys) + 1  # key codes + a bitmask of null keys
         self.coders = [
-            _KeyCoder(n, t, None if state is None else state["coders"][i])
+            GroupKeyCoder(n, t, None if state is None else state["coders"][i])
             for i, (n, t) in enumerate(plan.keys)
         ]
         self.fills: dict[str, Any] = {"rows": 0}
@@ -752,7 +723,7 @@ class BackedGroupAggregator:
             self.store = open_keyed_state(kind, key_words, 1 + len(self.fields), directory)  # type: ignore[arg-type]
         else:
             self.n_groups = int(state["n_groups"])
-            self.local.coders = [_KeyCoder(n, t, state["coders"][i]) for i, (n, t) in enumerate(plan.keys)]
+            self.local.coders = [GroupKeyCoder(n, t, state["coders"][i]) for i, (n, t) in enumerate(plan.keys)]
             self.store = open_keyed_state(kind, key_words, 1 + len(self.fields), directory,  # type: ignore[arg-type]
                                           state["store"])
 
@@ -790,7 +761,7 @@ class BackedGroupAggregator:
         self.store.put(keys, vals)
 
     @property
-    def coders(self) -> list[_KeyCoder]:
+    def coders(self) -> list[GroupKeyCoder]:
         return self.local.coders
 
     def result_columns(self) -> list[pa.Array]:

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data, Watermark
-from splice.joins.common.hash_keys import HashKeys, common_key_types
 from splice.joins.common.join_windows import CountWindow, TimeWindow
+from splice.joins.common.key_codec import KeyCodec, common_key_types
 from splice.joins.hash.hash_tables import hash_join_tables, hash_time_join_tables
 from splice.joins.hash.hash_window_join import HashWindowJoin
 from splice.testing import OperatorHarness, check_operator
@@ -96,13 +96,13 @@ def test_multi_column_string_keys_equal_nested_loop(arrivals, w, split, impl, pa
 @pytest.mark.parametrize("impl", ["fast", "hbsj"])
 def test_forced_code_collisions_never_match_distinct_keys(monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
     """Every key gets one of two codes: only the equality check keeps distinct keys apart."""
-    real = HashKeys.encode
+    real = KeyCodec.encode
 
     def colliding(self, columns, stream, names):  # type: ignore[no-untyped-def]
         codes, valid = real(self, columns, stream, names)
         return codes & 1, valid
 
-    monkeypatch.setattr(HashKeys, "encode", colliding)
+    monkeypatch.setattr(KeyCodec, "encode", colliding)
     rng = np.random.default_rng(1)
     names = ["a", "b", "c", "ab", None]
     arrivals = [(int(rng.integers(0, 2)), (names[int(rng.integers(0, 5))], int(rng.integers(0, 3))))

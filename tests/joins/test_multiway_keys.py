@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from splice.core.errors import PlanError, SchemaError
 from splice.core.records import Data
-from splice.joins.common.hash_keys import HashKeys
+from splice.joins.common.key_codec import KeyCodec
 from splice.joins.multiway.multiway_join import MultiwayJoin, key_classes
 from splice.testing import OperatorHarness, check_operator
 
@@ -116,13 +116,13 @@ def test_string_and_decimal_keys_equal_nested_loop(arrivals, window, split, impl
 @pytest.mark.parametrize("impl", ["fast", "hbsj"])
 def test_forced_code_collisions_never_match_distinct_keys(monkeypatch: pytest.MonkeyPatch, impl: str) -> None:
     """Every hashed key gets one of two codes: only the equality check keeps distinct keys apart."""
-    real = HashKeys.encode
+    real = KeyCodec.encode
 
     def colliding(self, columns, stream, names):  # type: ignore[no-untyped-def]
         codes, valid = real(self, columns, stream, names)
         return (codes if self.exact else codes & 1), valid
 
-    monkeypatch.setattr(HashKeys, "encode", colliding)
+    monkeypatch.setattr(KeyCodec, "encode", colliding)
     rng = np.random.default_rng(3)
     names = ["a", "b", "c", "ab", None]
     decs = [D("1"), D("2.5"), D("-3"), None]

@@ -1,19 +1,42 @@
-"""Equi-key codes shared by the joins: an ``int64`` code per row of one or several key columns.
+"""Join keys: the common type of each key column pair, and an ``int64`` code per row of the keys.
 
-**Key codes.** Every retained or arriving row gets an ``int64`` code of its equi-key:
+The joins' indexes and kernels work on one ``int64`` per tuple. :class:`KeyCodec` turns a row's
+key tuple into that code:
 
-* one integer, boolean, date, time, timestamp or duration column: the value itself (exact —
-  equal codes mean equal keys);
-* one floating-point column: the bits of the value with ``-0.0`` folded onto ``0.0`` and every NaN
-  onto one NaN (exact; NaN keys therefore match each other, as in DataFusion and PostgreSQL);
-* strings and binaries: a 64-bit hash of the bytes; other types: a hash of their string form;
-  several columns: the codes mixed together. These codes are *not* exact: equal keys have equal
-  codes, and pairs with equal codes are checked for real key equality before they are emitted.
+* **Common types.** Per key column, the left and the right type must agree or be safely castable
+  to one common type (:func:`common_key_types`): integers (and booleans) of any width become
+  ``int64`` (``uint64`` only pairs with ``uint64``), floats ``float64``, ``string`` /
+  ``large_string`` / ``string_view`` one string type, binaries one binary type, ``date32`` and
+  ``date64`` ``date64``, timestamps (same time zone), times and durations the finer unit, decimals
+  the larger scale. Anything else is a :class:`~splice.core.errors.SchemaError` naming the
+  stream and the column. Both sides cast their key columns to the common types before encoding.
+  (The interval and window joins ask for equal types, :func:`check_key_types`.)
+* **Codes.** One column of a type that fits a word (integers, booleans, temporal types, floats,
+  decimals of precision <= 18) is its own code, its exact word
+  (:func:`~splice.kernels.key_words.exact_words`): equal codes mean equal keys (``-0.0`` equals
+  ``0.0``, NaN equals NaN, as in DataFusion and PostgreSQL). Strings and binaries get a 64-bit
+  hash of their bytes (:func:`~splice.kernels.hashing.hash_bytes`), other types a hash of their
+  string form, several columns their codes combined
+  (:func:`~splice.kernels.hashing.combine_codes`). These are not exact: the indexes match on the
+  code, and every candidate pair is checked for real key equality (:meth:`KeyCodec.equal`,
+  :func:`keys_equal`) before it is emitted, so distinct keys never match.
+* **Nulls.** A row with a null in any key column is not valid: it never matches (it still takes
+  its window position) and the joins count it.
 
-A row whose key has a null in any key column gets ``valid = False`` and never matches.
+Codes are derived from the rows, never state: a restored join encodes its retained rows again.
+There is no key dictionary, so nothing grows with the number of distinct keys (the group-by's
+coder, which must decode its keys, is the one that interns).
 
-The hash of a variable-length value is :func:`~splice.kernels.hashing.hash_bytes` of its bytes,
-and several columns combine with :func:`~splice.kernels.hashing.combine_codes`.
+>>> import pyarrow as pa
+>>> types = common_key_types(pa.schema([("a", pa.string()), ("b", pa.int32())]),
+...                          pa.schema([("a", pa.large_string()), ("b", pa.int64())]),
+...                          ["a", "b"], ["a", "b"], "left", "right")
+>>> types
+[DataType(large_string), DataType(int64)]
+>>> codec = KeyCodec(types)
+>>> codes, valid = codec.encode([pa.array(["x", "x", None]), pa.array([1, 1, 2], pa.int32())], "left", ["a", "b"])
+>>> bool(codes[0] == codes[1]), valid.tolist(), codec.exact
+(True, [True, True, False], False)
 """
 
 from __future__ import annotations
@@ -26,17 +49,117 @@ import pyarrow.compute as pc
 
 from splice.core.errors import SchemaError
 from splice.kernels.hashing import combine_codes, hash_bytes
+from splice.kernels.key_words import exact_words, is_exact_type
 
-__all__ = ["KeyCodec", "check_key_types", "keys_equal"]
+__all__ = ["KeyCodec", "check_key_types", "common_key_type", "common_key_types", "keys_equal"]
+
+_TIME_UNITS = ("s", "ms", "us", "ns")
 
 
-def _is_exact_type(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_integer(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_temporal(t)
-        or pa.types.is_floating(t)
-    )
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+def _is_int(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_boolean(t)
+
+
+def _is_str(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _is_bin(t: pa.DataType) -> bool:
+    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+            or pa.types.is_binary_view(t))
+
+
+def _finer(a: str, b: str) -> str:
+    return a if _TIME_UNITS.index(a) >= _TIME_UNITS.index(b) else b
+
+
+def _common(lt: pa.DataType, rt: pa.DataType) -> pa.DataType | None:
+    """The type both key columns cast to without loss, or None."""
+    if pa.types.is_nested(lt) or pa.types.is_nested(rt) or pa.types.is_null(lt) or pa.types.is_null(rt):
+        return None
+    if _is_int(lt) and _is_int(rt):
+        if pa.types.is_uint64(lt) or pa.types.is_uint64(rt):
+            return lt if lt == rt else None
+        return pa.int64()
+    if pa.types.is_floating(lt) and pa.types.is_floating(rt):
+        return pa.float64()
+    if _is_str(lt) and _is_str(rt):
+        return pa.large_string() if pa.types.is_large_string(lt) or pa.types.is_large_string(rt) else pa.string()
+    if _is_bin(lt) and _is_bin(rt):
+        return pa.large_binary() if pa.types.is_large_binary(lt) or pa.types.is_large_binary(rt) else pa.binary()
+    if pa.types.is_date(lt) and pa.types.is_date(rt):
+        return lt if lt == rt else pa.date64()
+    if pa.types.is_timestamp(lt) and pa.types.is_timestamp(rt):
+        if lt.tz != rt.tz:
+            return None
+        return pa.timestamp(_finer(lt.unit, rt.unit), lt.tz)
+    if pa.types.is_duration(lt) and pa.types.is_duration(rt):
+        return pa.duration(_finer(lt.unit, rt.unit))
+    if pa.types.is_time(lt) and pa.types.is_time(rt):
+        unit = _finer(lt.unit, rt.unit)
+        return pa.time32(unit) if unit in ("s", "ms") else pa.time64(unit)
+    if pa.types.is_decimal(lt) and pa.types.is_decimal(rt):
+        scale = max(lt.scale, rt.scale)
+        precision = max(lt.precision - lt.scale, rt.precision - rt.scale) + scale
+        if precision <= 38 and not (pa.types.is_decimal256(lt) or pa.types.is_decimal256(rt)):
+            return pa.decimal128(precision, scale)
+        return pa.decimal256(precision, scale) if precision <= 76 else None
+    return None
+
+
+def common_key_types(
+    left: pa.Schema, right: pa.Schema, left_on: Sequence[str], right_on: Sequence[str],
+    left_name: str, right_name: str, what: str = "hash window join",
+) -> list[pa.DataType]:
+    """Per key column, the common type of the two sides (see the module doc), else SchemaError."""
+    if not left_on or len(left_on) != len(right_on):
+        raise SchemaError(f"{what}: expected the same non-zero number of key columns on both sides, "
+                          f"got {list(left_on)} and {list(right_on)}")
+    out = []
+    for lc, rc in zip(left_on, right_on, strict=True):
+        for schema, c, name in ((left, lc, left_name), (right, rc, right_name)):
+            if c not in schema.names:
+                raise SchemaError(f"{what}: stream {name} has no key column {c!r} "
+                                  f"(columns: {', '.join(schema.names)})")
+        lt, rt = left.field(lc).type, right.field(rc).type
+        t = _common(_plain_type(lt), _plain_type(rt))
+        if t is None:
+            raise SchemaError(
+                f"{what}: join key types differ and do not cast safely to one type: stream {left_name} "
+                f"column {lc!r} is {lt}, stream {right_name} column {rc!r} is {rt}"
+            )
+        out.append(t)
+    return out
+
+
+def common_key_type(columns: Sequence[tuple[str, str, pa.DataType]], what: str = "hash window join"
+                    ) -> pa.DataType:
+    """The one type that every ``(stream, column, type)`` of ``columns`` casts to safely.
+
+    For key columns that predicates tie together (``a.x = b.y`` and ``b.y = c.z`` make ``x``,
+    ``y`` and ``z`` one key): they share one type, so one codec gives equal keys equal codes.
+    Else :class:`~splice.core.errors.SchemaError` naming the streams and columns that clash.
+    """
+    if not columns:
+        raise SchemaError(f"{what}: no key columns")
+    s0, c0, t0 = columns[0]
+    t = _common(_plain_type(t0), _plain_type(t0))
+    if t is None:
+        raise SchemaError(f"{what}: stream {s0} column {c0!r} has type {t0}, which cannot be a join key")
+    for s, c, ct in columns[1:]:
+        u = _common(t, _plain_type(ct))
+        if u is None:
+            others = ", ".join(f"stream {x} column {y!r} is {z}" for x, y, z in columns if (x, y) != (s, c))
+            raise SchemaError(
+                f"{what}: join key types differ and do not cast safely to one type: stream {s} column "
+                f"{c!r} is {ct}, joined to {others}"
+            )
+        t = u
+    return t
 
 
 def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -45,27 +168,6 @@ def _plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     return arr
-
-
-def _int_codes(arr: pa.Array) -> np.ndarray:
-    """Exact int64 codes of a fixed-width column (nulls become 0; the valid mask excludes them)."""
-    t = arr.type
-    if arr.null_count:
-        arr = arr.fill_null(False if pa.types.is_boolean(t) else 0)
-    if pa.types.is_boolean(t):
-        return arr.to_numpy(zero_copy_only=False).astype(np.int64)
-    if pa.types.is_floating(t):
-        v = arr.to_numpy(zero_copy_only=False).astype(np.float64)
-        v = np.where(v == 0.0, 0.0, v)  # -0.0 == 0.0
-        v = np.where(np.isnan(v), np.nan, v)
-        return v.view(np.int64)
-    if pa.types.is_temporal(t):
-        width = t.bit_width
-        arr = arr.view(pa.int64() if width == 64 else pa.int32())
-    v = arr.to_numpy(zero_copy_only=False)
-    if v.dtype == np.uint64:
-        return v.view(np.int64)
-    return v.astype(np.int64, copy=False)
 
 
 def _hash_codes(arr: pa.Array) -> np.ndarray:
@@ -84,28 +186,50 @@ def _hash_codes(arr: pa.Array) -> np.ndarray:
 
 
 class KeyCodec:
-    """Encodes the equi-key columns of one side into ``int64`` codes (see the module docstring).
+    """Casts the key columns of either side to the common types, encodes them into ``int64``
+    codes and checks candidate pairs (see the module docstring)."""
 
-    Both sides of a join use codecs built from the same key types, so equal keys get equal codes.
-    """
-
-    def __init__(self, types: Sequence[pa.DataType]):
+    def __init__(self, types: Sequence[pa.DataType]) -> None:
         self.types = [t.value_type if pa.types.is_dictionary(t) else t for t in types]
-        self.exact = len(self.types) == 1 and _is_exact_type(self.types[0])
+        #: codes are the keys themselves: no equality check after matching
+        self.exact = len(self.types) == 1 and is_exact_type(self.types[0])
 
-    def encode(self, columns: Sequence[pa.Array | pa.ChunkedArray]) -> tuple[np.ndarray, np.ndarray | None]:
-        """Return ``(codes, valid)``; ``valid`` is ``None`` when no key has a null."""
-        arrays = [_plain(c) for c in columns]
+    def cast(self, columns: Sequence[pa.Array | pa.ChunkedArray], stream: str = "?",
+             names: Sequence[str] = ()) -> list[pa.Array]:
+        """The key columns as plain arrays of the common types."""
+        out = []
+        for i, (col, t) in enumerate(zip(columns, self.types, strict=True)):
+            col = _plain(col)
+            if col.type != t:
+                name = names[i] if i < len(names) else str(i)
+                try:
+                    col = col.cast(t)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SchemaError(f"stream {stream}: join key column {name!r} of type {col.type} "
+                                      f"does not cast to the join's key type {t}: {exc}") from exc
+            out.append(col)
+        return out
+
+    def encode(self, columns: Sequence[pa.Array | pa.ChunkedArray], stream: str = "?",
+               names: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(codes, valid)`` of the rows; ``valid`` is False where any key column is null, and
+        ``None`` when none is."""
+        arrays = self.cast(columns, stream, names)
         valid: np.ndarray | None = None
         for a in arrays:
             if a.null_count:
                 v = a.is_valid().to_numpy(zero_copy_only=False)
                 valid = v if valid is None else valid & v
         if self.exact:
-            return _int_codes(arrays[0]), valid
-        h = combine_codes([(_int_codes(a) if _is_exact_type(t) else _hash_codes(a)).view(np.uint64)
+            return exact_words(arrays[0]), valid
+        h = combine_codes([(exact_words(a) if is_exact_type(t) else _hash_codes(a)).view(np.uint64)
                            for a, t in zip(arrays, self.types, strict=True)])
         return h.view(np.int64), valid
+
+    def equal(self, left: Sequence[pa.Array | pa.ChunkedArray], right: Sequence[pa.Array | pa.ChunkedArray],
+              left_name: str, right_name: str, left_on: Sequence[str], right_on: Sequence[str]) -> np.ndarray:
+        """Row-wise real equality of candidate pairs (gathered key columns of both sides)."""
+        return keys_equal(self.cast(left, left_name, left_on), self.cast(right, right_name, right_on))
 
 
 def check_key_types(
@@ -140,7 +264,7 @@ def keys_equal(left: Sequence[pa.Array], right: Sequence[pa.Array]) -> np.ndarra
     for a, b in zip(left, right, strict=True):
         a, b = _plain(a), _plain(b)
         if pa.types.is_floating(a.type):
-            eq = _int_codes(a) == _int_codes(b)  # NaN == NaN, -0.0 == 0.0, as the codes say
+            eq = exact_words(a) == exact_words(b)  # NaN == NaN, -0.0 == 0.0, as the codes say
         else:
             eq = pc.equal(a, b).fill_null(False).to_numpy(zero_copy_only=False)
         mask = eq if mask is None else mask & eq

@@ -89,7 +89,6 @@ import pyarrow as pa
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, is_temporal, time_values
-from splice.joins.common.hash_keys import HashKeys, common_key_types
 from splice.joins.common.join_windows import (
     POSITION,
     ArrivalMerge,
@@ -100,6 +99,7 @@ from splice.joins.common.join_windows import (
     TimeWindow,
     conform,
 )
+from splice.joins.common.key_codec import KeyCodec, common_key_types
 from splice.joins.common.output_schema import pair_output_schema
 from splice.joins.hash._hash_kernels import (
     NO_TIME,
@@ -796,13 +796,13 @@ class HashWindowJoin(OperatorSpec):
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         ls, rs, types = self._checked(inputs)
-        return _HashWindowJoinLogic(self, ls, rs, HashKeys(types), state)
+        return _HashWindowJoinLogic(self, ls, rs, KeyCodec(types), state)
 
 
 class _Side:
     """One input: its retained rows, key columns, counts, watermark and pending watermarks."""
 
-    def __init__(self, schema: pa.Schema, keys: tuple[str, ...], sid: int, hk: HashKeys) -> None:
+    def __init__(self, schema: pa.Schema, keys: tuple[str, ...], sid: int, hk: KeyCodec) -> None:
         self.schema, self.keys, self.sid, self.hk = schema, keys, sid, hk
         self.rows = RowStore(schema)
         self.nulls = 0
@@ -815,15 +815,16 @@ class _Side:
         self.pending: list[tuple[int, int]] = []
 
     def encode(self, rows: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 key codes, valid) of ``rows`` (see :mod:`splice.joins.common.hash_keys`)."""
-        return self.hk.encode([rows.column(c) for c in self.keys], str(self.sid), self.keys)
+        """(int64 key codes, valid) of ``rows`` (see :mod:`splice.joins.common.key_codec`)."""
+        codes, valid = self.hk.encode([rows.column(c) for c in self.keys], str(self.sid), self.keys)
+        return codes, np.ones(len(codes), np.bool_) if valid is None else valid
 
     def key_cols(self, rows: pa.RecordBatch | pa.Table) -> list[Any]:
         return [rows.column(c) for c in self.keys]
 
 
 class _HashWindowJoinLogic(OperatorLogic):
-    def __init__(self, spec: HashWindowJoin, ls: pa.Schema, rs: pa.Schema, hk: HashKeys, state: Any) -> None:
+    def __init__(self, spec: HashWindowJoin, ls: pa.Schema, rs: pa.Schema, hk: KeyCodec, state: Any) -> None:
         self.spec = spec
         lon, ron = spec.key_pairs
         self.hk = hk

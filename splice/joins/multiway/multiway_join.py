@@ -42,8 +42,8 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
-from splice.joins.common.hash_keys import HashKeys, common_key_type, common_key_types
 from splice.joins.common.join_windows import RowStore
+from splice.joins.common.key_codec import KeyCodec, common_key_type, common_key_types
 from splice.joins.hash._hash_kernels import q3_hbsj_sequence
 from splice.joins.hash.hash_window_join import Impl, make_index
 from splice.joins.hash.hbsj import HBSJIndex
@@ -211,7 +211,7 @@ class MultiwayJoin(OperatorSpec):
 class _Stage:
     """One stream's window: its rows, its index on each join column, the columns' key codes."""
 
-    def __init__(self, spec: MultiwayJoin, sid: int, schema: pa.Schema, codecs: dict[int, HashKeys]) -> None:
+    def __init__(self, spec: MultiwayJoin, sid: int, schema: pa.Schema, codecs: dict[int, KeyCodec]) -> None:
         self.sid, self.schema = sid, schema
         self.attrs = spec.attrs[sid]
         self.col = {c: i for i, c in enumerate(self.attrs)}
@@ -228,7 +228,8 @@ class _Stage:
         kv = [hk.encode([rows.column(c)], str(self.sid), [c]) for c, hk in zip(self.attrs, self.codecs, strict=True)]
         if not kv:
             return np.zeros((1, rows.num_rows), np.int64), np.zeros((1, rows.num_rows), np.bool_)
-        return np.stack([x[0] for x in kv]), np.stack([x[1] for x in kv])
+        ones = np.ones(rows.num_rows, np.bool_)
+        return np.stack([x[0] for x in kv]), np.stack([ones if x[1] is None else x[1] for x in kv])
 
     def append(self, batch: pa.RecordBatch, k: np.ndarray, v: np.ndarray, window: int | None) -> None:
         first = self.rows.append(batch)
@@ -253,7 +254,7 @@ class _MultiwayLogic(OperatorLogic):
         self.spec = spec
         self.schema = spec.output_schema(inputs)
         types = spec.key_types(inputs)
-        codecs = {k: HashKeys([t]) for k, t in types.items()}
+        codecs = {k: KeyCodec([t]) for k, t in types.items()}
         self.stages = {s: _Stage(spec, s, inputs[s], codecs) for s in spec.streams}
         self.plans = {s: plan_probe_order(spec.streams, spec.predicates, s) for s in spec.streams}
         # predicates whose codes are hashed: matches are checked for real key equality
