@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from splice.core.errors import PlanError
+from splice.core.plan import Query
 from splice.runtime.checkpoint import (
     CheckpointCoordinator,
     Job,
@@ -33,7 +34,6 @@ from splice.runtime.checkpoint import (
     discard_job,
 )
 from splice.runtime.fingerprint import job_fingerprint, refuse_another_job
-from splice.runtime.plan import Query
 
 __all__ = ["run_checkpointed", "run_tpch_checkpointed", "run_txn_checkpointed", "tpch_job",
            "coordinator_for"]

@@ -41,12 +41,12 @@ import numpy as np
 import pyarrow as pa
 
 from splice.core.errors import PlanError
+from splice.core.plan import BindInputs, Node, Query
 from splice.core.time import WatermarkStrategy, time_values
 from splice.io.bad_input import BadInputPolicy, DeadLetterSink
 from splice.kernels.machine import machine_bytes
 from splice.runtime.checkpoint import CheckpointCoordinator, Job, ReplayableSource, SourceStream
 from splice.runtime.fingerprint import job_fingerprint
-from splice.runtime.plan import BindInputs, Node, Query
 from splice.runtime.sinks import publish_table
 
 __all__ = ["run_join", "join_spec", "JoinInput", "interleave", "late_table", "add_arguments"]

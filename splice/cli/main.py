@@ -1,4 +1,4 @@
-"""The ``splice`` command's parser and dispatch: demo, TPC-H as streams, joins over files,
+"""The ``splice`` command's parser and dispatch: demo, TPC-H as streams, joins over files, SQL,
 transactional workloads.
 
 Each subcommand's work lives in its own module of this package; this one parses arguments and
@@ -50,6 +50,26 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
                         help="bytes of operator state allowed; more fails with a clear error")
     parser.add_argument("--restart", action="store_true",
                         help="discard what --checkpoint-dir holds of an earlier job, then run")
+
+
+def _add_sql_arguments(sql: argparse.ArgumentParser) -> None:
+    """The options of ``splice sql`` (:mod:`splice.cli.sql`)."""
+    sql.add_argument("query", nargs="?", default=None,
+                     help="SQL statements separated by ';' (or give --file)")
+    sql.add_argument("--file", "-f", default=None, help="read the statements from this file")
+    sql.add_argument("--table", action="append", default=[], metavar="NAME=PATH",
+                     help="declare a file table (Parquet, CSV or JSON lines by suffix); repeatable")
+    sql.add_argument("--out", default=None,
+                     help="write the SELECT's result here (.parquet, .csv or .jsonl)")
+    sql.add_argument("--json", action="store_true",
+                     help="print the result rows as JSON lines, then a metrics line")
+    sql.add_argument("--batch-size", type=int, default=65_536, help="rows per batch (default 65,536)")
+    sql.add_argument("--bad-input", choices=["fail", "dead-letter"], default="fail",
+                     help="a row that cannot be read: stop with an error (default) or set it aside")
+    sql.add_argument("--dead-letter", default=None, help="file for the rows set aside")
+    sql.add_argument("--memory-budget", type=int, default=None,
+                     help="bytes a table may take while it is ordered by time; larger tables are "
+                          "sorted in runs on disk (default: a quarter of the machine's memory)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     txn.add_argument("--dead-letter", default=None,
                      help="JSON-lines file receiving bad input rows with their reason")
     _add_checkpoint_options(txn)
+
+    sql = sub.add_parser("sql", help="SQL over file tables: windows, interval and window joins, "
+                                     "aggregates, EXPLAIN")
+    _add_sql_arguments(sql)
     return parser
 
 
@@ -171,6 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise PlanError("txn --checkpoint-dir runs the generated workload, not --input")
         if args.command == "join":
             return join_command.run_join(args)
+        if args.command == "sql":
+            from splice.cli.sql import run_sql
+
+            return run_sql(args)
         if args.command in ("tpch", "txn") and args.checkpoint_dir is not None:
             from splice.cli import checkpointed as commands
 

@@ -55,7 +55,7 @@ from splice.io.files import FORMATS, iter_input, read_input, rebatch, undecodabl
 if TYPE_CHECKING:
     from splice.io.bad_input import BadInputPolicy, DeadLetterSink
 
-__all__ = ["TimeOrderedInput", "order_by_time"]
+__all__ = ["sort_by_time", "TimeOrderedInput", "order_by_time"]
 
 
 class TimeOrderedInput:
@@ -179,6 +179,11 @@ def _sorted_by_time(table: pa.Table, time_column: str, name: str) -> tuple[pa.Ta
         return table, times
     order = np.argsort(times, kind="stable")
     return table.take(pa.array(order)), times[order]
+
+
+def sort_by_time(table: pa.Table, time_column: str, name: str) -> pa.Table:
+    """``table`` (input ``name``) stably ordered by ``time_column``; as it is when in order."""
+    return _sorted_by_time(table, time_column, name)[0]
 
 
 def _write_runs(batches: Iterator[pa.RecordBatch], schema: pa.Schema, run_dir: Path, time_column: str,

@@ -26,13 +26,13 @@ import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError
 from splice.core.operator import OperatorSpec
+from splice.core.plan import BindInputs, Node, Query
 from splice.core.records import Install, Instruction, Record, Uninstall
 from splice.core.row_checks import RowCheck
 from splice.core.stream import Stream, StreamCatalog
 from splice.core.time import WatermarkStrategy
 from splice.runtime.decomposer import ROW_ID
 from splice.runtime.naming import name_streams
-from splice.runtime.plan import BindInputs, Node, Query
 from splice.runtime.switch import ONWARD, TAP
 from splice.runtime.synchronizer import RoundRobin
 from splice.runtime.topology import Topology

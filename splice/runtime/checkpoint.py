@@ -62,11 +62,11 @@ import pyarrow as pa
 
 from splice.core.dead_letters import DEAD_LETTER_SCHEMA, BadInputPolicy
 from splice.core.errors import PlanError, StateError
+from splice.core.plan import Query
 from splice.core.time import WatermarkStrategy
 from splice.runtime.checkpoint_store import BackendKind, CheckpointStore, open_store
 from splice.runtime.engine import Engine
 from splice.runtime.fingerprint import refuse_another_job
-from splice.runtime.plan import Query
 from splice.runtime.sinks import MemorySink, OutputSink, TransactionalSink
 
 __all__ = [

@@ -63,6 +63,7 @@ import pyarrow as pa
 
 from splice.core.dead_letters import BadInputPolicy, DeadLetterSink, check_policy, rows_json
 from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.plan import Query
 from splice.core.records import Barrier, Data, End, Record, Watermark
 from splice.core.row_checks import RowCheck, not_null
 from splice.core.stream import Stream, StreamCatalog
@@ -72,7 +73,6 @@ from splice.runtime.brick import Brick
 from splice.runtime.decomposer import ROW_ID, Decomposer
 from splice.runtime.executor import Executor, PipelinedExecutor, SerialExecutor
 from splice.runtime.naming import name_streams
-from splice.runtime.plan import Query
 from splice.runtime.topology import Topology
 from splice.runtime.unit import KEEPS_NONE, UnitEvents, UnitStats
 
@@ -437,6 +437,48 @@ class Engine:
             self._reconfigure()
             self.executor.submit_all(program)
             return result
+
+    def sql(
+        self,
+        text: str,
+        name: str | None = None,
+        *,
+        on_output: Callable[[pa.RecordBatch], None] | None = None,
+        on_late: Callable[[str, pa.RecordBatch], None] | None = None,
+    ) -> QueryResult:
+        """Deploy the SQL query ``text`` now, as :meth:`deploy` deploys a plan: it sees exactly
+        the records pushed after this call.
+
+        ``text`` is one ``SELECT`` over this engine's source streams, planned onto splice's
+        operators by :func:`splice.sql.planner.plan_query` (windows, interval and window joins,
+        aggregates, filters and projections; see docs/sql.md). A time-based operator reads a
+        stream's declared time column. ``name`` defaults to ``sql_1``, ``sql_2``, ...
+        Returns the query's handle: read its rows with :meth:`results` or :meth:`take`.
+        """
+        from splice.sql.planner import SourceTable, plan_query
+        from splice.sql.statements import SelectQuery, parse_statements
+
+        statements = parse_statements(text)
+        if len(statements) != 1 or not isinstance(statements[0], SelectQuery):
+            raise PlanError("Engine.sql takes one SELECT; define streams with define_stream")
+        with self._lock:
+            sources = {}
+            for sid in self._sources:
+                stream = self.catalog.by_id(sid)
+                sources[stream.name] = SourceTable(stream.name, stream.schema, stream.time_column)
+            if name is None:
+                k = 1
+                while f"sql_{k}" in self.queries:
+                    k += 1
+                name = f"sql_{k}"
+        plan = plan_query(statements[0].query, sources, name)
+        for source, column in plan.time_columns.items():
+            declared = sources[source].time_column
+            if declared is None:
+                raise PlanError(f"SQL: the query reads {column!r} of stream {source!r} as event "
+                                f"time; define the stream with time_column={column!r} and a "
+                                "watermark")
+        return self.deploy(plan.query, on_output=on_output, on_late=on_late)
 
     def stats(self, name: str) -> tuple[int, float]:
         """(rows its first unit consumed, seconds its units were busy) for query ``name``."""

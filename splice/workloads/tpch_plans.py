@@ -14,11 +14,11 @@ import datetime as dt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from splice.core.plan import BindInputs, Node, Query
 from splice.joins.multiway.multiway_join import MultiwayJoin
 from splice.ops.aggregate import Agg, GroupBy
 from splice.ops.order import TopK
 from splice.ops.stateless import Select
-from splice.runtime.plan import BindInputs, Node, Query
 
 __all__ = ["q3_query", "q3_join"]
 

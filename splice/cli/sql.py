@@ -1,0 +1,397 @@
+"""``splice sql``: SQL statements over files, run as one job on the engine.
+
+``CREATE TABLE`` (or ``--table NAME=PATH``) declares the file tables; each ``SELECT`` and
+``INSERT INTO`` is planned onto splice's operators (:mod:`splice.sql.planner`) and all of them
+run as queries of one job on one data path, under the checkpoint coordinator as ``splice join``
+runs (with ``--checkpoint-dir``, exactly-once and resumable). ``EXPLAIN`` prints a query's
+operators, where they sit on the path, and why each was chosen.
+
+Event time, per table:
+
+* with ``WATERMARK FOR ts AS ts - D`` the rows stream in file order and the watermark trails the
+  newest time by ``D + 1``: a row further behind is late, counted per input (``late_rows``),
+  never dropped silently;
+* without one, a table that a time-based operator reads (a window, an interval or window join) is
+  ordered by that time column before it streams (stable; sorted runs on disk above
+  ``--memory-budget``), so nothing is late and the answer is the SQL answer;
+* a table no time-based operator reads streams in file order.
+
+Tables take turns by the time of their next batch, so they advance together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlglot
+from sqlglot import exp
+
+from splice.cli.join import JoinInput, _in_memory
+from splice.core.errors import PlanError
+from splice.core.plan import Query
+from splice.core.time import WatermarkStrategy
+from splice.io.bad_input import BadInputPolicy, DeadLetterSink, check_policy
+from splice.kernels.machine import machine_bytes
+from splice.runtime.checkpoint import CheckpointCoordinator, Job, ReplayableSource, SourceStream
+from splice.runtime.engine import Engine
+from splice.runtime.fingerprint import job_fingerprint
+from splice.runtime.sinks import publish_table
+from splice.sql.planner import SourceTable, SqlPlan, plan_query
+from splice.sql.statements import (
+    CreateTable,
+    Explain,
+    InsertInto,
+    QueryText,
+    SelectQuery,
+    SetOption,
+    TableDef,
+    parse_statements,
+)
+
+__all__ = ["run_sql", "run_statements", "SqlRun", "explain"]
+
+_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json",
+            ".ndjson": "json", ".json": "json"}
+
+
+# -- tables -----------------------------------------------------------------------------------
+
+def _shorthand(spec: str) -> TableDef:
+    name, sep, path = spec.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise PlanError(f"--table {spec!r}: expected NAME=PATH")
+    return TableDef(name.strip(), None, {"connector": "file", "path": path.strip()})
+
+
+def _path_of(table: TableDef) -> Path:
+    if table.connector != "file":
+        raise PlanError(f"table {table.name!r}: connector {table.connector!r} is not supported "
+                        "(file is)")
+    path = table.options.get("path")
+    if not path:
+        raise PlanError(f"table {table.name!r}: the file connector needs path = '...'")
+    fmt = table.options.get("format")
+    by_suffix = _FORMATS.get(Path(path).suffix.lower())
+    if fmt is not None and by_suffix is not None and fmt.replace("jsonl", "json") != by_suffix:
+        raise PlanError(f"table {table.name!r}: format {fmt!r} but the path {path!r} is {by_suffix}")
+    return Path(path)
+
+
+@dataclass
+class _Table:
+    """A table as the job reads it: its definition, schema, and rows once loaded."""
+
+    definition: TableDef
+    schema: pa.Schema
+    data: pa.Table | None = None  # read whole to learn its schema (no column list given)
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+
+def _open_table(table: TableDef, policy: BadInputPolicy, sink: DeadLetterSink | None) -> _Table:
+    from splice.io.files import read_input
+
+    path = _path_of(table)
+    if table.schema is not None:
+        return _Table(table, table.schema)
+    if _FORMATS.get(path.suffix.lower()) == "parquet":
+        if not path.exists():
+            raise PlanError(f"table {table.name!r}: no such file {str(path)!r}")
+        return _Table(table, pq.read_schema(path))
+    data = read_input(path, table.name, time_column=table.time_column, policy=policy, sink=sink)  # type: ignore[arg-type]
+    return _Table(table, data.schema, data)
+
+
+def _referenced(query: QueryText) -> set[str]:
+    tree = sqlglot.parse_one(query.sql, read="postgres")
+    names = {t.name for t in tree.find_all(exp.Table)}
+    ctes = {c.alias for c in tree.find_all(exp.CTE)}
+    bases = {w.table for w in query.windows}
+    aliases = {w.alias for w in query.windows}
+    return (names - ctes - aliases) | bases
+
+
+# -- the job ----------------------------------------------------------------------------------
+
+@dataclass
+class _Planned:
+    name: str
+    plan: SqlPlan
+    target: TableDef | None  # INSERT INTO's sink table; None for a SELECT
+
+
+def _default_budget() -> int:
+    """Bytes a table may take while it is ordered: a quarter of the machine's memory."""
+    have = machine_bytes()
+    return (have // 4) if have else 4 << 30
+
+
+def _input(table: _Table, time_column: str | None, batch_size: int, memory_budget: int,
+           policy: BadInputPolicy, sink: DeadLetterSink | None) -> JoinInput:
+    """The rows of ``table`` as the job streams them: ordered by ``time_column`` when it has no
+    watermark, in file order otherwise."""
+    from splice.io.files import read_input
+    from splice.io.time_order import order_by_time, sort_by_time
+
+    ordered = time_column is not None and table.definition.watermark is None
+    if table.data is not None:
+        data = sort_by_time(table.data, time_column, table.name) if ordered else table.data  # type: ignore[arg-type]
+        return _in_memory(table.name, data, batch_size)
+    path = _path_of(table.definition)
+    if ordered:
+        assert time_column is not None
+        got = order_by_time(path, table.name, time_column, memory_budget=memory_budget,
+                            schema=table.schema, policy=policy, sink=sink, batch_size=batch_size)
+        return JoinInput(table.name, got.schema, got.num_rows,
+                         functools.partial(got.batches, batch_size), got.close)
+    data = read_input(path, table.name, schema=table.schema, time_column=time_column,
+                      policy=policy, sink=sink)
+    return _in_memory(table.name, data, batch_size)
+
+
+def _turns(inputs: list[JoinInput], times: list[str | None]) -> ReplayableSource:
+    """The job's source: tables without event time first, then the timed tables' batches in
+    turns by the time of each one's next batch (:func:`splice.core.ordered_merge.batch_turns`)."""
+    from splice.core.ordered_merge import batch_turns
+
+    def source(position: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+        untimed = [i for i, t in enumerate(times) if t is None]
+        timed = [i for i, t in enumerate(times) if t is not None]
+        i = 0
+        for s in untimed:
+            for batch in inputs[s].batches():
+                if i >= position:
+                    yield inputs[s].name, batch
+                i += 1
+        for side, batch in batch_turns([inputs[s].batches() for s in timed],
+                                       [str(times[s]) for s in timed],
+                                       [inputs[s].name for s in timed]):
+            if i >= position:
+                yield inputs[timed[side]].name, batch
+            i += 1
+
+    return source
+
+
+def _plan_all(statements: list[Any], tables: dict[str, _Table], definitions: dict[str, TableDef]
+              ) -> tuple[list[_Planned], list[_Planned]]:
+    planned: list[_Planned] = []
+    explains: list[_Planned] = []
+    selects = 0
+    for st in statements:
+        if isinstance(st, SelectQuery | InsertInto | Explain):
+            sources = {n: SourceTable(n, t.schema, t.definition.time_column)
+                       for n, t in tables.items() if n in _referenced(st.query)}
+            missing = _referenced(st.query) - set(tables)
+            if missing:
+                raise PlanError(f"SQL: table {sorted(missing)[0]!r} is not defined (tables: "
+                                f"{', '.join(sorted(tables)) or 'none'}); CREATE TABLE it or pass "
+                                "--table NAME=PATH")
+            if isinstance(st, InsertInto):
+                if st.target not in definitions:
+                    raise PlanError(f"SQL: INSERT INTO {st.target}: table {st.target!r} is not defined")
+                name = st.target
+                target: TableDef | None = definitions[st.target]
+            elif isinstance(st, Explain):
+                name, target = "explain", None
+            else:
+                selects += 1
+                name = "query" if selects == 1 else f"query_{selects}"
+                target = None
+            plan = plan_query(st.query, sources, name)
+            (explains if isinstance(st, Explain) else planned).append(_Planned(name, plan, target))
+    return planned, explains
+
+
+def explain(planned: _Planned, streams: list[SourceStream]) -> list[str]:
+    """``EXPLAIN``: the operators, their place on the data path (brick, unit) and why."""
+    eng = Engine()
+    try:
+        for s in streams:
+            eng.define_stream(s.name, s.schema, s.time_column, watermark=s.watermark)
+        eng.deploy(planned.plan.query)
+        dep = eng.assigner.deployed[planned.name]
+        units = dep.units
+        nodes = planned.plan.query.nodes
+        lines = [f"query {planned.name}: {len(nodes)} operator(s) on {len(eng.topology.bricks)} "
+                 f"brick(s) of {len(eng.topology.bricks[0].units)} unit(s)"]
+        for step, place in zip(planned.plan.steps, units, strict=False):
+            lines.append(f"  brick {place[0]} unit {place[1]}  {step}")
+        times = planned.plan.time_columns
+        for s in streams:
+            if s.name in times:
+                how = ("watermark trails by " + str(s.watermark.max_out_of_orderness + 1)
+                       if s.watermark is not None and s.watermark.max_out_of_orderness else
+                       "ordered by time before it streams")
+                lines.append(f"  source {s.name}: event time {times[s.name]}, {how}")
+        return lines
+    finally:
+        eng.close()
+
+
+@dataclass
+class SqlRun:
+    """What :func:`run_statements` did: each query's result by name (a SELECT's is ``query``,
+    ``query_2``, ...; an INSERT's is its target table's name), the EXPLAIN lines, the figures."""
+
+    results: dict[str, pa.Table]
+    explained: list[str]
+    metrics: dict[str, Any]
+    dead_letters: pa.Table | None = None
+    #: query -> input -> the rows that arrived behind that input's watermark
+    late: dict[str, dict[str, pa.Table]] = field(default_factory=dict)
+
+
+def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 65_536,
+                   bad_input: BadInputPolicy = "fail", memory_budget: int | None = None,
+                   write_sinks: bool = True) -> SqlRun:
+    """Run the SQL statements of ``text`` (module docstring) as one job; ``tables`` are
+    ``NAME=PATH`` shorthands of file tables. INSERT INTO results are written to their tables'
+    files when ``write_sinks``; SELECT results are returned."""
+    if batch_size < 1:
+        raise PlanError(f"--batch-size must be >= 1, got {batch_size}")
+    check_policy(bad_input)
+    sink = DeadLetterSink() if bad_input == "dead_letter" else None
+    statements = parse_statements(text)
+    t0 = time.perf_counter()
+    definitions: dict[str, TableDef] = {}
+    for spec in tables:
+        d = _shorthand(spec)
+        definitions[d.name] = d
+    for st in statements:
+        if isinstance(st, CreateTable):
+            if st.table.name in definitions:
+                raise PlanError(f"table {st.table.name!r} is defined twice")
+            definitions[st.table.name] = st.table
+        elif isinstance(st, SetOption):
+            raise PlanError(f"SET {st.key}: no settings are supported yet")
+    used: set[str] = set()
+    for st in statements:
+        if isinstance(st, SelectQuery | InsertInto | Explain):
+            used |= _referenced(st.query)
+    for n in sorted(used - set(definitions)):
+        raise PlanError(f"SQL: table {n!r} is not defined (tables: "
+                        f"{', '.join(sorted(definitions)) or 'none'}); CREATE TABLE it or pass "
+                        "--table NAME=PATH")
+    opened = {n: _open_table(d, bad_input, sink) for n, d in definitions.items() if n in used}
+    planned, explains = _plan_all(statements, opened, definitions)
+    times: dict[str, str] = {}
+    for p in planned + explains:
+        for src, column in p.plan.time_columns.items():
+            if times.setdefault(src, column) != column:
+                raise PlanError(f"SQL: table {src!r} is read by time {times[src]!r} in one query "
+                                f"and {column!r} in another; one event-time column per table")
+    for n, t in opened.items():
+        declared = t.definition.time_column
+        if declared is not None:
+            times.setdefault(n, declared)
+    streams = []
+    for n, t in opened.items():
+        event_time = times.get(n)
+        strategy = None
+        if event_time is not None:
+            delay = (t.definition.watermark_delay(t.schema.field(event_time).type)
+                     if t.definition.watermark is not None else 0)
+            strategy = WatermarkStrategy(delay)
+        streams.append(SourceStream(n, t.schema, event_time, watermark=strategy, bad_input=bad_input))
+    explained = [line for p in explains for line in explain(p, streams)]
+    if not planned:
+        return SqlRun({}, explained, {})
+    budget = memory_budget if memory_budget is not None else _default_budget()
+    inputs = [_input(t, times.get(n), batch_size, budget, bad_input, sink)
+              for n, t in opened.items() if any(n in _referenced_plan(p) for p in planned)]
+    load_seconds = time.perf_counter() - t0
+    try:
+        queries: list[Query] = [p.plan.query for p in planned]
+        job = Job([s for s in streams if s.name in {i.name for i in inputs}], queries,
+                  _turns(inputs, [times.get(i.name) for i in inputs]),
+                  fingerprint=job_fingerprint(queries, {i.name: str(_path_of(opened[i.name].definition))
+                                                        for i in inputs},
+                                              {"batch_size": batch_size}))
+        coord = CheckpointCoordinator(job, None)
+        t1 = time.perf_counter()
+        outputs = coord.run(collect=True)
+        seconds = time.perf_counter() - t1
+        assert coord.engine is not None
+        figures = coord.engine.metrics()["queries"]
+    finally:
+        for inp in inputs:
+            inp.close()
+    results = {p.name: outputs[p.name] for p in planned}
+    late = {p.name: coord.late_outputs(p.name) for p in planned}
+    if write_sinks:
+        for p in planned:
+            if p.target is not None:
+                publish_table(results[p.name], _path_of(p.target))
+    rows = sum(i.num_rows for i in inputs)
+    metrics: dict[str, Any] = {
+        "input_rows": rows,
+        "output_rows": {n: t.num_rows for n, t in results.items()} if len(results) > 1
+        else next(iter(results.values())).num_rows,
+        "seconds": round(seconds, 6),
+        "load_seconds": round(load_seconds, 6),
+        "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
+        "late_rows": {n: dict(m.get("late_rows", {})) for n, m in figures.items()},
+    }
+    letters = None
+    if sink is not None:
+        letters = pa.concat_tables([sink.table(), coord.dead_letters()])
+        metrics["dead_letter_rows"] = letters.num_rows
+    return SqlRun(results, explained, metrics, letters, late)
+
+
+def run_sql(args: argparse.Namespace) -> int:
+    """``splice sql``: run the statements; print a SELECT's rows (or write ``--out``), the plans
+    of EXPLAIN, and a metrics line."""
+    if args.file is not None and args.query is not None:
+        raise PlanError("give the SQL as an argument or with --file, not both")
+    if args.file is not None:
+        text = Path(args.file).read_text()
+    elif args.query is not None:
+        text = args.query
+    else:
+        text = sys.stdin.read()
+    if args.dead_letter is not None and args.bad_input != "dead-letter":
+        raise PlanError("--dead-letter needs --bad-input dead-letter")
+    policy: BadInputPolicy = "dead_letter" if args.bad_input == "dead-letter" else "fail"
+    run = run_statements(text, tables=args.table, batch_size=args.batch_size, bad_input=policy,
+                         memory_budget=args.memory_budget)
+    for line in run.explained:
+        print(line)
+    selects = [n for n in run.results if n == "query" or n.startswith("query_")]
+    if args.out is not None and len(selects) != 1:
+        raise PlanError(f"--out writes one SELECT's result; the statements hold {len(selects)}")
+    for n in selects:
+        out = run.results[n]
+        if args.out is not None:
+            publish_table(out, args.out)
+        elif args.json:
+            for row in out.to_pylist():
+                print(json.dumps(row, default=str))
+        else:
+            print(out.to_pandas().to_string(index=False) if out.num_rows else "(no rows)")
+    if run.dead_letters is not None:
+        DeadLetterSink(args.dead_letter, run.dead_letters.to_batches()).publish()
+    if run.metrics:
+        if args.json:
+            print(json.dumps({"metrics": run.metrics}))
+        else:
+            print(" ".join(f"{k}={v}" for k, v in run.metrics.items()), file=sys.stderr)
+    return 0
+
+
+def _referenced_plan(p: _Planned) -> set[str]:
+    return {n for node in p.plan.query.nodes for n in node.inputs}
+
