@@ -44,7 +44,14 @@ from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.joins.common.join_windows import RowStore
 from splice.joins.common.key_codec import KeyCodec, common_key_type, common_key_types
-from splice.joins.hash._hash_kernels import q3_hbsj_sequence
+from splice.joins.hash._hash_kernels import (
+    InsertBuffer,
+    OrderRevenue,
+    ProbeBuffers,
+    Q3KeyColumns,
+    Q3Stages,
+    q3_hbsj_sequence,
+)
 from splice.joins.hash.hash_window_join import Impl, make_index
 from splice.joins.hash.hbsj import HBSJIndex
 from splice.joins.hash.splitjoin import HashIndex
@@ -545,29 +552,28 @@ def q3_stream_join(
                           (ep, np.zeros((nl, 2), np.int64), 1), window, table_size, (sides, rows))
         join.run(batch_size or max(1, n))
         return join.agg_rev, join.agg_hit, {"join_results": join.results}
-    wins = [window if window is not None else max(1, n) for n in (nc, no, nl)]
-    hb = [HBSJIndex(1, wins[0], table_size), HBSJIndex(2, wins[1], table_size),
-          HBSJIndex(1, wins[2], table_size)]
-    agg_rev = np.zeros(no, np.int64)
-    agg_hit = np.zeros(no, np.bool_)
-    bufs = [np.empty(h.cap + 4, np.int64) for h in hb]
-    scratch = (*bufs, np.empty(max(h.cap for h in hb) + 4, np.int64),
-               np.empty((1, 1), np.int64), np.empty((2, 1), np.int64),
-               np.ones((1, 1), np.bool_), np.ones((2, 1), np.bool_))
+    windows = Q3Stages(*(window if window is not None else max(1, n) for n in (nc, no, nl)))
+    hb = Q3Stages(HBSJIndex(1, windows.customer, table_size), HBSJIndex(2, windows.orders, table_size),
+                  HBSJIndex(1, windows.lineitem, table_size))
+    agg = OrderRevenue(np.zeros(no, np.int64), np.zeros(no, np.bool_))
+    merge = np.empty(max(h.cap for h in hb) + 4, np.int64)  # one probe merges at a time
+    scratch = Q3Stages(*(ProbeBuffers(np.empty(h.cap + 4, np.int64), merge) for h in hb))
+    one_key = InsertBuffer(np.empty((1, 1), np.int64), np.ones((1, 1), np.bool_))
+    insert_bufs = Q3Stages(one_key, InsertBuffer(np.empty((2, 1), np.int64), np.ones((2, 1), np.bool_)), one_key)
+    stages = Q3Stages(hb.customer.arrays, hb.orders.arrays, hb.lineitem.arrays)
     results = 0
     sides = np.ascontiguousarray(sides, np.int8)
     rows = np.ascontiguousarray(rows, np.int64)
     if valid is None:
         valid = (np.ones(nc, np.bool_), *(np.ones(no, np.bool_),) * 2, np.ones(nl, np.bool_))
-    cols: list[np.ndarray] = [np.ascontiguousarray(a, np.int64)
-                              for a in (c_custkey, o_orderkey, o_custkey, l_orderkey, l_revenue)]
-    cols += [valid[0], valid[2], valid[1], valid[3]]
+    keys = Q3KeyColumns(*(np.ascontiguousarray(a, np.int64) for a in (c_custkey, o_orderkey, o_custkey, l_orderkey)),
+                        *valid)
+    l_rev = np.ascontiguousarray(l_revenue, np.int64)
     for lo in range(0, len(sides), batch_size):
         hi = lo + batch_size
-        results += q3_hbsj_sequence(  # type: ignore[call-arg]
-            sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
-            *hb[0].arrays(), *hb[1].arrays(), *hb[2].arrays(), agg_rev, agg_hit, *scratch,
-        )
+        results += q3_hbsj_sequence(sides[lo:hi], rows[lo:hi], windows, keys, l_rev, stages, agg, scratch,
+                                    insert_bufs)
+    agg_rev, agg_hit = agg
     c, o, li = (h.stats() for h in hb)
     stats = {"join_results": int(results),
              "hbsj": {"c_custkey": c[0], "o_custkey": o[0], "o_orderkey": o[1], "l_orderkey": li[0]}}
