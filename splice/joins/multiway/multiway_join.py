@@ -57,6 +57,9 @@ from splice.joins.hash.hbsj import HBSJIndex
 from splice.joins.hash.splitjoin import HashIndex
 from splice.joins.multiway._q3_kernels import (
     EXPLICIT,
+    Q3Arrival,
+    RevenueWords,
+    StageChains,
     new_cursor,
     partition_arrival,
     q3_join_arrival,
@@ -404,37 +407,41 @@ class Q3FastJoin:
     ):
         passed = list(stored) if stored is not None else [int(np.count_nonzero(m)) for m in masks]
         wins = [window if window is not None else max(1, n) for n in passed]
-        self.stages: list[np.ndarray] = []
-        shifts = []
+        chains = []
         for n_attrs, w in zip((1, 2, 1), wins, strict=True):
             # 2 w buckets for a window, one per tuple when unbounded; int32 positions (halves the
             # memory a probe touches: unbounded stages hold whole streams)
             nb = table_size or max(16, 2 * w if window is not None else w)
             nb = 1 << (nb - 1).bit_length()
             tail = np.full((n_attrs, nb if window is not None else 1), -1, np.int32)
-            self.stages += (np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
-                            np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32), tail)
-            shifts.append(64 - (nb.bit_length() - 1))
+            chains.append(StageChains(np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
+                                      np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32),
+                                      tail, 64 - (nb.bit_length() - 1)))
+        #: the three stages' chains, as the kernel takes them (updated in place)
+        self.chains: Q3Stages[StageChains] = Q3Stages(*chains)
+        #: the stages' arrays, in a fixed order (what a snapshot holds)
+        self.stages: list[np.ndarray] = [a for c in chains for a in c[:5]]
         if agg is None:
             agg = (np.zeros(n_raw[1], np.int64), np.zeros(n_raw[1], np.bool_))
-        self.agg_rev: np.ndarray = agg[0]
-        self.agg_hit: np.ndarray = agg[1]
+        self.agg = OrderRevenue(*agg)
+        self.agg_rev: np.ndarray = self.agg.revenue
+        self.agg_hit: np.ndarray = self.agg.hit
         self.cursor = new_cursor()
         self.mode = mode
         sides, rows = arrival if arrival is not None else (np.zeros(0, np.int8), np.zeros(0, np.int64))
+        self.arrival = Q3Arrival(mode, np.array(n_raw, np.int64), np.ascontiguousarray(sides, np.int8),
+                                 np.ascontiguousarray(rows, np.int64))
         if valid is None:
             valid = (np.ones(n_raw[0], np.bool_), *(np.ones(n_raw[1], np.bool_),) * 2, np.ones(n_raw[2], np.bool_))
-        c_key, o_okey, o_ckey, l_okey = (kernel_input(k, np.int64) for k in keys)
-        st = self.stages
-        self._args = (np.ascontiguousarray(sides, np.int8), np.ascontiguousarray(rows, np.int64),
-                      np.array(n_raw, np.int64), *masks, valid[0], valid[2], valid[1], valid[3],
-                      c_key, o_okey, o_ckey, l_okey, *words,
-                      *st[0:5], shifts[0], *st[5:10], shifts[1], *st[10:15], shifts[2],
-                      self.agg_rev, self.agg_hit, window is None)
+        self.passes = Q3Stages(*masks)
+        self.keys = Q3KeyColumns(*(kernel_input(k, np.int64) for k in keys), *valid)
+        self.words = RevenueWords(*words)
+        self.lifo = window is None
 
     def step(self, n: int) -> bool:
         """Process up to ``n`` raw arrivals; whether the arrival is exhausted."""
-        return bool(q3_join_arrival(self.mode, n, self.cursor, *self._args))
+        return bool(q3_join_arrival(n, self.cursor, self.arrival, self.passes, self.keys, self.words,
+                                    self.chains, self.agg, self.lifo))
 
     def run(self, batch_size: int = 65_536) -> None:
         """Process the rest of the arrival, ``batch_size`` raw arrivals per kernel call."""
