@@ -4,12 +4,20 @@ Every kernel here has a plain-Python twin in ``tests/txn/reference.py`` (the ser
 the tests compare against. Kernels are compiled ``nogil`` so executor threads run in parallel;
 cross-thread completion is published through ``state`` (an int64 array: 0 = BLK, 2 = EXE,
 3 = ABT) with the atomic intrinsics of :mod:`splice.kernels.atomics`.
+
+Arrays that travel together reach the TPG build and the executors as named tuples (numba types
+them field by field and caches kernels over them): a batch's operations (:class:`OpColumns`)
+and transactions (:class:`TxnColumns`), the store's cells (:class:`StoreCells`), the graph
+(:class:`TPGArrays`), what an execution pass writes (:class:`RunArrays`, :class:`SerialState`).
+Each kernel reads the fields into locals before its loops. The user function stays a separate
+argument: numba prunes its call when it is ``None``, and a function-typed field would keep the
+cached kernels from matching.
 """
 
 from __future__ import annotations
 
 from types import FunctionType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -22,6 +30,137 @@ from splice.kernels.atomics import sched_yield as yield_cpu
 # Kinds and conditions, mirrored from splice.txn.ops (numba needs literals).
 _READ, _WRITE, _ADD, _SUM_WRITE, _SUM_ADD, _WINDOW_READ, _MAX, _UDF = 0, 1, 2, 3, 4, 5, 6, 7
 _EXE, _ABT = 2, 3
+
+
+class OpColumns(NamedTuple):
+    """A batch's operations, sorted by transaction, and the cells their sums read."""
+
+    #: int64: each op's transaction
+    txn: np.ndarray
+    #: int64: its cell: a store cell id, or for the serial executors its index among the
+    #: batch's gathered cells
+    cell: np.ndarray
+    #: int8: its kind (``READ`` ... ``UDF`` of :mod:`splice.txn.ops`)
+    kind: np.ndarray
+    #: float64: its operand (a window read's length, a UDF op's parameter row)
+    operand: np.ndarray
+    #: int8: its condition (0 none, 1 ``>=``, 2 ``<=``)
+    cond: np.ndarray
+    #: float64: the condition's argument
+    cond_arg: np.ndarray
+    #: int64 (ops + 1): op ``i`` sums the cells ``src_cell[src_ptr[i]:src_ptr[i + 1]]``
+    src_ptr: np.ndarray
+    #: int64: those cells, ids as in ``cell``
+    src_cell: np.ndarray
+
+
+class TxnColumns(NamedTuple):
+    """A batch's transactions."""
+
+    #: int64 (txns + 1): transaction ``t``'s ops are ``ptr[t]:ptr[t + 1]``
+    ptr: np.ndarray
+    #: int64: each transaction's timestamp (strictly increasing)
+    ts: np.ndarray
+    #: bool: refused before execution (its ops are skipped)
+    refused: np.ndarray
+
+
+class StoreCells(NamedTuple):
+    """The state store's flat cells, and the scratch over them that gives chains dense ids."""
+
+    #: int64: where each table's cells start in ``values`` (a cell id is table << 40 | row)
+    offsets: np.ndarray
+    #: float64: every cell's value
+    values: np.ndarray
+    #: int64: per cell, its dense chain id in the batch being built (valid where stamped)
+    dense_slot: np.ndarray
+    #: int64: per cell, the build that last gave it a dense id
+    stamp: np.ndarray
+    #: this build's stamp
+    stamp_id: int
+
+
+class EmittedOps(NamedTuple):
+    """The TPG's ops in timestamp order (reads first within a transaction), before they are
+    sorted by chain: :func:`build_graph` hands them to :func:`_link`."""
+
+    txn: np.ndarray
+    cell: np.ndarray
+    kind: np.ndarray
+    operand: np.ndarray
+    cond: np.ndarray
+    cond_arg: np.ndarray
+    #: int64: a write's first source READ (-1: none); its sources are consecutive
+    src0: np.ndarray
+    #: int64: its number of sources
+    srcn: np.ndarray
+    #: int64: the batch op it came from (-1: a source READ)
+    user: np.ndarray
+
+
+class TPGArrays(NamedTuple):
+    """The task precedence graph as the executors read it (ops sorted by chain; see
+    :class:`splice.txn.tpg.TPG`)."""
+
+    pred: np.ndarray
+    chain: np.ndarray
+    init: np.ndarray
+    kind: np.ndarray
+    operand: np.ndarray
+    cond: np.ndarray
+    cond_arg: np.ndarray
+    ts: np.ndarray
+    txn: np.ndarray
+    src_ptr: np.ndarray
+    src_op: np.ndarray
+    chk_ptr: np.ndarray
+    chk_op: np.ndarray
+    hist: np.ndarray
+
+
+class RunArrays(NamedTuple):
+    """What one execution pass over a TPG writes, per op, and the transactions it excludes."""
+
+    #: int64: 0 until resolved, then EXE (2) or ABT (3); published atomically
+    state: np.ndarray
+    #: float64: the value the op found, and the one it left
+    before: np.ndarray
+    after: np.ndarray
+    #: float64: its result
+    result: np.ndarray
+    #: bool: its condition failed; its user function raised
+    failed: np.ndarray
+    raised: np.ndarray
+    #: bool per transaction: known to abort, its writes are skipped (lazy abort's redo)
+    excluded: np.ndarray
+
+
+class RunMode(NamedTuple):
+    """How :func:`run_ops` executes: e-abort (``eager``) or not, whether to pass over ops already
+    resolved (a redo), and the busy-work iterations per op."""
+
+    eager: bool
+    skip_done: bool
+    busy_iters: int
+
+
+class SerialState(NamedTuple):
+    """What the serial executors read and write besides the batch."""
+
+    #: float64: the value of each gathered cell
+    cur: np.ndarray
+    #: int64 per cell: the last op that wrote it in this batch (-1: none)
+    last: np.ndarray
+    #: per op: the previous write of its cell, its timestamp and value (window reads walk them)
+    vprev: np.ndarray
+    vts: np.ndarray
+    vval: np.ndarray
+    #: bool per transaction: committed
+    committed: np.ndarray
+    #: float64 per op: its result
+    result: np.ndarray
+    #: bool per op: its user function raised
+    raised: np.ndarray
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -357,16 +496,11 @@ def split_stages(stage: np.ndarray, nthreads: int) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def run_ops(
-    work: np.ndarray, wlo: int, whi: int, nthreads: int, bar: np.ndarray,
-    state: np.ndarray, before: np.ndarray, after: np.ndarray, result: np.ndarray,
-    failed: np.ndarray, raised: np.ndarray,
-    pred: np.ndarray, chain: np.ndarray, init: np.ndarray, kind: np.ndarray,
-    operand: np.ndarray, cond: np.ndarray, cond_arg: np.ndarray, ts: np.ndarray,
-    txn: np.ndarray, src_ptr: np.ndarray, src_op: np.ndarray, chk_ptr: np.ndarray,
-    chk_op: np.ndarray, hist: np.ndarray, excluded: np.ndarray,
-    eager: bool, skip_done: bool, busy_iters: int, udf, udf_params: np.ndarray,
+    work: np.ndarray, wlo: int, whi: int, nthreads: int, bar: np.ndarray, graph: TPGArrays,
+    run: RunArrays, mode: RunMode, udf, udf_params: np.ndarray,
 ) -> tuple[int, int, float]:
-    """Execute ``work[wlo:whi]`` (op ids; -1 = barrier) on one thread.
+    """Execute ``work[wlo:whi]`` (op ids; -1 = barrier) of ``graph`` on one thread of
+    ``nthreads`` (``bar``: the barrier counter they share), writing ``run``.
 
     Each op waits (spinning) until its dependencies are resolved: its TD predecessor, its PD
     sources and, when ``eager`` (e-abort), the predecessors of its transaction's conditional ops,
@@ -377,6 +511,30 @@ def run_ops(
     A ``UDF`` op calls ``udf(pre, udf_params[row])`` for its value and its condition.
     Returns (cycles waiting on dependencies, cycles waiting at barriers, busy-work sink).
     """
+    pred = graph.pred
+    chain = graph.chain
+    init = graph.init
+    kind = graph.kind
+    operand = graph.operand
+    cond = graph.cond
+    cond_arg = graph.cond_arg
+    ts = graph.ts
+    txn = graph.txn
+    src_ptr = graph.src_ptr
+    src_op = graph.src_op
+    chk_ptr = graph.chk_ptr
+    chk_op = graph.chk_op
+    hist = graph.hist
+    state = run.state
+    before = run.before
+    after = run.after
+    result = run.result
+    failed = run.failed
+    raised = run.raised
+    excluded = run.excluded
+    eager = mode.eager
+    skip_done = mode.skip_done
+    busy_iters = mode.busy_iters
     sync = 0
     barrier_wait = 0
     k_bar = 0
@@ -467,17 +625,33 @@ def run_ops(
 
 @njit(cache=True, nogil=True)
 def run_serial(
-    txn_ptr: np.ndarray, cell: np.ndarray, kind: np.ndarray, operand: np.ndarray,
-    cond: np.ndarray, cond_arg: np.ndarray, src_ptr: np.ndarray, src_cell: np.ndarray,
-    txn_ts: np.ndarray, refused: np.ndarray, cur: np.ndarray, hist: np.ndarray,
-    last: np.ndarray, vprev: np.ndarray, vts: np.ndarray, vval: np.ndarray,
-    committed: np.ndarray, result: np.ndarray, lo_t: int, hi_t: int, busy_iters: int,
-    udf, udf_params: np.ndarray, raised: np.ndarray,
+    ops: OpColumns, txns: TxnColumns, hist: np.ndarray, st: SerialState, lo_t: int, hi_t: int,
+    busy_iters: int, udf, udf_params: np.ndarray,
 ) -> float:
-    """Serial execution in timestamp order of transactions ``lo_t..hi_t`` on dense cells ``cur``.
+    """Serial execution in timestamp order of transactions ``lo_t..hi_t`` on dense cells
+    ``st.cur`` (``ops`` name cells by their index there; ``hist``: each window read's logged
+    history).
 
     Versions written in the batch are linked per cell (``last``/``vprev``) for window reads.
     """
+    cell = ops.cell
+    kind = ops.kind
+    operand = ops.operand
+    cond = ops.cond
+    cond_arg = ops.cond_arg
+    src_ptr = ops.src_ptr
+    src_cell = ops.src_cell
+    txn_ptr = txns.ptr
+    txn_ts = txns.ts
+    refused = txns.refused
+    cur = st.cur
+    last = st.last
+    vprev = st.vprev
+    vts = st.vts
+    vval = st.vval
+    committed = st.committed
+    result = st.result
+    raised = st.raised
     sink = 0.0
     for t in range(lo_t, hi_t):
         if refused[t]:
@@ -530,17 +704,14 @@ def run_serial(
 
 @njit(cache=True, nogil=True)
 def run_partitioned(
-    tid: int, nthreads: int, bar: np.ndarray, txn_part: np.ndarray,
-    txn_ptr: np.ndarray, cell: np.ndarray, kind: np.ndarray, operand: np.ndarray,
-    cond: np.ndarray, cond_arg: np.ndarray, src_ptr: np.ndarray, src_cell: np.ndarray,
-    txn_ts: np.ndarray, refused: np.ndarray, cur: np.ndarray, hist: np.ndarray,
-    last: np.ndarray, vprev: np.ndarray, vts: np.ndarray, vval: np.ndarray,
-    committed: np.ndarray, result: np.ndarray, busy_iters: int, udf, udf_params: np.ndarray,
-    raised: np.ndarray,
+    tid: int, nthreads: int, bar: np.ndarray, txn_part: np.ndarray, ops: OpColumns,
+    txns: TxnColumns, hist: np.ndarray, st: SerialState, busy_iters: int, udf,
+    udf_params: np.ndarray,
 ) -> tuple[int, float]:
     """S-Store-like: thread ``tid`` owns partition ``tid``; it runs that partition's transactions in
-    timestamp order, and a multi-partition transaction (``txn_part == -1``) takes every partition
-    lock: all threads meet at a barrier, thread 0 runs it, all meet again. Returns lock cycles."""
+    timestamp order (:func:`run_serial`), and a multi-partition transaction (``txn_part == -1``)
+    takes every partition lock: all threads meet at a barrier, thread 0 runs it, all meet again.
+    Returns lock cycles."""
     lock = 0
     k_bar = 0
     sink = 0.0
@@ -558,10 +729,7 @@ def run_partitioned(
                     yield_cpu()
             lock += cycle_counter() - c0
             if tid == 0:
-                sink += run_serial(txn_ptr, cell, kind, operand, cond, cond_arg, src_ptr,
-                                   src_cell, txn_ts, refused, cur, hist, last, vprev, vts, vval,
-                                   committed, result, t, t + 1, busy_iters, udf, udf_params,
-                                   raised)
+                sink += run_serial(ops, txns, hist, st, t, t + 1, busy_iters, udf, udf_params)
             c0 = cycle_counter()
             k_bar += 1
             atomic_add(bar, 0, 1)
@@ -572,9 +740,7 @@ def run_partitioned(
                     yield_cpu()
             lock += cycle_counter() - c0
         elif pt == tid or (pt == -1 and nthreads == 1):
-            sink += run_serial(txn_ptr, cell, kind, operand, cond, cond_arg, src_ptr, src_cell,
-                               txn_ts, refused, cur, hist, last, vprev, vts, vval, committed,
-                               result, t, t + 1, busy_iters, udf, udf_params, raised)
+            sink += run_serial(ops, txns, hist, st, t, t + 1, busy_iters, udf, udf_params)
     return lock, sink
 
 
@@ -656,20 +822,26 @@ def duplicate_writes(txn_ptr: np.ndarray, cell: np.ndarray, kind: np.ndarray) ->
 
 
 @njit(cache=True, nogil=True)
-def build_graph(
-    txn_ts: np.ndarray, txn_ptr_u: np.ndarray, refused: np.ndarray, op_txn: np.ndarray,
-    op_cell: np.ndarray, op_kind: np.ndarray, op_operand: np.ndarray, op_cond: np.ndarray,
-    op_cond_arg: np.ndarray, src_ptr_u: np.ndarray, src_cell_u: np.ndarray,
-    offsets: np.ndarray, values: np.ndarray, dense_slot: np.ndarray, stamp: np.ndarray,
-    stamp_id: int,
-):
-    """Decompose a batch (ops sorted by transaction) into the TPG's arrays in O(ops).
+def build_graph(ops: OpColumns, txns: TxnColumns, cells: StoreCells):
+    """Decompose a batch (``ops`` sorted by transaction, cells by store id) into the TPG's
+    arrays in O(ops).
 
     Ops are emitted in timestamp order, reads first within a transaction (each PD source
     becomes a READ in its cell's chain), given dense chain ids by first appearance
-    (``dense_slot``/``stamp`` are scratch arrays over the store's flat cells), then counting-
-    sorted by chain: stable, so every chain is in timestamp order.
+    (``cells.dense_slot``/``cells.stamp`` are scratch arrays over the store's flat cells), then
+    counting-sorted by chain: stable, so every chain is in timestamp order.
     """
+    op_txn = ops.txn
+    op_cell = ops.cell
+    op_kind = ops.kind
+    op_operand = ops.operand
+    op_cond = ops.cond
+    op_cond_arg = ops.cond_arg
+    src_ptr_u = ops.src_ptr
+    src_cell_u = ops.src_cell
+    txn_ptr_u = txns.ptr
+    txn_ts = txns.ts
+    refused = txns.refused
     n_txn = txn_ts.shape[0]
     n_user = op_cell.shape[0]
     n = 0
@@ -687,10 +859,10 @@ def build_graph(
                 ordered = False
     if ordered:
         # already in timestamp order, reads first, nothing refused, no PD: use the columns as is
-        return _link(n, op_txn, op_cell, op_kind, op_operand, op_cond, op_cond_arg,
-                     np.full(n, -1, np.int64), np.zeros(n, np.int64),
-                     np.arange(n, dtype=np.int64), n_user, n_txn, txn_ts, offsets, values,
-                     dense_slot, stamp, stamp_id)
+        return _link(n, EmittedOps(op_txn, op_cell, op_kind, op_operand, op_cond, op_cond_arg,
+                                   np.full(n, -1, np.int64), np.zeros(n, np.int64),
+                                   np.arange(n, dtype=np.int64)),
+                     n_user, n_txn, txn_ts, cells)
     e_cell = np.empty(n, np.int64)
     e_kind = np.empty(n, np.int8)
     e_operand = np.empty(n, np.float64)
@@ -756,18 +928,28 @@ def build_graph(
             else:
                 q += src_ptr_u[i + 1] - src_ptr_u[i]
         p = w
-    return _link(n, e_txn, e_cell, e_kind, e_operand, e_cond, e_arg, e_src0, e_srcn, e_user,
-                 n_user, n_txn, txn_ts, offsets, values, dense_slot, stamp, stamp_id)
+    return _link(n, EmittedOps(e_txn, e_cell, e_kind, e_operand, e_cond, e_arg, e_src0, e_srcn, e_user),
+                 n_user, n_txn, txn_ts, cells)
 
 
 @njit(cache=True, nogil=True)
-def _link(
-    n: int, e_txn: np.ndarray, e_cell: np.ndarray, e_kind: np.ndarray, e_operand: np.ndarray,
-    e_cond: np.ndarray, e_arg: np.ndarray, e_src0: np.ndarray, e_srcn: np.ndarray,
-    e_user: np.ndarray, n_user: int, n_txn: int, txn_ts: np.ndarray, offsets: np.ndarray,
-    values: np.ndarray, dense_slot: np.ndarray, stamp: np.ndarray, stamp_id: int,
-):
-    """Chains, predecessors, PD and LD indexes of ops given in timestamp order (reads first)."""
+def _link(n: int, emitted: EmittedOps, n_user: int, n_txn: int, txn_ts: np.ndarray, cells: StoreCells):
+    """Chains, predecessors, PD and LD indexes of the ``n`` ops ``emitted`` in timestamp order
+    (reads first) by ``n_txn`` transactions from ``n_user`` batch ops."""
+    e_txn = emitted.txn
+    e_cell = emitted.cell
+    e_kind = emitted.kind
+    e_operand = emitted.operand
+    e_cond = emitted.cond
+    e_arg = emitted.cond_arg
+    e_src0 = emitted.src0
+    e_srcn = emitted.srcn
+    e_user = emitted.user
+    offsets = cells.offsets
+    values = cells.values
+    dense_slot = cells.dense_slot
+    stamp = cells.stamp
+    stamp_id = cells.stamp_id
     mask = (1 << 40) - 1
     user_pos = np.full(n_user, -1, np.int64)
     # dense chain ids by first appearance, counting chain lengths on the way

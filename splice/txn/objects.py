@@ -119,27 +119,27 @@ def run_with_objects(batch: OpBatch, refused: np.ndarray, store: Any, busy: int,
     """Serial execution of a batch with object accesses (see the module doc); an
     :class:`~splice.txn.txn_executor.Execution` whose ``info`` carries the object results, the
     per-transaction object abort reasons and their details."""
-    from splice.txn.txn_executor import _dense, _serial_arrays, _serial_finish
+    from splice.txn.txn_executor import _dense, _serial_arrays, _serial_columns, _serial_finish
 
     objs = batch.objects
     assert objs is not None
     t0 = time.perf_counter()
     d = _dense(batch, store)
-    cur, last, vprev, vts, vval, committed, result, raised = _serial_arrays(batch, d, store)
+    st = _serial_arrays(batch, d, store)
+    cur, last, vprev, committed, result = st.cur, st.last, st.vprev, st.committed, st.result
+    ops, txns = _serial_columns(batch, d, refused)
     obj_reason = np.zeros(batch.num_txns, np.int8)
     details: dict[int, str] = {}
     obj_results: list[Any] = [None] * len(objs)
     starts = np.searchsorted(np.asarray(objs.txn, np.int64), np.arange(batch.num_txns + 1))
     t1 = time.perf_counter()
 
-    args = (d.txn_ptr, d.cell, batch.op_kind, batch.op_operand, batch.op_cond, batch.op_cond_arg,
-            batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist, last, vprev, vts, vval,
-            committed, result, 0, 0, busy, udf, batch.udf_params, raised)
+    args = (ops, txns, d.hist, st, 0, 0, busy, udf, batch.udf_params)
     # the kernel's compiled entry point for these argument types: one call per transaction with
-    # object accesses, without the dispatcher typing all two dozen arguments again on each call
+    # object accesses, without the dispatcher typing every array again on each call
     # (docs/lab/transactions.md, "Object accesses")
     entry = K.executors(udf)[1].compile(tuple(numba.typeof(x) for x in args))
-    head, tail = args[:18], args[20:]
+    head, tail = args[:4], args[6:]
 
     def kernel(lo_t: int, hi_t: int) -> None:
         entry(*head, lo_t, hi_t, *tail)
@@ -174,7 +174,7 @@ def run_with_objects(batch: OpBatch, refused: np.ndarray, store: Any, busy: int,
     if run_lo < batch.num_txns:
         kernel(run_lo, batch.num_txns)
     t2 = time.perf_counter()
-    ex = _serial_finish(batch, d, refused, cur, committed, result, raised)
+    ex = _serial_finish(batch, d, refused, st)
     ex.times = {"construct": t1 - t0, "explore": 0.0, "sync": 0.0, "lock": 0.0, "abort": 0.0,
                 "useful": t2 - t1}
     ex.memory_bytes = batch.nbytes() + 4 * batch.num_ops * 8

@@ -25,7 +25,7 @@ from splice.txn import _kernels as K
 from splice.txn.ops import SUM_ADD, SUM_WRITE, WINDOW_READ, OpBatch
 from splice.txn.state_tables import StateStore
 
-__all__ = ["TPG", "build_tpg", "refresh_tpg", "tpg_stats"]
+__all__ = ["TPG", "build_tpg", "refresh_tpg", "tpg_stats", "op_columns"]
 
 
 @dataclass
@@ -55,8 +55,24 @@ class TPG:
     user_pos: np.ndarray    # OpBatch op index -> position here (-1: refused)
     hist: np.ndarray        # window reads: sum of logged versions in the window
 
+    def kernel_arrays(self) -> K.TPGArrays:
+        """The arrays the executors read (built per execution pass: :func:`refresh_tpg` replaces
+        ``init``)."""
+        return K.TPGArrays(self.pred, self.chain, self.init, self.kind, self.operand, self.cond,
+                           self.cond_arg, self.ts, self.txn, self.src_ptr, self.src_op, self.chk_ptr,
+                           self.chk_op, self.hist)
+
     def nbytes(self) -> int:
         return int(sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray)))
+
+
+def op_columns(batch: OpBatch, cell: np.ndarray | None = None, src_cell: np.ndarray | None = None
+               ) -> K.OpColumns:
+    """``batch``'s operations as the kernels take them; ``cell``/``src_cell`` replace the store
+    cell ids (the serial executors' indexes among the batch's gathered cells)."""
+    return K.OpColumns(batch.op_txn, batch.op_cell if cell is None else cell, batch.op_kind,
+                       batch.op_operand, batch.op_cond, batch.op_cond_arg, batch.src_ptr,
+                       batch.src_cell if src_cell is None else src_cell)
 
 
 def build_tpg(batch: OpBatch, refused: np.ndarray, store: StateStore) -> TPG:
@@ -65,9 +81,8 @@ def build_tpg(batch: OpBatch, refused: np.ndarray, store: StateStore) -> TPG:
     np.cumsum(np.bincount(batch.op_txn, minlength=batch.num_txns), out=txn_ptr_u[1:])
     (pos, chain, pred, nch, cells, init, kind, operand, cond, cond_arg, txn, ts, src_ptr, src_op,
      chk_ptr, chk_op, txn_ptr, user_pos) = K.build_graph(
-        batch.txn_ts, txn_ptr_u, refused, batch.op_txn, batch.op_cell, batch.op_kind, batch.op_operand,
-        batch.op_cond, batch.op_cond_arg, batch.src_ptr, batch.src_cell, store.offsets,
-        store.flat, store.dense_slot, store.stamp, store.next_stamp())
+        op_columns(batch), K.TxnColumns(txn_ptr_u, batch.txn_ts, refused),
+        K.StoreCells(store.offsets, store.flat, store.dense_slot, store.stamp, store.next_stamp()))
     n = pred.shape[0]
     hist = np.zeros(n, np.float64)
     win = np.flatnonzero(kind == WINDOW_READ)

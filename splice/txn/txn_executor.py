@@ -18,7 +18,7 @@ from splice.txn import _kernels as K
 from splice.txn.ops import WINDOW_READ, OpBatch, is_write_kind
 from splice.txn.scheduler import Strategy, WorkOrder, work_order
 from splice.txn.state_tables import StateStore
-from splice.txn.tpg import TPG
+from splice.txn.tpg import TPG, op_columns
 
 __all__ = ["Execution", "run_tpg", "run_serial", "run_sstore", "run_tstream",
            "prepare_sstore", "exec_sstore", "SStorePrep",
@@ -101,14 +101,14 @@ class _Run:
     def go(self, team: ThreadTeam, tpg: TPG, wo: WorkOrder, eager: bool, skip_done: bool,
            busy: int, udf: Any, udf_params: np.ndarray) -> tuple[float, float]:
         bar = np.zeros(1, np.int64)
+        graph = tpg.kernel_arrays()
+        run = K.RunArrays(self.state, self.before, self.after, self.result, self.failed, self.raised,
+                          self.excluded)
+        mode = K.RunMode(bool(eager), bool(skip_done), int(busy))
 
         def one(t: int) -> tuple[int, int, float]:
-            return K.executors(udf)[0](
-                wo.work, int(wo.ptr[t]), int(wo.ptr[t + 1]), team.threads, bar, self.state,
-                self.before, self.after, self.result, self.failed, self.raised, tpg.pred, tpg.chain, tpg.init,
-                tpg.kind, tpg.operand, tpg.cond, tpg.cond_arg, tpg.ts, tpg.txn, tpg.src_ptr,
-                tpg.src_op, tpg.chk_ptr, tpg.chk_op, tpg.hist, self.excluded, eager, skip_done,
-                busy, udf, udf_params)
+            return K.executors(udf)[0](wo.work, int(wo.ptr[t]), int(wo.ptr[t + 1]), team.threads, bar,
+                                       graph, run, mode, udf, udf_params)
 
         res = team.run(one)
         cps = cycles_per_second()
@@ -290,21 +290,23 @@ def _dense(batch: OpBatch, store: StateStore | None) -> _Dense:
     return d
 
 
-def _serial_arrays(batch: OpBatch, d: _Dense, store: StateStore) -> tuple[np.ndarray, ...]:
+def _serial_arrays(batch: OpBatch, d: _Dense, store: StateStore) -> K.SerialState:
     n = batch.num_ops
-    cur = store.gather(d.cells)
-    last = np.full(d.cells.shape[0], -1, np.int64)
-    vprev = np.full(n, -1, np.int64)
-    vts = np.zeros(n, np.int64)
-    vval = np.zeros(n, np.float64)
-    committed = np.zeros(batch.num_txns, np.bool_)
-    result = np.full(n, np.nan)
-    raised = np.zeros(n, np.bool_)
-    return cur, last, vprev, vts, vval, committed, result, raised
+    return K.SerialState(
+        cur=store.gather(d.cells), last=np.full(d.cells.shape[0], -1, np.int64),
+        vprev=np.full(n, -1, np.int64), vts=np.zeros(n, np.int64), vval=np.zeros(n, np.float64),
+        committed=np.zeros(batch.num_txns, np.bool_), result=np.full(n, np.nan),
+        raised=np.zeros(n, np.bool_))
 
 
-def _serial_finish(batch: OpBatch, d: _Dense, refused: np.ndarray, cur: np.ndarray,
-                   committed: np.ndarray, result: np.ndarray, raised: np.ndarray) -> Execution:
+def _serial_columns(batch: OpBatch, d: _Dense, refused: np.ndarray) -> tuple[K.OpColumns, K.TxnColumns]:
+    """The batch's operations on its gathered cells and its transactions, as the serial
+    executors take them."""
+    return op_columns(batch, d.cell, d.src_cell), K.TxnColumns(d.txn_ptr, batch.txn_ts, refused)
+
+
+def _serial_finish(batch: OpBatch, d: _Dense, refused: np.ndarray, st: K.SerialState) -> Execution:
+    cur, committed, result, raised = st.cur, st.committed, st.result, st.raised
     committed = committed & ~refused
     wmask = is_write_kind(batch.op_kind) & committed[batch.op_txn]
     result = np.where(refused[batch.op_txn], np.nan, result)
@@ -322,14 +324,12 @@ def run_serial(batch: OpBatch, refused: np.ndarray, store: StateStore, busy: int
     """One thread, transactions in timestamp order: the reference and the single-core limit."""
     t0 = time.perf_counter()
     d = _dense(batch, store)
-    cur, last, vprev, vts, vval, committed, result, raised = _serial_arrays(batch, d, store)
+    st = _serial_arrays(batch, d, store)
+    ops, txns = _serial_columns(batch, d, refused)
     t1 = time.perf_counter()
-    K.executors(udf)[1](d.txn_ptr, d.cell, batch.op_kind, batch.op_operand, batch.op_cond,
-                 batch.op_cond_arg, batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist,
-                 last, vprev, vts, vval, committed, result, 0, batch.num_txns, busy, udf,
-                 batch.udf_params, raised)
+    K.executors(udf)[1](ops, txns, d.hist, st, 0, batch.num_txns, busy, udf, batch.udf_params)
     t2 = time.perf_counter()
-    ex = _serial_finish(batch, d, refused, cur, committed, result, raised)
+    ex = _serial_finish(batch, d, refused, st)
     ex.times = {"construct": t1 - t0, "explore": 0.0, "sync": 0.0, "lock": 0.0, "abort": 0.0,
                 "useful": t2 - t1}
     ex.memory_bytes = batch.nbytes() + 4 * batch.num_ops * 8
@@ -371,7 +371,8 @@ def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int
     """Read the state the batch starts from; return a callable that runs it (any thread)."""
     batch, refused, d, txn_part = prep.batch, prep.refused, prep.dense, prep.txn_part
     _window_hist(batch, d, store)
-    cur, last, vprev, vts, vval, committed, result, raised = _serial_arrays(batch, d, store)
+    st = _serial_arrays(batch, d, store)
+    ops, txns = _serial_columns(batch, d, refused)
     T = team.threads
 
     def go() -> Execution:
@@ -379,16 +380,13 @@ def exec_sstore(prep: SStorePrep, store: StateStore, team: ThreadTeam, busy: int
         t1 = time.perf_counter()
 
         def one(t: int) -> tuple[int, float]:
-            return K.executors(udf)[2](t, T, bar, txn_part, d.txn_ptr, d.cell, batch.op_kind,
-                                     batch.op_operand, batch.op_cond, batch.op_cond_arg,
-                                     batch.src_ptr, d.src_cell, batch.txn_ts, refused, cur, d.hist,
-                                     last, vprev, vts, vval, committed, result, busy, udf,
-                                     batch.udf_params, raised)
+            return K.executors(udf)[2](t, T, bar, txn_part, ops, txns, d.hist, st, busy, udf,
+                                       batch.udf_params)
 
         res = team.run(one)
         t2 = time.perf_counter()
         lock = sum(r[0] for r in res) / cycles_per_second() / T
-        ex = _serial_finish(batch, d, refused, cur, committed, result, raised)
+        ex = _serial_finish(batch, d, refused, st)
         ex.times = {"construct": prep.construct, "explore": 0.0, "sync": 0.0, "lock": lock,
                     "abort": 0.0, "useful": max(t2 - t1 - lock, 0.0)}
         ex.memory_bytes = batch.nbytes() + 4 * batch.num_ops * 8 + txn_part.nbytes

@@ -24,6 +24,10 @@ from splice.joins.common.join_windows import (
 from splice.joins.hash._hash_kernels import (
     SEED1,
     SEED2,
+    Arrivals,
+    InsertBuffer,
+    ProbeBuffers,
+    RingPositions,
     drain,
     fx_join_sequence,
     fx_probe,
@@ -198,41 +202,38 @@ def test_kernels_equal_python_twins(keys, w) -> None:
     k2 = np.array([keys], np.int64)
     v2 = np.array([[x != 0 for x in keys]], np.bool_)
     e = seqs - w
-    exp = np.where(e >= 0, e % w, -1)
-    ins = seqs % w
+    positions = RingPositions(np.where(e >= 0, e % w, -1), seqs % w)
     a, b = FastIndex(1, w), FastIndex(1, w)
-    fx_update(*a.arrays(), a.shift, exp, ins, seqs, k2, v2)
-    fx_update.py_func(*b.arrays(), b.shift, exp, ins, seqs, k2, v2)
-    for x, y in zip(a.arrays(), b.arrays(), strict=True):
+    fx_update(a.arrays, positions, seqs, k2, v2)
+    fx_update.py_func(b.arrays, positions, seqs, k2, v2)
+    for x, y in zip(a.arrays, b.arrays, strict=True):
         assert np.array_equal(x, y)
     pk = np.arange(-4, 5, dtype=np.int64)
     pv = np.ones(len(pk), np.bool_)
-    r1 = drain(fx_probe, len(pk), w, a.ring, a.keys, a.nxt, a.head, a.shift, 0, pk, pv)
-    r2 = drain(fx_probe.py_func, len(pk), w, a.ring, a.keys, a.nxt, a.head, a.shift, 0, pk, pv)
+    r1 = drain(fx_probe, len(pk), w, a.arrays, 0, pk, pv)
+    r2 = drain(fx_probe.py_func, len(pk), w, a.arrays, 0, pk, pv)
     small = np.empty(w + 1, np.int64), np.empty(w + 1, np.int64)  # resumes after each probe
-    n1, nxt = fx_probe(a.ring, a.keys, a.nxt, a.head, a.shift, 0, pk, pv, 0, *small)
+    n1, nxt = fx_probe(a.arrays, 0, pk, pv, 0, *small)
     assert nxt <= len(pk) and n1 <= w + 1
     assert all(np.array_equal(x, y) for x, y in zip(r1, r2, strict=True))
     c, d = HBSJIndex(1, w, 2), HBSJIndex(1, w, 2)
-    hb_update(*c.arrays(), exp, ins, seqs, k2, v2)
-    hb_update.py_func(*d.arrays(), exp, ins, seqs, k2, v2)
-    for x, y in zip(c.arrays(), d.arrays(), strict=True):
+    hb_update(c.arrays, positions, seqs, k2, v2)
+    hb_update.py_func(d.arrays, positions, seqs, k2, v2)
+    for x, y in zip(c.arrays, d.arrays, strict=True):
         assert np.array_equal(x, y)
-    scratch = np.empty(w + 4, np.int64), np.empty(w + 4, np.int64)
-    r3 = drain(hb_probe, len(pk), w + 4, c.tkey, c.tseq, c.okey, c.oseq, c.oinfo, c.st, 0, pk, pv, *scratch)
-    r4 = drain(hb_probe.py_func, len(pk), w + 4, d.tkey, d.tseq, d.okey, d.oseq, d.oinfo, d.st, 0, pk, pv,
-               *scratch)
+    scratch = ProbeBuffers(np.empty(w + 4, np.int64), np.empty(w + 4, np.int64))
+    r3 = drain(hb_probe, len(pk), w + 4, c.arrays, 0, pk, pv, scratch)
+    r4 = drain(hb_probe.py_func, len(pk), w + 4, d.arrays, 0, pk, pv, scratch)
     assert all(np.array_equal(x, y) for x, y in zip(r1, r3, strict=True))
     assert all(np.array_equal(x, y) for x, y in zip(r3, r4, strict=True))
     sides = np.array([i % 2 for i in range(n)], np.int8)
     sq = np.array([i // 2 for i in range(n)], np.int64)
-    pk2, pv2 = k2[0], v2[0]
+    arrivals = Arrivals(sides, sq, k2[0], v2[0])
     lx, rx, ly, ry = FastIndex(1, w), FastIndex(1, w), FastIndex(1, w), FastIndex(1, w)
-    ex, ix = ring_positions(sq, w, w, 0, 1)
-    kv = np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_)
-    o1 = drain(fx_join_sequence, n, w, sides, sq, pk2, pv2, ex, ix, *lx.arrays(), *rx.arrays(), lx.shift, *kv)
-    o2 = drain(fx_join_sequence.py_func, n, w, sides, sq, pk2, pv2, ex, ix, *ly.arrays(), *ry.arrays(),
-               ly.shift, *kv)
+    seq_positions = ring_positions(sq, w, w, 0, 1)
+    insert_buf = InsertBuffer(np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_))
+    o1 = drain(fx_join_sequence, n, w, arrivals, seq_positions, lx.arrays, rx.arrays, insert_buf)
+    o2 = drain(fx_join_sequence.py_func, n, w, arrivals, seq_positions, ly.arrays, ry.arrays, insert_buf)
     assert all(np.array_equal(x, y) for x, y in zip(o1, o2, strict=True))
 
 

@@ -24,11 +24,18 @@ searched by nested loop). The ordered sliding window records, per position, wher
 stored (``wloc``: table 0..3, 4 = overflow, 5 = not indexed because its key is null) and at which
 slot (``widx``). Per attribute statistics (``stats``): inserts into tables 0..3, into overflow,
 overflow peak size, overflow comparisons, probes.
+
+Arrays that travel together reach the kernels as named tuples (numba types them field by field,
+reads their fields as cheaply as separate arguments and caches kernels over them): one index's
+arrays (:class:`FastIndexArrays`, :class:`HBSJIndexArrays`), the arrival sequence
+(:class:`Arrivals`), the ring positions to expire and fill (:class:`RingPositions`), scratch
+buffers, and the time join's settings and watermarks. Each kernel reads the fields into locals
+before its loop.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 from numba import njit
@@ -39,6 +46,19 @@ from splice.kernels.numba_internals import NO_NRT
 __all__ = [
     "SEED1",
     "SEED2",
+    "FastIndexArrays",
+    "HBSJIndexArrays",
+    "Arrivals",
+    "RingPositions",
+    "InsertBuffer",
+    "ProbeBuffers",
+    "TimeJoinParams",
+    "TimeProgress",
+    "TimeRings",
+    "HBSJTimeWindows",
+    "Q3Stages",
+    "Q3KeyColumns",
+    "OrderRevenue",
     "fx_bucket",
     "drain",
     "fx_update",
@@ -79,8 +99,151 @@ LOC_OVF = 4
 LOC_NONE = 5
 
 
+# --------------------------------------------------------------------------------------------
+# what the kernels take
+# --------------------------------------------------------------------------------------------
+
+
+class FastIndexArrays(NamedTuple):
+    """One stream's fast index: a ring of ``cap`` window positions and, per indexed attribute,
+    FIFO bucket chains threaded through it (see the module doc)."""
+
+    #: (cap,) int64: the sequence number stored at each position, -1 when empty
+    ring: np.ndarray
+    #: (n_attrs, cap) int64: each position's key code per attribute
+    keys: np.ndarray
+    #: (n_attrs, cap) bool: whether that key is not null (a null key is on no chain)
+    valid: np.ndarray
+    #: (n_attrs, cap) int64: the next (younger) position on the chain, -1 at its tail
+    nxt: np.ndarray
+    #: (n_attrs, buckets) int64: each chain's oldest position, -1 when empty
+    head: np.ndarray
+    #: (n_attrs, buckets) int64: each chain's youngest position, -1 when empty
+    tail: np.ndarray
+    #: 64 - log2(buckets): Fibonacci hashing keeps the top bits (:func:`fx_bucket`)
+    shift: int
+
+
+class HBSJIndexArrays(NamedTuple):
+    """One stream's HB-SJ index (Diba section 5.2.2): the ordered sliding window of ``cap``
+    positions, per attribute four storage tables of ``ht`` slots, the overflow buffer and the
+    statistics (see the module doc)."""
+
+    #: (cap,) int64: the sequence number at each window position, -1 when empty
+    wseq: np.ndarray
+    #: (n_attrs, cap) int8: where that tuple is stored: table 0..3, 4 = overflow, 5 = nowhere
+    wloc: np.ndarray
+    #: (n_attrs, cap) int64: at which table slot or overflow slot
+    widx: np.ndarray
+    #: (n_attrs, 4, ht) int64: the tables' keys
+    tkey: np.ndarray
+    #: (n_attrs, 4, ht) int64: the tables' sequence numbers, -1 for a free slot
+    tseq: np.ndarray
+    #: (n_attrs, cap) int64: the overflow buffer's keys (a FIFO ring)
+    okey: np.ndarray
+    #: (n_attrs, cap) int64: the overflow buffer's sequence numbers
+    oseq: np.ndarray
+    #: (n_attrs, 2) int64: the overflow ring's head slot and tuple count
+    oinfo: np.ndarray
+    #: (n_attrs, N_STATS) int64: the statistics counters (``ST_*``)
+    stats: np.ndarray
+
+
+class Arrivals(NamedTuple):
+    """A mixed arrival sequence of two streams, in arrival order."""
+
+    #: int8: the stream of each tuple (0 = left, 1 = right)
+    sides: np.ndarray
+    #: int64: each tuple's sequence number on its own stream
+    seqs: np.ndarray
+    #: int64: each tuple's key code
+    keys: np.ndarray
+    #: bool: whether the key is not null
+    valid: np.ndarray
+
+
+class RingPositions(NamedTuple):
+    """Per arriving tuple, the ring position of a count window that expires before it is stored
+    and the one it is stored at; -1 where this PU does nothing (:func:`ring_positions`)."""
+
+    expire: np.ndarray
+    insert: np.ndarray
+
+
+class InsertBuffer(NamedTuple):
+    """One arriving tuple's keys and their validity shaped ``(n_attrs, 1)``, the column layout
+    the inserts take: the sequence kernels store a single tuple through them."""
+
+    keys: np.ndarray
+    valid: np.ndarray
+
+
+class ProbeBuffers(NamedTuple):
+    """Scratch of an HB-SJ probe, each at least the window's positions + 4 long."""
+
+    #: one probe's matches, oldest first
+    matches: np.ndarray
+    #: room to merge the table matches with the overflow matches
+    merge: np.ndarray
+
+
+class TimeJoinParams(NamedTuple):
+    """The settings of a two-way time-window join over one PU's share."""
+
+    #: the window length: tuples match when their times are at most this far apart
+    length: int
+    #: each stream arrives in nondecreasing time (its watermark trails its largest time by one)
+    time_sorted: bool
+    #: this PU, and the number of PUs (SplitJoin: the PU stores the tuples ``s % parts == pu``)
+    pu: int
+    parts: int
+
+
+class TimeProgress(NamedTuple):
+    """Per stream (index 0 left, 1 right) what the time joins know of its event times."""
+
+    #: int64: the watermark: no later tuple of that stream has a time ``<=`` it
+    watermark: np.ndarray
+    #: bool: whether its tuples have all come in nondecreasing time so far
+    in_order: np.ndarray
+    #: int64: its largest time so far
+    newest: np.ndarray
+
+
+class TimeRings(NamedTuple):
+    """The fast time join's rings: per stream (first index) ``C`` slots, a power of two, with
+    chains per bucket linking tuples newest first by sequence number
+    (:func:`fx_time_ring_sequence`)."""
+
+    #: (2, C) int64: the sequence number in each slot, -1 when empty
+    seq: np.ndarray
+    #: (2, C) int64: its key code
+    key: np.ndarray
+    #: (2, C) bool: whether the key is not null
+    valid: np.ndarray
+    #: (2, C) int64: its event time
+    time: np.ndarray
+    #: (2, C) int64: the sequence number of the next older tuple on its chain, -1 at the end
+    nxt: np.ndarray
+    #: (2, buckets) int64: the sequence number of each chain's newest tuple, -1 when empty
+    head: np.ndarray
+    #: 64 - log2(buckets) (:func:`fx_bucket`)
+    shift: int
+
+
+class HBSJTimeWindows(NamedTuple):
+    """What HB-SJ's time join keeps besides the two indexes (:func:`hb_time_sequence`)."""
+
+    #: (2, C) int64: the event time at each window position, per stream
+    time: np.ndarray
+    #: (2,) int64: per stream, the position count of its oldest stored tuple
+    oldest: np.ndarray
+    #: (2,) int64: per stream, the watermark as the kernel sees it
+    watermark: np.ndarray
+
+
 def ring_positions(seqs: np.ndarray, window: int | None, cap: int, pu: int, parts: int,
-                   expire: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                   expire: bool = True) -> RingPositions:
     """Vectorized ring positions of a count window (no division inside the kernels).
 
     Tuple ``s`` is stored by PU ``s % parts`` at position ``(s // parts) % cap``; when it
@@ -93,13 +256,13 @@ def ring_positions(seqs: np.ndarray, window: int | None, cap: int, pu: int, part
     else:
         ins = np.where(seqs % parts == pu, (seqs // parts) % cap, -1)
     if window is None or not expire:
-        return np.full(len(seqs), -1, np.int64), ins
+        return RingPositions(np.full(len(seqs), -1, np.int64), ins)
     e = seqs - window
     if parts == 1:
         exp = np.where(e >= 0, e % cap, -1)
     else:
         exp = np.where((e >= 0) & (e % parts == pu), (e // parts) % cap, -1)
-    return exp, ins
+    return RingPositions(exp, ins)
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,7 +278,16 @@ def fx_bucket(key: int, shift: int) -> int:
 
 
 @_no_nrt
-def _fx_expire(pos, ring_seq, keys, valid, nxt, head, tail, shift):  # type: ignore[no-untyped-def]
+def _fx_expire(pos, index):  # type: ignore[no-untyped-def]
+    """Free ring position ``pos`` of ``index`` (:class:`FastIndexArrays`): its tuple, the oldest
+    of its chains, leaves their heads."""
+    ring_seq = index.ring
+    keys = index.keys
+    valid = index.valid
+    nxt = index.nxt
+    head = index.head
+    tail = index.tail
+    shift = index.shift
     for a in range(keys.shape[0]):
         if valid[a, pos]:
             b = fx_bucket(keys[a, pos], shift)
@@ -141,7 +313,16 @@ def chain_append(a, b, pos, nxt, head, tail):  # type: ignore[no-untyped-def]
 
 
 @_no_nrt
-def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, shift):  # type: ignore[no-untyped-def]
+def _fx_insert(pos, seq, kcol, vcol, j, index):  # type: ignore[no-untyped-def]
+    """Store tuple ``seq`` (keys ``kcol[:, j]``, validity ``vcol[:, j]``) at ring position
+    ``pos`` of ``index`` (:class:`FastIndexArrays`), at the tail of its chains."""
+    ring_seq = index.ring
+    keys = index.keys
+    valid = index.valid
+    nxt = index.nxt
+    head = index.head
+    tail = index.tail
+    shift = index.shift
     ring_seq[pos] = seq
     for a in range(keys.shape[0]):
         ok = vcol[a, j]
@@ -154,16 +335,19 @@ def _fx_insert(pos, seq, kcol, vcol, j, ring_seq, keys, valid, nxt, head, tail, 
 
 
 @_no_nrt
-def fx_update(ring_seq, keys, valid, nxt, head, tail, shift, expire_pos, insert_pos, seqs, new_keys, new_valid):  # type: ignore[no-untyped-def]
-    """For each new tuple j: expire the ring position ``expire_pos[j]`` (when >= 0), then store
-    tuple j (``seqs[j]``, keys ``new_keys[:, j]``) at ``insert_pos[j]`` (when >= 0)."""
+def fx_update(index, positions, seqs, new_keys, new_valid):  # type: ignore[no-untyped-def]
+    """For each new tuple j: expire the ring position ``positions.expire[j]`` of ``index``
+    (:class:`FastIndexArrays`; when >= 0), then store tuple j (``seqs[j]``, keys
+    ``new_keys[:, j]``) at ``positions.insert[j]`` (when >= 0)."""
+    expire_pos = positions.expire
+    insert_pos = positions.insert
     for j in range(seqs.shape[0]):
         e = expire_pos[j]
         if e >= 0:
-            _fx_expire(e, ring_seq, keys, valid, nxt, head, tail, shift)
+            _fx_expire(e, index)
         p = insert_pos[j]
         if p >= 0:
-            _fx_insert(p, seqs[j], new_keys, new_valid, j, ring_seq, keys, valid, nxt, head, tail, shift)
+            _fx_insert(p, seqs[j], new_keys, new_valid, j, index)
 
 
 def drain(kernel, n_items: int, bound: int, *args):  # type: ignore[no-untyped-def]
@@ -188,9 +372,15 @@ def drain(kernel, n_items: int, bound: int, *args):  # type: ignore[no-untyped-d
 
 
 @_no_nrt
-def fx_probe(ring_seq, keys, nxt, head, shift, attr, pkeys, pvalid, start, out_i, out_s):  # type: ignore[no-untyped-def]
-    """(probe index, stored seq) with equal key on attribute ``attr``, per probe oldest first,
-    from probe ``start`` on while the buffers have room (resumable: see :func:`drain`)."""
+def fx_probe(index, attr, pkeys, pvalid, start, out_i, out_s):  # type: ignore[no-untyped-def]
+    """(probe index, stored seq) with equal key on attribute ``attr`` of ``index``
+    (:class:`FastIndexArrays`), per probe oldest first, from probe ``start`` on while the
+    buffers have room (resumable: see :func:`drain`)."""
+    ring_seq = index.ring
+    keys = index.keys
+    nxt = index.nxt
+    head = index.head
+    shift = index.shift
     bound = ring_seq.shape[0]
     n = 0
     for i in range(start, pkeys.shape[0]):
@@ -210,31 +400,45 @@ def fx_probe(ring_seq, keys, nxt, head, shift, attr, pkeys, pvalid, start, out_i
 
 
 @_no_nrt
-def fx_join_sequence(  # type: ignore[no-untyped-def]
-    sides, seqs, pkeys, pvalid, expire_pos, insert_pos,
-    l_ring, l_keys, l_valid, l_nxt, l_head, l_tail,
-    r_ring, r_keys, r_valid, r_nxt, r_head, r_tail,
-    shift, kbuf, vbuf, start, out_i, out_s,
-):
+def fx_join_sequence(arrivals, positions, left, right, insert_buf, start, out_i, out_s):  # type: ignore[no-untyped-def]
     """Two-way count-window join over a mixed arrival sequence.
 
-    Tuple i of side ``sides[i]`` (0 = left, 1 = right) with per-side sequence number ``seqs[i]``
-    probes the other side's window, then the ring position ``expire_pos[i]`` of its own side
-    expires (the tuple ``w`` arrivals older, when this PU stores it), then tuple i is stored at
-    ``insert_pos[i]`` (when this PU owns it; positions are computed outside, vectorized: see
-    :func:`ring_positions`). Writes (arrival index, matched seq on the other side), in arrival
-    order, oldest match first; resumable from ``start`` (see :func:`drain`).
+    Tuple i of side ``arrivals.sides[i]`` (0 = left, 1 = right) with per-side sequence number
+    ``arrivals.seqs[i]`` probes the other side's window, then the ring position
+    ``positions.expire[i]`` of its own side expires (the tuple ``w`` arrivals older, when this PU
+    stores it), then tuple i is stored at ``positions.insert[i]`` (when this PU owns it;
+    positions are computed outside, vectorized: see :func:`ring_positions`). ``left`` and
+    ``right`` are the windows' :class:`FastIndexArrays` (one bucket count), ``insert_buf`` an
+    :class:`InsertBuffer` of one attribute. Writes (arrival index, matched seq on the other
+    side), in arrival order, oldest match first; resumable from ``start`` (see :func:`drain`).
     """
+    sides = arrivals.sides
+    seqs = arrivals.seqs
+    pkeys = arrivals.keys
+    pvalid = arrivals.valid
+    expire_pos = positions.expire
+    insert_pos = positions.insert
+    l_ring = left.ring
+    l_keys = left.keys
+    l_nxt = left.nxt
+    l_head = left.head
+    r_ring = right.ring
+    r_keys = right.keys
+    r_nxt = right.nxt
+    r_head = right.head
+    shift = left.shift
+    kbuf = insert_buf.keys
+    vbuf = insert_buf.valid
     bound = max(l_ring.shape[0], r_ring.shape[0])
     n = 0
     for i in range(start, sides.shape[0]):
         if n + bound > out_i.shape[0]:
             return n, i
-        left = sides[i] == 0
+        is_left = sides[i] == 0
         k = pkeys[i]
         ok = pvalid[i]
         if ok:
-            if left:
+            if is_left:
                 p = r_head[0, fx_bucket(k, shift)]
                 while p != -1:
                     if r_keys[0, p] == k:
@@ -255,16 +459,16 @@ def fx_join_sequence(  # type: ignore[no-untyped-def]
         p = insert_pos[i]
         kbuf[0, 0] = k
         vbuf[0, 0] = ok
-        if left:
+        if is_left:
             if e >= 0:
-                _fx_expire(e, l_ring, l_keys, l_valid, l_nxt, l_head, l_tail, shift)
+                _fx_expire(e, left)
             if p >= 0:
-                _fx_insert(p, s, kbuf, vbuf, 0, l_ring, l_keys, l_valid, l_nxt, l_head, l_tail, shift)
+                _fx_insert(p, s, kbuf, vbuf, 0, left)
         else:
             if e >= 0:
-                _fx_expire(e, r_ring, r_keys, r_valid, r_nxt, r_head, r_tail, shift)
+                _fx_expire(e, right)
             if p >= 0:
-                _fx_insert(p, s, kbuf, vbuf, 0, r_ring, r_keys, r_valid, r_nxt, r_head, r_tail, shift)
+                _fx_insert(p, s, kbuf, vbuf, 0, right)
     return n, sides.shape[0]
 
 
@@ -282,7 +486,14 @@ def _hb_addr(h: int, ht: int) -> int:
 
 
 @_no_nrt
-def _hb_expire(pos, wseq, wloc, widx, tseq, oinfo):  # type: ignore[no-untyped-def]
+def _hb_expire(pos, index):  # type: ignore[no-untyped-def]
+    """Free window position ``pos`` of ``index`` (:class:`HBSJIndexArrays`): its tuple leaves
+    its table slot or the head of the overflow buffer."""
+    wseq = index.wseq
+    wloc = index.wloc
+    widx = index.widx
+    tseq = index.tseq
+    oinfo = index.oinfo
     cap = wseq.shape[0]
     for a in range(wloc.shape[0]):
         loc = wloc[a, pos]
@@ -299,7 +510,19 @@ def _hb_expire(pos, wseq, wloc, widx, tseq, oinfo):  # type: ignore[no-untyped-d
 
 
 @_no_nrt
-def _hb_insert(pos, seq, kcol, vcol, j, wseq, wloc, widx, tkey, tseq, okey, oseq, oinfo, stats):  # type: ignore[no-untyped-def]
+def _hb_insert(pos, seq, kcol, vcol, j, index):  # type: ignore[no-untyped-def]
+    """Store tuple ``seq`` (keys ``kcol[:, j]``, validity ``vcol[:, j]``) at window position
+    ``pos`` of ``index`` (:class:`HBSJIndexArrays`): per attribute in the first free addressed
+    table slot, else in the overflow buffer."""
+    wseq = index.wseq
+    wloc = index.wloc
+    widx = index.widx
+    tkey = index.tkey
+    tseq = index.tseq
+    okey = index.okey
+    oseq = index.oseq
+    oinfo = index.oinfo
+    stats = index.stats
     cap = wseq.shape[0]
     ht = tkey.shape[2]
     wseq[pos] = seq
@@ -334,21 +557,32 @@ def _hb_insert(pos, seq, kcol, vcol, j, wseq, wloc, widx, tkey, tseq, okey, oseq
 
 
 @_no_nrt
-def hb_update(wseq, wloc, widx, tkey, tseq, okey, oseq, oinfo, stats, expire_pos, insert_pos, seqs, new_keys, new_valid):  # type: ignore[no-untyped-def]
-    """HB-SJ expire-oldest-before-insert for each new tuple (see :func:`fx_update`)."""
+def hb_update(index, positions, seqs, new_keys, new_valid):  # type: ignore[no-untyped-def]
+    """HB-SJ expire-oldest-before-insert for each new tuple on ``index``
+    (:class:`HBSJIndexArrays`; see :func:`fx_update`)."""
+    expire_pos = positions.expire
+    insert_pos = positions.insert
     for j in range(seqs.shape[0]):
         e = expire_pos[j]
         if e >= 0:
-            _hb_expire(e, wseq, wloc, widx, tseq, oinfo)
+            _hb_expire(e, index)
         p = insert_pos[j]
         if p >= 0:
-            _hb_insert(p, seqs[j], new_keys, new_valid, j, wseq, wloc, widx, tkey, tseq, okey,
-                       oseq, oinfo, stats)
+            _hb_insert(p, seqs[j], new_keys, new_valid, j, index)
 
 
 @_no_nrt
-def _hb_probe_one(k, a, tkey, tseq, okey, oseq, oinfo, stats, buf, tmp):  # type: ignore[no-untyped-def]
-    """Matches of ``k`` on attribute ``a`` into ``buf`` oldest first; returns their number."""
+def _hb_probe_one(k, a, index, scratch):  # type: ignore[no-untyped-def]
+    """Matches of ``k`` on attribute ``a`` of ``index`` (:class:`HBSJIndexArrays`) into
+    ``scratch.matches`` (:class:`ProbeBuffers`) oldest first; returns their number."""
+    tkey = index.tkey
+    tseq = index.tseq
+    okey = index.okey
+    oseq = index.oseq
+    oinfo = index.oinfo
+    stats = index.stats
+    buf = scratch.matches
+    tmp = scratch.merge
     ht = tkey.shape[2]
     cap = okey.shape[1]
     h1 = _hb_addr(murmur3_32(k, SEED1), ht)
@@ -400,17 +634,19 @@ def _hb_probe_one(k, a, tkey, tseq, okey, oseq, oinfo, stats, buf, tmp):  # type
 
 
 @_no_nrt
-def hb_probe(tkey, tseq, okey, oseq, oinfo, stats, attr, pkeys, pvalid, buf, tmp, start, out_i, out_s):  # type: ignore[no-untyped-def]
-    """(probe index, stored seq) with equal key on attribute ``attr``, per probe oldest first;
-    resumable from ``start`` (see :func:`drain`). ``buf``/``tmp``: scratch of ``cap + 4``."""
-    bound = okey.shape[1] + 4
+def hb_probe(index, attr, pkeys, pvalid, scratch, start, out_i, out_s):  # type: ignore[no-untyped-def]
+    """(probe index, stored seq) with equal key on attribute ``attr`` of ``index``
+    (:class:`HBSJIndexArrays`), per probe oldest first; resumable from ``start`` (see
+    :func:`drain`). ``scratch``: :class:`ProbeBuffers` of ``cap + 4``."""
+    buf = scratch.matches
+    bound = index.okey.shape[1] + 4
     n = 0
     for i in range(start, pkeys.shape[0]):
         if n + bound > out_i.shape[0]:
             return n, i
         if not pvalid[i]:
             continue
-        c = _hb_probe_one(pkeys[i], attr, tkey, tseq, okey, oseq, oinfo, stats, buf, tmp)
+        c = _hb_probe_one(pkeys[i], attr, index, scratch)
         for q in range(c):
             out_i[n] = i
             out_s[n] = buf[q]
@@ -419,26 +655,32 @@ def hb_probe(tkey, tseq, okey, oseq, oinfo, stats, attr, pkeys, pvalid, buf, tmp
 
 
 @_no_nrt
-def hb_join_sequence(  # type: ignore[no-untyped-def]
-    sides, seqs, pkeys, pvalid, expire_pos, insert_pos,
-    l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats,
-    r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats,
-    buf, tmp, kbuf, vbuf, start, out_i, out_s,
-):
-    """HB-SJ two-way count-window join over a mixed arrival sequence (see :func:`fx_join_sequence`)."""
-    bound = max(l_wseq.shape[0], r_wseq.shape[0]) + 4
+def hb_join_sequence(arrivals, positions, left, right, scratch, insert_buf, start, out_i, out_s):  # type: ignore[no-untyped-def]
+    """HB-SJ two-way count-window join over a mixed arrival sequence (see
+    :func:`fx_join_sequence`): ``left``/``right`` are :class:`HBSJIndexArrays`, ``scratch`` the
+    :class:`ProbeBuffers` of the larger window."""
+    sides = arrivals.sides
+    seqs = arrivals.seqs
+    pkeys = arrivals.keys
+    pvalid = arrivals.valid
+    expire_pos = positions.expire
+    insert_pos = positions.insert
+    buf = scratch.matches
+    kbuf = insert_buf.keys
+    vbuf = insert_buf.valid
+    bound = max(left.wseq.shape[0], right.wseq.shape[0]) + 4
     n = 0
     for i in range(start, sides.shape[0]):
         if n + bound > out_i.shape[0]:
             return n, i
-        left = sides[i] == 0
+        is_left = sides[i] == 0
         k = pkeys[i]
         ok = pvalid[i]
         if ok:
-            if left:
-                c = _hb_probe_one(k, 0, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats, buf, tmp)
+            if is_left:
+                c = _hb_probe_one(k, 0, right, scratch)
             else:
-                c = _hb_probe_one(k, 0, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats, buf, tmp)
+                c = _hb_probe_one(k, 0, left, scratch)
             for q in range(c):
                 out_i[n] = i
                 out_s[n] = buf[q]
@@ -448,18 +690,16 @@ def hb_join_sequence(  # type: ignore[no-untyped-def]
         p = insert_pos[i]
         kbuf[0, 0] = k
         vbuf[0, 0] = ok
-        if left:
+        if is_left:
             if e >= 0:
-                _hb_expire(e, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)
+                _hb_expire(e, left)
             if p >= 0:
-                _hb_insert(p, s, kbuf, vbuf, 0, l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey,
-                           l_oseq, l_oinfo, l_stats)
+                _hb_insert(p, s, kbuf, vbuf, 0, left)
         else:
             if e >= 0:
-                _hb_expire(e, r_wseq, r_wloc, r_widx, r_tseq, r_oinfo)
+                _hb_expire(e, right)
             if p >= 0:
-                _hb_insert(p, s, kbuf, vbuf, 0, r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey,
-                           r_oseq, r_oinfo, r_stats)
+                _hb_insert(p, s, kbuf, vbuf, 0, right)
     return n, sides.shape[0]
 
 
@@ -468,28 +708,86 @@ def hb_join_sequence(  # type: ignore[no-untyped-def]
 # --------------------------------------------------------------------------------------------
 
 
+_Stage = TypeVar("_Stage")
+
+
+class Q3Stages(NamedTuple, Generic[_Stage]):
+    """One thing per Q3 stage: customer (on c_custkey), orders (on o_custkey and o_orderkey),
+    lineitem (on l_orderkey)."""
+
+    customer: _Stage
+    orders: _Stage
+    lineitem: _Stage
+
+
+class Q3KeyColumns(NamedTuple):
+    """Q3's join key columns (int64 key codes, by row of their table) and their validity (a
+    tuple with a null key takes its window position and joins nothing)."""
+
+    c_custkey: np.ndarray
+    o_orderkey: np.ndarray
+    o_custkey: np.ndarray
+    l_orderkey: np.ndarray
+    c_custkey_valid: np.ndarray
+    o_orderkey_valid: np.ndarray
+    o_custkey_valid: np.ndarray
+    l_orderkey_valid: np.ndarray
+
+
+class OrderRevenue(NamedTuple):
+    """Q3's aggregation, by orders row: the revenue summed over its join results, and whether
+    it has any."""
+
+    revenue: np.ndarray
+    hit: np.ndarray
+
+
 @_no_nrt
-def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
-    sides, rows, window_c, window_o, window_l,
-    c_key, o_okey, o_ckey, l_okey, l_rev, c_val, oc_val, oo_val, l_val,
-    c_wseq, c_wloc, c_widx, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats,
-    o_wseq, o_wloc, o_widx, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats,
-    l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats,
-    agg_rev, agg_hit, buf_c, buf_o, buf_l, tmp, kc, ko, v1, v2,
-):
+def q3_hbsj_sequence(sides, rows, windows, keys, l_rev, stages, agg, scratch, insert_bufs):  # type: ignore[no-untyped-def]
     """Q3's three-way count-window join over HB-SJ stages and its revenue aggregation.
 
     Tuple i is row ``rows[i]`` (its sequence number) of customer (``sides[i] == 0``), orders (1)
-    or lineitem (2). Stages (Diba Fig. 13(b)): customer indexed on c_custkey; orders on
+    or lineitem (2). Stages (Diba Fig. 13(b)), each a :class:`HBSJIndexArrays` of ``stages``
+    over the last ``windows`` tuples of its stream: customer indexed on c_custkey; orders on
     o_custkey (attribute 0) and o_orderkey (attribute 1), two HB-SJ instances sharing one
     ordered sliding window; lineitem on l_orderkey. An arriving customer probes orders on
     o_custkey, then lineitem; an order probes customer, then lineitem; a lineitem probes orders
-    on o_orderkey, then customer. Every result (c, o, l) adds ``l_rev[l]`` to ``agg_rev[o]``.
-    Then the stage of the tuple's own stream expires its oldest tuple and stores the new one.
-    ``*_val`` are the keys' validity (a tuple with a null key takes its window position and
-    joins nothing). Scratch: ``buf_*`` and ``tmp`` of each stage's window + 4, ``kc``/``ko``
-    int64 (1, 1)/(2, 1), ``v1``/``v2`` bool of those shapes. Returns the number of join results.
+    on o_orderkey, then customer. Every result (c, o, l) adds ``l_rev[l]`` to
+    ``agg.revenue[o]`` (:class:`OrderRevenue`). Then the stage of the tuple's own stream expires
+    its oldest tuple and stores the new one. ``keys``: :class:`Q3KeyColumns`. Scratch: per stage
+    :class:`ProbeBuffers` of its window + 4 (they may share ``merge``) and an
+    :class:`InsertBuffer` of its attributes. Returns the number of join results.
     """
+    window_c = windows.customer
+    window_o = windows.orders
+    window_l = windows.lineitem
+    c_key = keys.c_custkey
+    o_okey = keys.o_orderkey
+    o_ckey = keys.o_custkey
+    l_okey = keys.l_orderkey
+    c_val = keys.c_custkey_valid
+    oo_val = keys.o_orderkey_valid
+    oc_val = keys.o_custkey_valid
+    l_val = keys.l_orderkey_valid
+    cust = stages.customer
+    ords = stages.orders
+    line = stages.lineitem
+    c_wseq = cust.wseq
+    o_wseq = ords.wseq
+    l_wseq = line.wseq
+    agg_rev = agg.revenue
+    agg_hit = agg.hit
+    probe_c = scratch.customer
+    probe_o = scratch.orders
+    probe_l = scratch.lineitem
+    buf_o = probe_o.matches
+    buf_l = probe_l.matches
+    kc = insert_bufs.customer.keys
+    v1 = insert_bufs.customer.valid
+    ko = insert_bufs.orders.keys
+    v2 = insert_bufs.orders.valid
+    kl = insert_bufs.lineitem.keys
+    vl = insert_bufs.lineitem.valid
     results = 0
     for i in range(sides.shape[0]):
         side = sides[i]
@@ -497,12 +795,12 @@ def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
         if side == 0:
             no = 0
             if c_val[r]:
-                no = _hb_probe_one(c_key[r], 0, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o, tmp)
+                no = _hb_probe_one(c_key[r], 0, ords, probe_o)
             for q in range(no):
                 o = buf_o[q]
                 if not oo_val[o]:
                     continue
-                nl = _hb_probe_one(o_okey[o], 0, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats, buf_l, tmp)
+                nl = _hb_probe_one(o_okey[o], 0, line, probe_l)
                 if nl:
                     tot = 0
                     for z in range(nl):
@@ -514,15 +812,14 @@ def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
             v1[0, 0] = c_val[r]
             p = r % c_wseq.shape[0]
             if r >= window_c:
-                _hb_expire(p, c_wseq, c_wloc, c_widx, c_tseq, c_oinfo)
-            _hb_insert(p, r, kc, v1, 0, c_wseq, c_wloc, c_widx, c_tkey, c_tseq, c_okey, c_oseq,
-                       c_oinfo, c_stats)
+                _hb_expire(p, cust)
+            _hb_insert(p, r, kc, v1, 0, cust)
         elif side == 1:
             nc = 0
             if oc_val[r] and oo_val[r]:
-                nc = _hb_probe_one(o_ckey[r], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c, tmp)
+                nc = _hb_probe_one(o_ckey[r], 0, cust, probe_c)
             if nc:
-                nl = _hb_probe_one(o_okey[r], 0, l_tkey, l_tseq, l_okey2, l_oseq, l_oinfo, l_stats, buf_l, tmp)
+                nl = _hb_probe_one(o_okey[r], 0, line, probe_l)
                 if nl:
                     tot = 0
                     for z in range(nl):
@@ -536,29 +833,27 @@ def q3_hbsj_sequence(  # type: ignore[no-untyped-def]
             v2[1, 0] = oo_val[r]
             p = r % o_wseq.shape[0]
             if r >= window_o:
-                _hb_expire(p, o_wseq, o_wloc, o_widx, o_tseq, o_oinfo)
-            _hb_insert(p, r, ko, v2, 0, o_wseq, o_wloc, o_widx, o_tkey, o_tseq, o_okey2, o_oseq,
-                       o_oinfo, o_stats)
+                _hb_expire(p, ords)
+            _hb_insert(p, r, ko, v2, 0, ords)
         else:
             no = 0
             if l_val[r]:
-                no = _hb_probe_one(l_okey[r], 1, o_tkey, o_tseq, o_okey2, o_oseq, o_oinfo, o_stats, buf_o, tmp)
+                no = _hb_probe_one(l_okey[r], 1, ords, probe_o)
             for q in range(no):
                 o = buf_o[q]
                 if not oc_val[o]:
                     continue
-                nc = _hb_probe_one(o_ckey[o], 0, c_tkey, c_tseq, c_okey, c_oseq, c_oinfo, c_stats, buf_c, tmp)
+                nc = _hb_probe_one(o_ckey[o], 0, cust, probe_c)
                 if nc:
                     agg_rev[o] += nc * l_rev[r]
                     agg_hit[o] = True
                     results += nc
-            kc[0, 0] = l_okey[r]
-            v1[0, 0] = l_val[r]
+            kl[0, 0] = l_okey[r]
+            vl[0, 0] = l_val[r]
             p = r % l_wseq.shape[0]
             if r >= window_l:
-                _hb_expire(p, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)
-            _hb_insert(p, r, kc, v1, 0, l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey2, l_oseq,
-                       l_oinfo, l_stats)
+                _hb_expire(p, line)
+            _hb_insert(p, r, kl, vl, 0, line)
     return results
 
 
@@ -653,34 +948,51 @@ NO_TIME = -(1 << 62)
 
 
 @_no_nrt
-def fx_time_ring_sequence(  # type: ignore[no-untyped-def]
-    sides, seqs, pkeys, pvalid, times, length, time_sorted, pu, parts,
-    rseq, rkey, rval, rtime, rnxt, head, wm, in_order, newest, shift, start, out_i, out_s,
-):
+def fx_time_ring_sequence(arrivals, times, params, rings, progress, start, out_i, out_s):  # type: ignore[no-untyped-def]
     """Two-way time-window join over a mixed arrival sequence in which nothing is late, with the
     retained tuples of each side in a ring that the watermarks free.
 
-    Tuple i of side ``me = sides[i]`` (sequence number ``s = seqs[i]`` on that side, event time
-    ``times[i]``) matches every retained tuple of the other side with an equal key and
-    ``|dt| <= length``; then it is stored at ring slot ``(s // parts) & (C - 1)`` of its side
-    when this PU owns it (``s % parts == pu``: SplitJoin, :mod:`splice.joins.hash.splitjoin`). Per
-    side and bucket, chains (``head[side, b]``, ``rnxt[side, slot]``) link tuples newest first by
+    Tuple i of side ``me = sides[i]`` (:class:`Arrivals`; sequence number ``s = seqs[i]`` on
+    that side, event time ``times[i]``) matches every retained tuple of the other side with an
+    equal key and ``|dt| <= length``; then it is stored at ring slot ``(s // parts) & (C - 1)``
+    of its side when this PU owns it (``s % parts == pu``: SplitJoin,
+    :mod:`splice.joins.hash.splitjoin`; ``length``, ``pu``, ``parts`` and ``time_sorted`` come in
+    ``params``, :class:`TimeJoinParams`). Per side and bucket, chains of ``rings``
+    (:class:`TimeRings`: ``head[side, b]``, ``nxt[side, slot]``) link tuples newest first by
     their *sequence number*; a link whose slot now holds another tuple has been overwritten, and
     so has everything older on the chain (slots are reused in arrival order), so a walk stops
     there.
 
-    ``wm[side]`` is the side's watermark: no later tuple of that side has a time ``<= wm``. A
-    stored tuple with time ``<= wm[other] - length`` can never match again and its slot is
-    reused; a slot still holding a tuple that can match stops the kernel with ``grow = 1``: the
-    caller doubles the ring (:func:`fx_ring_relink`) and resumes. Tuples with a null key never
-    match and are reused at once. ``in_order[side]`` says whether that side's tuples have all
-    come in nondecreasing time so far (``newest[side]``: its largest time); while the other
-    side's have, a walk stops at the first tuple older than ``times[i] - length`` (older ones
-    are older still). ``time_sorted`` promises that each side arrives in nondecreasing time:
-    its watermark then also follows its largest time minus one. Writes (arrival index, matched
-    seq), per arrival oldest match first; returns ``(written, next start, grow)`` (resumable,
-    see :func:`drain`).
+    ``wm[side]`` (:class:`TimeProgress`, ``progress``) is the side's watermark: no later tuple of
+    that side has a time ``<= wm``. A stored tuple with time ``<= wm[other] - length`` can never
+    match again and its slot is reused; a slot still holding a tuple that can match stops the
+    kernel with ``grow = 1``: the caller doubles the ring (:func:`fx_ring_relink`) and resumes.
+    Tuples with a null key never match and are reused at once. ``in_order[side]`` says whether
+    that side's tuples have all come in nondecreasing time so far (``newest[side]``: its largest
+    time); while the other side's have, a walk stops at the first tuple older than ``times[i] -
+    length`` (older ones are older still). ``time_sorted`` promises that each side arrives in
+    nondecreasing time: its watermark then also follows its largest time minus one. Writes
+    (arrival index, matched seq), per arrival oldest match first; returns ``(written, next
+    start, grow)`` (resumable, see :func:`drain`).
     """
+    sides = arrivals.sides
+    seqs = arrivals.seqs
+    pkeys = arrivals.keys
+    pvalid = arrivals.valid
+    length = params.length
+    time_sorted = params.time_sorted
+    pu = params.pu
+    parts = params.parts
+    rseq = rings.seq
+    rkey = rings.key
+    rval = rings.valid
+    rtime = rings.time
+    rnxt = rings.nxt
+    head = rings.head
+    shift = rings.shift
+    wm = progress.watermark
+    in_order = progress.in_order
+    newest = progress.newest
     cap = rseq.shape[1]
     mask = cap - 1
     n = 0
@@ -754,26 +1066,41 @@ def fx_ring_relink(rseq, rkey, rval, rnxt, head, shift, order):  # type: ignore[
 
 @_no_nrt
 def hb_time_sequence(  # type: ignore[no-untyped-def]
-    sides, seqs, pkeys, pvalid, times, length, time_sorted, pu, parts,
-    l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats,
-    r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats,
-    rtime, lo, wm, buf, tmp, kbuf, vbuf, start, out_i, out_s,
+    arrivals, times, params, left, right, windows, scratch, insert_buf, start, out_i, out_s,
 ):
     """HB-SJ two-way time-window join over a mixed arrival sequence in which nothing is late,
     expiring by watermark from the head of each ordered sliding window.
 
-    Each side's ordered window is a ring of ``C`` positions: this PU's tuple ``s`` (``s % parts
-    == pu``) at ``(s // parts) & (C - 1)``, ``rtime`` its event time, ``lo[side]`` the position
-    count (``s // parts``) of the oldest tuple still stored. ``wm`` holds each side's watermark
-    (with ``time_sorted`` arrival it also follows the side's largest time minus one, as in
-    :func:`fx_time_ring_sequence`). Before a tuple of side ``me`` is stored, the oldest tuples of
-    ``me`` with time ``<= wm[other] - length`` expire from their table slot or the overflow
-    buffer, oldest first, exactly as HB-SJ expires before each insert (empty positions, left by a
-    restore, are passed over). A tuple then probes the other side's tables and overflow buffer
-    and keeps the matches with ``|dt| <= length``, oldest first. A ring still full of live tuples
-    stops the kernel with ``grow = 1``: the caller doubles the rings and resumes. Returns
-    ``(written, next start, grow)``; resumable (see :func:`drain`).
+    Each side's ordered window (``left``/``right``, :class:`HBSJIndexArrays`) is a ring of ``C``
+    positions: this PU's tuple ``s`` (``s % parts == pu``, :class:`TimeJoinParams`) at ``(s //
+    parts) & (C - 1)``; ``windows`` (:class:`HBSJTimeWindows`) holds ``rtime``, its event time,
+    ``lo[side]``, the position count (``s // parts``) of the oldest tuple still stored, and
+    ``wm``, each side's watermark (with ``time_sorted`` arrival it also follows the side's
+    largest time minus one, as in :func:`fx_time_ring_sequence`). Before a tuple of side ``me``
+    is stored, the oldest tuples of ``me`` with time ``<= wm[other] - length`` expire from their
+    table slot or the overflow buffer, oldest first, exactly as HB-SJ expires before each insert
+    (empty positions, left by a restore, are passed over). A tuple then probes the other side's
+    tables and overflow buffer (``scratch``: :class:`ProbeBuffers`) and keeps the matches with
+    ``|dt| <= length``, oldest first. A ring still full of live tuples stops the kernel with
+    ``grow = 1``: the caller doubles the rings and resumes. Returns ``(written, next start,
+    grow)``; resumable (see :func:`drain`).
     """
+    sides = arrivals.sides
+    seqs = arrivals.seqs
+    pkeys = arrivals.keys
+    pvalid = arrivals.valid
+    length = params.length
+    time_sorted = params.time_sorted
+    pu = params.pu
+    parts = params.parts
+    l_wseq = left.wseq
+    r_wseq = right.wseq
+    rtime = windows.time
+    lo = windows.oldest
+    wm = windows.watermark
+    buf = scratch.matches
+    kbuf = insert_buf.keys
+    vbuf = insert_buf.valid
     cap = l_wseq.shape[0]
     mask = cap - 1
     bound = cap + 4
@@ -795,9 +1122,9 @@ def hb_time_sequence(  # type: ignore[no-untyped-def]
                     if rtime[me, p] > thr:
                         break
                     if me == 0:
-                        _hb_expire(p, l_wseq, l_wloc, l_widx, l_tseq, l_oinfo)
+                        _hb_expire(p, left)
                     else:
-                        _hb_expire(p, r_wseq, r_wloc, r_widx, r_tseq, r_oinfo)
+                        _hb_expire(p, right)
                 lo[me] += 1
             if j - lo[me] >= cap:
                 return n, i, 1
@@ -806,9 +1133,9 @@ def hb_time_sequence(  # type: ignore[no-untyped-def]
         ok = pvalid[i]
         if ok:
             if me == 0:
-                c = _hb_probe_one(k, 0, r_tkey, r_tseq, r_okey, r_oseq, r_oinfo, r_stats, buf, tmp)
+                c = _hb_probe_one(k, 0, right, scratch)
             else:
-                c = _hb_probe_one(k, 0, l_tkey, l_tseq, l_okey, l_oseq, l_oinfo, l_stats, buf, tmp)
+                c = _hb_probe_one(k, 0, left, scratch)
             for q in range(c):
                 m = buf[q]
                 if abs(t - rtime[other, (m // parts) & mask]) <= length:
@@ -820,11 +1147,9 @@ def hb_time_sequence(  # type: ignore[no-untyped-def]
             kbuf[0, 0] = k
             vbuf[0, 0] = ok
             if me == 0:
-                _hb_insert(p, s, kbuf, vbuf, 0, l_wseq, l_wloc, l_widx, l_tkey, l_tseq, l_okey,
-                           l_oseq, l_oinfo, l_stats)
+                _hb_insert(p, s, kbuf, vbuf, 0, left)
             else:
-                _hb_insert(p, s, kbuf, vbuf, 0, r_wseq, r_wloc, r_widx, r_tkey, r_tseq, r_okey,
-                           r_oseq, r_oinfo, r_stats)
+                _hb_insert(p, s, kbuf, vbuf, 0, right)
             rtime[me, p] = t
         if time_sorted and t - 1 > wm[me]:
             wm[me] = t - 1

@@ -103,6 +103,15 @@ from splice.joins.common.key_codec import KeyCodec, common_key_types
 from splice.joins.common.output_schema import pair_output_schema
 from splice.joins.hash._hash_kernels import (
     NO_TIME,
+    Arrivals,
+    FastIndexArrays,
+    HBSJTimeWindows,
+    InsertBuffer,
+    ProbeBuffers,
+    RingPositions,
+    TimeJoinParams,
+    TimeProgress,
+    TimeRings,
     drain,
     fx_join_sequence,
     fx_probe,
@@ -171,10 +180,13 @@ class FastIndex:
         self.nxt = np.full((k, cap), -1, np.int64)
         self.head = np.full((k, nb), -1, np.int64)
         self.tail = np.full((k, nb), -1, np.int64)
+        #: the same arrays as the kernels take them (rebuilt here, where they are reallocated)
+        self.arrays = FastIndexArrays(self.ring, self.keys, self.valid, self.nxt, self.head,
+                                      self.tail, self.shift)
         self.used = 0  # unbounded: next dense position
 
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.ring, self.keys, self.valid, self.nxt, self.head, self.tail)
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.ring, self.keys, self.valid, self.nxt, self.head, self.tail))
 
     def insert(self, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray, expire: bool = True) -> None:
         """Tuples ``seqs`` arrive in order; for each, the tuple ``w`` arrivals older expires, then
@@ -200,7 +212,7 @@ class FastIndex:
                 exp = np.where((e >= 0) & (e % p == self.pu), (e // p) % self.cap, -1)
             else:
                 exp = np.full(len(seqs), -1, np.int64)
-        fx_update(*self.arrays(), self.shift, exp, ins, seqs, keys, valid)  # type: ignore[call-arg]
+        fx_update(self.arrays, RingPositions(exp, ins), seqs, keys, valid)
 
     def _live(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         pos = np.flatnonzero(self.ring >= 0)
@@ -226,8 +238,8 @@ class FastIndex:
     def probe(self, attr: int, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probe index, stored seq) of every match on attribute ``attr``, oldest match first."""
         keys = np.ascontiguousarray(keys, np.int64)
-        return drain(fx_probe, len(keys), self.cap, self.ring, self.keys, self.nxt, self.head,
-                     self.shift, attr, keys, np.ascontiguousarray(valid, np.bool_))
+        return drain(fx_probe, len(keys), self.cap, self.arrays, attr, keys,
+                     np.ascontiguousarray(valid, np.bool_))
 
     def live_seqs(self) -> np.ndarray:
         return np.sort(self.ring[self.ring >= 0])
@@ -347,19 +359,20 @@ class CountCore:
              ) -> tuple[np.ndarray, np.ndarray]:
         li, ri = self.pus[pu]
         n = len(sides)
-        kbuf, vbuf = np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_)
+        arrivals = Arrivals(sides, seqs, keys, valid)
+        insert_buf = InsertBuffer(np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_))
         if isinstance(li, HBSJIndex) and isinstance(ri, HBSJIndex):
-            exp, ins = ring_positions(seqs, self.window, li.cap, pu, self.parallel)
-            buf, tmp = np.empty(li.cap + 4, np.int64), np.empty(li.cap + 4, np.int64)
-            return drain(hb_join_sequence, n, li.cap + 4, sides, seqs, keys, valid, exp, ins,  # type: ignore[no-any-return]
-                         *li.arrays(), *ri.arrays(), buf, tmp, kbuf, vbuf)
+            positions = ring_positions(seqs, self.window, li.cap, pu, self.parallel)
+            scratch = ProbeBuffers(np.empty(li.cap + 4, np.int64), np.empty(li.cap + 4, np.int64))
+            return drain(hb_join_sequence, n, li.cap + 4, arrivals, positions,  # type: ignore[no-any-return]
+                         li.arrays, ri.arrays, scratch, insert_buf)
         assert isinstance(li, FastIndex) and isinstance(ri, FastIndex)
         li.reserve(seqs)
         ri.reserve(seqs)
         _same_capacity(li, ri)
-        exp, ins = ring_positions(seqs, self.window, li.cap, pu, self.parallel)
-        return drain(fx_join_sequence, n, li.cap, sides, seqs, keys, valid, exp, ins,  # type: ignore[no-any-return]
-                     *li.arrays(), *ri.arrays(), li.shift, kbuf, vbuf)
+        positions = ring_positions(seqs, self.window, li.cap, pu, self.parallel)
+        return drain(fx_join_sequence, n, li.cap, arrivals, positions,  # type: ignore[no-any-return]
+                     li.arrays, ri.arrays, insert_buf)
 
     def load(self, side: int, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray) -> None:
         """Restore: input ``side``'s window holds the tuples ``seqs`` (ascending) again."""
@@ -390,7 +403,7 @@ class CountCore:
             pair[side].set_counters(c)
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for pair in self.pus for ix in pair for a in ix.arrays())
+        return sum(ix.nbytes() for pair in self.pus for ix in pair)
 
 
 class _FastRing:
@@ -404,6 +417,8 @@ class _FastRing:
         #: whether each input's tuples came in nondecreasing time so far, and its largest time
         self.in_order = np.ones(2, np.bool_)
         self.newest = np.full(2, NO_TIME, np.int64)
+        #: the same three arrays as the kernel takes them (updated in place, never reallocated)
+        self.progress = TimeProgress(self.wm, self.in_order, self.newest)
         self.grows = 0
         self._alloc(cap)
 
@@ -417,20 +432,22 @@ class _FastRing:
         nb = 2 * cap
         self.head = np.full((2, nb), -1, np.int64)
         self.shift = 64 - (nb.bit_length() - 1)
+        #: the same arrays as the kernel takes them (rebuilt here, where they are reallocated)
+        self.rings = TimeRings(self.seq, self.key, self.val, self.time, self.nxt, self.head, self.shift)
 
     def run(self, sides: np.ndarray, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray,
             times: np.ndarray, length: int, time_sorted: bool) -> tuple[np.ndarray, np.ndarray]:
         n = len(sides)
+        arrivals = Arrivals(sides, seqs, keys, valid)
+        params = TimeJoinParams(length, time_sorted, self.pu, self.parts)
         parts_i: list[np.ndarray] = []
         parts_s: list[np.ndarray] = []
         start = 0
         while start < n or not parts_i:
             size = max(2 * self.cap + 16, min(2 * (n - start) + 16, 1 << 22))
             out_i, out_s = np.empty(size, np.int64), np.empty(size, np.int64)
-            w, start, grow = fx_time_ring_sequence(
-                sides, seqs, keys, valid, times, length, time_sorted, self.pu, self.parts,
-                self.seq, self.key, self.val, self.time, self.nxt, self.head, self.wm, self.in_order,
-                self.newest, self.shift, start, out_i, out_s)
+            w, start, grow = fx_time_ring_sequence(arrivals, times, params, self.rings, self.progress,
+                                                   start, out_i, out_s)
             parts_i.append(out_i[:w])
             parts_s.append(out_s[:w])
             if grow:
@@ -506,12 +523,17 @@ class _HBRing:
         self.wm = np.full(2, NO_TIME, np.int64)
         self.in_order = np.ones(2, np.bool_)  # (probes go through tables: not used)
         self.newest = np.full(2, NO_TIME, np.int64)
+        #: the times, oldest positions and watermarks as the kernel takes them (rebuilt when
+        #: the times are reallocated)
+        self.windows = HBSJTimeWindows(self.rtime, self.lo, self.wm)
         self.grows = 0
 
     def run(self, sides: np.ndarray, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray,
             times: np.ndarray, length: int, time_sorted: bool) -> tuple[np.ndarray, np.ndarray]:
         n = len(sides)
-        kbuf, vbuf = np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_)
+        arrivals = Arrivals(sides, seqs, keys, valid)
+        params = TimeJoinParams(length, time_sorted, self.pu, self.parts)
+        insert_buf = InsertBuffer(np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_))
         parts_i: list[np.ndarray] = []
         parts_s: list[np.ndarray] = []
         start = 0
@@ -519,11 +541,10 @@ class _HBRing:
             cap = self.cap
             size = max(2 * cap + 24, min(2 * (n - start) + 16, 1 << 22))
             out_i, out_s = np.empty(size, np.int64), np.empty(size, np.int64)
-            buf, tmp = np.empty(cap + 4, np.int64), np.empty(cap + 4, np.int64)
+            scratch = ProbeBuffers(np.empty(cap + 4, np.int64), np.empty(cap + 4, np.int64))
             w, start, grow = hb_time_sequence(
-                sides, seqs, keys, valid, times, length, time_sorted, self.pu, self.parts,
-                *self.ix[0].arrays(), *self.ix[1].arrays(), self.rtime, self.lo, self.wm, buf, tmp,
-                kbuf, vbuf, start, out_i, out_s)
+                arrivals, times, params, self.ix[0].arrays, self.ix[1].arrays, self.windows, scratch,
+                insert_buf, start, out_i, out_s)
             parts_i.append(out_i[:w])
             parts_s.append(out_s[:w])
             if grow:
@@ -541,6 +562,7 @@ class _HBRing:
             moved[side, j & (cap - 1)] = self.rtime[side, j & (old - 1)]
             self.ix[side] = self.ix[side].resized(cap * self.parts)
         self.rtime, self.cap = moved, cap
+        self.windows = HBSJTimeWindows(self.rtime, self.lo, self.wm)
         self.grows += 1
 
     def load(self, side: int, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray,
@@ -574,7 +596,7 @@ class _HBRing:
         self.ix[side].set_counters(counters)
 
     def nbytes(self) -> int:
-        return self.rtime.nbytes + sum(a.nbytes for ix in self.ix for a in ix.arrays())
+        return self.rtime.nbytes + sum(ix.nbytes() for ix in self.ix)
 
 
 class TimeCore:

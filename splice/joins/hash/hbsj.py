@@ -38,6 +38,9 @@ from splice.joins.hash._hash_kernels import (
     ST_OVF_INS,
     ST_OVF_PEAK,
     ST_PROBES,
+    HBSJIndexArrays,
+    ProbeBuffers,
+    RingPositions,
     drain,
     hb_probe,
     hb_update,
@@ -99,13 +102,16 @@ class HBSJIndex:
         self.okey = np.zeros((k, cap), np.int64)
         self.oseq = np.zeros((k, cap), np.int64)
         self.oinfo = np.zeros((k, 2), np.int64)
+        #: the same arrays as the kernels take them (rebuilt here, where they are reallocated;
+        #: the statistics counters carry over)
+        self.arrays = HBSJIndexArrays(self.wseq, self.wloc, self.widx, self.tkey, self.tseq,
+                                      self.okey, self.oseq, self.oinfo, self.st)
         self.used = 0  # time windows: next dense position
 
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.wseq, self.wloc, self.widx, self.tkey, self.tseq, self.okey, self.oseq,
-                self.oinfo, self.st)
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays)
 
-    def _positions(self, seqs: np.ndarray, expire: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _positions(self, seqs: np.ndarray, expire: bool) -> RingPositions:
         p, cap, w = self.parts, self.cap, self.window
         own = seqs % p == self.pu
         if w is None:
@@ -115,22 +121,22 @@ class HBSJIndex:
             ins = np.full(len(seqs), -1, np.int64)
             ins[own] = self.used + np.arange(n_own)
             self.used += n_own
-            return np.full(len(seqs), -1, np.int64), ins
+            return RingPositions(np.full(len(seqs), -1, np.int64), ins)
         ins = np.where(own, (seqs // p) % cap, -1)
         e = seqs - w
         if expire:
             exp = np.where((e >= 0) & (e % p == self.pu), (e // p) % cap, -1)
         else:
             exp = np.full(len(seqs), -1, np.int64)
-        return exp, ins
+        return RingPositions(exp, ins)
 
     def insert(self, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray, expire: bool = True) -> None:
         """Tuples ``seqs`` (keys ``keys[a, j]``, ``valid`` False = null) arrive in order: for each,
         the tuple ``w`` arrivals older expires (count windows), then it is stored (when this PU
         owns it)."""
         seqs = np.ascontiguousarray(seqs, dtype=np.int64)
-        exp, ins = self._positions(seqs, expire)
-        hb_update(*self.arrays(), exp, ins, seqs, np.ascontiguousarray(keys, np.int64),  # type: ignore[call-arg]
+        positions = self._positions(seqs, expire)
+        hb_update(self.arrays, positions, seqs, np.ascontiguousarray(keys, np.int64),
                   np.ascontiguousarray(valid, np.bool_))
 
     def _live(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -177,9 +183,9 @@ class HBSJIndex:
     def probe(self, attr: int, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probe index, stored seq) of every match on attribute ``attr``, oldest match first."""
         keys = np.ascontiguousarray(keys, np.int64)
-        buf, tmp = np.empty(self.cap + 4, np.int64), np.empty(self.cap + 4, np.int64)
-        return drain(hb_probe, len(keys), self.cap + 4, self.tkey, self.tseq, self.okey, self.oseq,
-                     self.oinfo, self.st, attr, keys, np.ascontiguousarray(valid, np.bool_), buf, tmp)
+        scratch = ProbeBuffers(np.empty(self.cap + 4, np.int64), np.empty(self.cap + 4, np.int64))
+        return drain(hb_probe, len(keys), self.cap + 4, self.arrays, attr, keys,
+                     np.ascontiguousarray(valid, np.bool_), scratch)
 
     def live_seqs(self) -> np.ndarray:
         s = self.wseq[self.wseq >= 0]

@@ -17,18 +17,24 @@ Cursor layout (``cur``, int64, carried across calls so a run can be cut into bat
     0..2  raw rows consumed per table       3..5  passing tuples stored per table
     6..8  next ring position per stage      9     join results
     10    1 while every revenue fits 63 bits 11    next index into an explicit arrival
+
+The kernel takes its inputs grouped in named tuples (:class:`Q3Arrival`, per-stage
+:class:`~splice.joins.hash._hash_kernels.Q3Stages` of masks and of :class:`StageChains`,
+:class:`~splice.joins.hash._hash_kernels.Q3KeyColumns`, :class:`RevenueWords`,
+:class:`~splice.joins.hash._hash_kernels.OrderRevenue`), built once per join.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
 
 from splice.joins.hash._hash_kernels import _NO_NRT, chain_append, first_by_position, fx_bucket
 
-__all__ = ["q3_join_arrival", "new_cursor", "partition_of", "partition_arrival", "INTERLEAVED", "SEQUENTIAL", "REVERSED", "EXPLICIT"]
+__all__ = ["q3_join_arrival", "new_cursor", "partition_of", "partition_arrival", "Q3Arrival", "StageChains",
+           "RevenueWords", "INTERLEAVED", "SEQUENTIAL", "REVERSED", "EXPLICIT"]
 
 #: ``nxt`` of a stored tuple whose key is null: in its window, on no chain (never matches).
 UNLINKED = -2
@@ -39,6 +45,45 @@ UNLINKED = -2
 INTERLEAVED, SEQUENTIAL, REVERSED, EXPLICIT = 0, 1, 2, 3
 
 _kernel: Any = njit(**_NO_NRT)
+
+
+class Q3Arrival(NamedTuple):
+    """Which raw rows arrive in which order: ``mode`` (an arrival mode above) over tables of
+    ``n_raw`` rows (int64, customer, orders, lineitem); ``EXPLICIT`` reads the (table, raw row)
+    pairs ``sides`` (int8) and ``rows`` (int64), the other modes ignore them."""
+
+    mode: int
+    n_raw: np.ndarray
+    sides: np.ndarray
+    rows: np.ndarray
+
+
+class StageChains(NamedTuple):
+    """One stage of :func:`q3_join_arrival`: a ring of ``w`` window positions holding raw row
+    numbers, threaded per indexed attribute by bucket chains (int32 positions: unbounded stages
+    hold whole streams, and half-size positions halve the memory a probe touches)."""
+
+    #: (w,) int32: the raw row at each position, -1 when empty
+    ring: np.ndarray
+    #: (n_attrs, w) int64: its key code per attribute
+    keys: np.ndarray
+    #: (n_attrs, w) int32: the next position on its chain, -1 at the end, ``UNLINKED`` when null
+    nxt: np.ndarray
+    #: (n_attrs, buckets) int32: each chain's first position, -1 when empty
+    head: np.ndarray
+    #: (n_attrs, buckets) int32: each chain's last position (a single unused column when ``lifo``)
+    tail: np.ndarray
+    #: 64 - log2(buckets) (:func:`~splice.joins.hash._hash_kernels.fx_bucket`)
+    shift: int
+
+
+class RevenueWords(NamedTuple):
+    """Per raw lineitem row the (low, high) int64 words of the decimal128 l_extendedprice and
+    l_discount, and the unscaled 1 of their scale: revenue is ``ep * (one - dc)``."""
+
+    extended_price: np.ndarray
+    discount: np.ndarray
+    one: int
 
 
 def new_cursor() -> np.ndarray:
@@ -90,8 +135,14 @@ def _advance(cur, stage, cap):  # type: ignore[no-untyped-def]
 
 
 @_inline
-def _unlink(a, pos, keys, nxt, head, tail, shift):  # type: ignore[no-untyped-def]
-    """Take the tuple at ``pos`` (the oldest: the head of its chain) off attribute ``a``'s chain."""
+def _unlink(a, pos, stage):  # type: ignore[no-untyped-def]
+    """Take the tuple at ``pos`` (the oldest: the head of its chain) off attribute ``a``'s chain
+    of ``stage`` (:class:`StageChains`)."""
+    keys = stage.keys
+    nxt = stage.nxt
+    head = stage.head
+    tail = stage.tail
+    shift = stage.shift
     if nxt[a, pos] == UNLINKED:
         return
     b = fx_bucket(keys[a, pos], shift)
@@ -101,9 +152,14 @@ def _unlink(a, pos, keys, nxt, head, tail, shift):  # type: ignore[no-untyped-de
 
 
 @_inline
-def _link(a, pos, k, valid, keys, nxt, head, tail, shift, lifo):  # type: ignore[no-untyped-def]
-    """Store key ``k`` at ``pos`` on attribute ``a``: appended to its chain (prepended when
-    ``lifo``), on no chain when the key is null."""
+def _link(a, pos, k, valid, stage, lifo):  # type: ignore[no-untyped-def]
+    """Store key ``k`` at ``pos`` on attribute ``a`` of ``stage`` (:class:`StageChains`):
+    appended to its chain (prepended when ``lifo``), on no chain when the key is null."""
+    keys = stage.keys
+    nxt = stage.nxt
+    head = stage.head
+    tail = stage.tail
+    shift = stage.shift
     keys[a, pos] = k
     if not valid:
         nxt[a, pos] = UNLINKED
@@ -117,8 +173,17 @@ def _link(a, pos, k, valid, keys, nxt, head, tail, shift, lifo):  # type: ignore
 
 
 @_inline
-def _revenue(k, valid, l_ring, l_keys, l_nxt, l_head, shift_l, ep_words, dc_words, one):  # type: ignore[no-untyped-def]
-    """(revenue sum, count) of the lineitems in their window with ``l_orderkey == k``."""
+def _revenue(k, valid, lineitem, words):  # type: ignore[no-untyped-def]
+    """(revenue sum, count) of the lineitems in their window (``lineitem``,
+    :class:`StageChains`) with ``l_orderkey == k``."""
+    l_ring = lineitem.ring
+    l_keys = lineitem.keys
+    l_nxt = lineitem.nxt
+    l_head = lineitem.head
+    shift_l = lineitem.shift
+    ep_words = words.extended_price
+    dc_words = words.discount
+    one = words.one
     tot = 0
     n = 0
     q = l_head[0, fx_bucket(k, shift_l)] if valid else -1
@@ -132,8 +197,13 @@ def _revenue(k, valid, l_ring, l_keys, l_nxt, l_head, shift_l, ep_words, dc_word
 
 
 @_inline
-def _customers(k, valid, c_keys, c_nxt, c_head, shift_c):  # type: ignore[no-untyped-def]
-    """How many customers in their window have ``c_custkey == k``."""
+def _customers(k, valid, customer):  # type: ignore[no-untyped-def]
+    """How many customers in their window (``customer``, :class:`StageChains`) have
+    ``c_custkey == k``."""
+    c_keys = customer.keys
+    c_nxt = customer.nxt
+    c_head = customer.head
+    shift_c = customer.shift
     n = 0
     q = c_head[0, fx_bucket(k, shift_c)] if valid else -1
     while q != -1:
@@ -205,24 +275,49 @@ def partition_arrival(mode, n_raw, c_ok, o_ok, l_ok, o_okey, l_okey, part, n_par
 
 
 @_kernel
-def q3_join_arrival(  # type: ignore[no-untyped-def]
-    mode, n_steps, cur, sides, rows, n_raw,
-    c_ok, o_ok, l_ok, c_valid, oc_valid, oo_valid, l_valid,
-    c_key, o_okey, o_ckey, l_okey, ep_words, dc_words, one,
-    c_ring, c_keys, c_nxt, c_head, c_tail, shift_c,
-    o_ring, o_keys, o_nxt, o_head, o_tail, shift_o,
-    l_ring, l_keys, l_nxt, l_head, l_tail, shift_l,
-    agg_rev, agg_hit, lifo,
-):
-    """Process up to ``n_steps`` raw arrivals (``mode``: see the constants; ``EXPLICIT`` reads
-    ``sides``/``rows``); returns whether the arrival is exhausted.
+def q3_join_arrival(n_steps, cur, arrival, passes, keys, words, stages, agg, lifo):  # type: ignore[no-untyped-def]
+    """Process up to ``n_steps`` raw arrivals of ``arrival`` (:class:`Q3Arrival`); returns
+    whether the arrival is exhausted.
 
-    ``n_raw`` holds the three raw table sizes, ``*_ok`` the selections' pass masks over raw rows,
-    ``*_key``/``*_okey``/``*_ckey`` the raw key columns and ``*_valid`` their validity (a tuple
-    with a null key takes its window position but joins nothing). Revenue ``ep * (one - dc)`` is computed
-    from the (low, high) int64 words of the decimal128 columns when a match needs it. A stage's
-    window is its ring's length; ``agg_rev``/``agg_hit`` are indexed by raw orders row.
+    ``passes`` holds the selections' pass masks over raw rows per table
+    (:class:`~splice.joins.hash._hash_kernels.Q3Stages`), ``keys`` the raw key columns and
+    their validity (:class:`~splice.joins.hash._hash_kernels.Q3KeyColumns`; a tuple with a null
+    key takes its window position but joins nothing). Revenue ``ep * (one - dc)`` is computed
+    from ``words`` (:class:`RevenueWords`) when a match needs it. ``stages`` holds the three
+    stages' :class:`StageChains`; a stage's window is its ring's length, and ``lifo`` says the
+    stages are unbounded. ``agg`` (:class:`~splice.joins.hash._hash_kernels.OrderRevenue`) is
+    indexed by raw orders row.
     """
+    mode = arrival.mode
+    n_raw = arrival.n_raw
+    sides = arrival.sides
+    rows = arrival.rows
+    c_ok = passes.customer
+    o_ok = passes.orders
+    l_ok = passes.lineitem
+    c_key = keys.c_custkey
+    o_okey = keys.o_orderkey
+    o_ckey = keys.o_custkey
+    l_okey = keys.l_orderkey
+    c_valid = keys.c_custkey_valid
+    oo_valid = keys.o_orderkey_valid
+    oc_valid = keys.o_custkey_valid
+    l_valid = keys.l_orderkey_valid
+    ep_words = words.extended_price
+    dc_words = words.discount
+    one = words.one
+    cust = stages.customer
+    ords = stages.orders
+    line = stages.lineitem
+    c_ring = cust.ring
+    o_ring = ords.ring
+    o_keys = ords.keys
+    o_nxt = ords.nxt
+    o_head = ords.head
+    shift_o = ords.shift
+    l_ring = line.ring
+    agg_rev = agg.revenue
+    agg_hit = agg.hit
     n0 = n_raw[0]
     n1 = n_raw[1]
     n2 = n_raw[2]
@@ -244,8 +339,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             while p != -1:
                 if o_keys[0, p] == k:
                     o = o_ring[p]
-                    tot, nl = _revenue(o_okey[o], oo_valid[o], l_ring, l_keys, l_nxt, l_head, shift_l,
-                                       ep_words, dc_words, one)
+                    tot, nl = _revenue(o_okey[o], oo_valid[o], line, words)
                     if nl:
                         agg_rev[o] += tot
                         agg_hit[o] = True
@@ -253,28 +347,28 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
                 p = o_nxt[0, p]
             pos, full = _advance(cur, 0, cap_c)
             if full:
-                _unlink(0, pos, c_keys, c_nxt, c_head, c_tail, shift_c)
+                _unlink(0, pos, cust)
             c_ring[pos] = r
-            _link(0, pos, k, valid, c_keys, c_nxt, c_head, c_tail, shift_c, lifo)
+            _link(0, pos, k, valid, cust, lifo)
         elif side == 1:
             if not o_ok[r]:
                 continue
             ck = o_ckey[r]
             ok = o_okey[r]
-            nc = _customers(ck, oc_valid[r] and oo_valid[r], c_keys, c_nxt, c_head, shift_c)
+            nc = _customers(ck, oc_valid[r] and oo_valid[r], cust)
             if nc:
-                tot, nl = _revenue(ok, True, l_ring, l_keys, l_nxt, l_head, shift_l, ep_words, dc_words, one)
+                tot, nl = _revenue(ok, True, line, words)
                 if nl:
                     agg_rev[r] += nc * tot
                     agg_hit[r] = True
                     results += nc * nl
             pos, full = _advance(cur, 1, cap_o)
             if full:
-                _unlink(0, pos, o_keys, o_nxt, o_head, o_tail, shift_o)
-                _unlink(1, pos, o_keys, o_nxt, o_head, o_tail, shift_o)
+                _unlink(0, pos, ords)
+                _unlink(1, pos, ords)
             o_ring[pos] = r
-            _link(0, pos, ck, oc_valid[r], o_keys, o_nxt, o_head, o_tail, shift_o, lifo)
-            _link(1, pos, ok, oo_valid[r], o_keys, o_nxt, o_head, o_tail, shift_o, lifo)
+            _link(0, pos, ck, oc_valid[r], ords, lifo)
+            _link(1, pos, ok, oo_valid[r], ords, lifo)
         else:
             if not l_ok[r]:
                 continue
@@ -289,7 +383,7 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
             while p != -1:
                 if o_keys[1, p] == k:
                     o = o_ring[p]
-                    nc = _customers(o_ckey[o], oc_valid[o], c_keys, c_nxt, c_head, shift_c)
+                    nc = _customers(o_ckey[o], oc_valid[o], cust)
                     if nc:
                         agg_rev[o] += nc * rv
                         agg_hit[o] = True
@@ -297,8 +391,8 @@ def q3_join_arrival(  # type: ignore[no-untyped-def]
                 p = o_nxt[1, p]
             pos, full = _advance(cur, 2, cap_l)
             if full:
-                _unlink(0, pos, l_keys, l_nxt, l_head, l_tail, shift_l)
+                _unlink(0, pos, line)
             l_ring[pos] = r
-            _link(0, pos, k, valid, l_keys, l_nxt, l_head, l_tail, shift_l, lifo)
+            _link(0, pos, k, valid, line, lifo)
     cur[9] += results
     return False

@@ -44,12 +44,22 @@ from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.joins.common.join_windows import RowStore
 from splice.joins.common.key_codec import KeyCodec, common_key_type, common_key_types
-from splice.joins.hash._hash_kernels import q3_hbsj_sequence
+from splice.joins.hash._hash_kernels import (
+    InsertBuffer,
+    OrderRevenue,
+    ProbeBuffers,
+    Q3KeyColumns,
+    Q3Stages,
+    q3_hbsj_sequence,
+)
 from splice.joins.hash.hash_window_join import Impl, make_index
 from splice.joins.hash.hbsj import HBSJIndex
 from splice.joins.hash.splitjoin import HashIndex
 from splice.joins.multiway._q3_kernels import (
     EXPLICIT,
+    Q3Arrival,
+    RevenueWords,
+    StageChains,
     new_cursor,
     partition_arrival,
     q3_join_arrival,
@@ -397,37 +407,41 @@ class Q3FastJoin:
     ):
         passed = list(stored) if stored is not None else [int(np.count_nonzero(m)) for m in masks]
         wins = [window if window is not None else max(1, n) for n in passed]
-        self.stages: list[np.ndarray] = []
-        shifts = []
+        chains = []
         for n_attrs, w in zip((1, 2, 1), wins, strict=True):
             # 2 w buckets for a window, one per tuple when unbounded; int32 positions (halves the
             # memory a probe touches: unbounded stages hold whole streams)
             nb = table_size or max(16, 2 * w if window is not None else w)
             nb = 1 << (nb - 1).bit_length()
             tail = np.full((n_attrs, nb if window is not None else 1), -1, np.int32)
-            self.stages += (np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
-                            np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32), tail)
-            shifts.append(64 - (nb.bit_length() - 1))
+            chains.append(StageChains(np.full(w, -1, np.int32), np.zeros((n_attrs, w), np.int64),
+                                      np.full((n_attrs, w), -1, np.int32), np.full((n_attrs, nb), -1, np.int32),
+                                      tail, 64 - (nb.bit_length() - 1)))
+        #: the three stages' chains, as the kernel takes them (updated in place)
+        self.chains: Q3Stages[StageChains] = Q3Stages(*chains)
+        #: the stages' arrays, in a fixed order (what a snapshot holds)
+        self.stages: list[np.ndarray] = [a for c in chains for a in c[:5]]
         if agg is None:
             agg = (np.zeros(n_raw[1], np.int64), np.zeros(n_raw[1], np.bool_))
-        self.agg_rev: np.ndarray = agg[0]
-        self.agg_hit: np.ndarray = agg[1]
+        self.agg = OrderRevenue(*agg)
+        self.agg_rev: np.ndarray = self.agg.revenue
+        self.agg_hit: np.ndarray = self.agg.hit
         self.cursor = new_cursor()
         self.mode = mode
         sides, rows = arrival if arrival is not None else (np.zeros(0, np.int8), np.zeros(0, np.int64))
+        self.arrival = Q3Arrival(mode, np.array(n_raw, np.int64), np.ascontiguousarray(sides, np.int8),
+                                 np.ascontiguousarray(rows, np.int64))
         if valid is None:
             valid = (np.ones(n_raw[0], np.bool_), *(np.ones(n_raw[1], np.bool_),) * 2, np.ones(n_raw[2], np.bool_))
-        c_key, o_okey, o_ckey, l_okey = (kernel_input(k, np.int64) for k in keys)
-        st = self.stages
-        self._args = (np.ascontiguousarray(sides, np.int8), np.ascontiguousarray(rows, np.int64),
-                      np.array(n_raw, np.int64), *masks, valid[0], valid[2], valid[1], valid[3],
-                      c_key, o_okey, o_ckey, l_okey, *words,
-                      *st[0:5], shifts[0], *st[5:10], shifts[1], *st[10:15], shifts[2],
-                      self.agg_rev, self.agg_hit, window is None)
+        self.passes = Q3Stages(*masks)
+        self.keys = Q3KeyColumns(*(kernel_input(k, np.int64) for k in keys), *valid)
+        self.words = RevenueWords(*words)
+        self.lifo = window is None
 
     def step(self, n: int) -> bool:
         """Process up to ``n`` raw arrivals; whether the arrival is exhausted."""
-        return bool(q3_join_arrival(self.mode, n, self.cursor, *self._args))
+        return bool(q3_join_arrival(n, self.cursor, self.arrival, self.passes, self.keys, self.words,
+                                    self.chains, self.agg, self.lifo))
 
     def run(self, batch_size: int = 65_536) -> None:
         """Process the rest of the arrival, ``batch_size`` raw arrivals per kernel call."""
@@ -545,29 +559,28 @@ def q3_stream_join(
                           (ep, np.zeros((nl, 2), np.int64), 1), window, table_size, (sides, rows))
         join.run(batch_size or max(1, n))
         return join.agg_rev, join.agg_hit, {"join_results": join.results}
-    wins = [window if window is not None else max(1, n) for n in (nc, no, nl)]
-    hb = [HBSJIndex(1, wins[0], table_size), HBSJIndex(2, wins[1], table_size),
-          HBSJIndex(1, wins[2], table_size)]
-    agg_rev = np.zeros(no, np.int64)
-    agg_hit = np.zeros(no, np.bool_)
-    bufs = [np.empty(h.cap + 4, np.int64) for h in hb]
-    scratch = (*bufs, np.empty(max(h.cap for h in hb) + 4, np.int64),
-               np.empty((1, 1), np.int64), np.empty((2, 1), np.int64),
-               np.ones((1, 1), np.bool_), np.ones((2, 1), np.bool_))
+    windows = Q3Stages(*(window if window is not None else max(1, n) for n in (nc, no, nl)))
+    hb = Q3Stages(HBSJIndex(1, windows.customer, table_size), HBSJIndex(2, windows.orders, table_size),
+                  HBSJIndex(1, windows.lineitem, table_size))
+    agg = OrderRevenue(np.zeros(no, np.int64), np.zeros(no, np.bool_))
+    merge = np.empty(max(h.cap for h in hb) + 4, np.int64)  # one probe merges at a time
+    scratch = Q3Stages(*(ProbeBuffers(np.empty(h.cap + 4, np.int64), merge) for h in hb))
+    one_key = InsertBuffer(np.empty((1, 1), np.int64), np.ones((1, 1), np.bool_))
+    insert_bufs = Q3Stages(one_key, InsertBuffer(np.empty((2, 1), np.int64), np.ones((2, 1), np.bool_)), one_key)
+    stages = Q3Stages(hb.customer.arrays, hb.orders.arrays, hb.lineitem.arrays)
     results = 0
     sides = np.ascontiguousarray(sides, np.int8)
     rows = np.ascontiguousarray(rows, np.int64)
     if valid is None:
         valid = (np.ones(nc, np.bool_), *(np.ones(no, np.bool_),) * 2, np.ones(nl, np.bool_))
-    cols: list[np.ndarray] = [np.ascontiguousarray(a, np.int64)
-                              for a in (c_custkey, o_orderkey, o_custkey, l_orderkey, l_revenue)]
-    cols += [valid[0], valid[2], valid[1], valid[3]]
+    keys = Q3KeyColumns(*(np.ascontiguousarray(a, np.int64) for a in (c_custkey, o_orderkey, o_custkey, l_orderkey)),
+                        *valid)
+    l_rev = np.ascontiguousarray(l_revenue, np.int64)
     for lo in range(0, len(sides), batch_size):
         hi = lo + batch_size
-        results += q3_hbsj_sequence(  # type: ignore[call-arg]
-            sides[lo:hi], rows[lo:hi], wins[0], wins[1], wins[2], *cols,
-            *hb[0].arrays(), *hb[1].arrays(), *hb[2].arrays(), agg_rev, agg_hit, *scratch,
-        )
+        results += q3_hbsj_sequence(sides[lo:hi], rows[lo:hi], windows, keys, l_rev, stages, agg, scratch,
+                                    insert_bufs)
+    agg_rev, agg_hit = agg
     c, o, li = (h.stats() for h in hb)
     stats = {"join_results": int(results),
              "hbsj": {"c_custkey": c[0], "o_custkey": o[0], "o_orderkey": o[1], "l_orderkey": li[0]}}
