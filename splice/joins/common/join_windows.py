@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
-from splice.core.ordered_merge import batch_turns
+from splice.core.ordered_merge import batch_turns, merge_order
 from splice.core.time import time_values
 
 __all__ = [
@@ -208,9 +208,9 @@ class ArrivalMerge:
     column; its row count for positions, which never repeat; or ``W + 1`` after a watermark
     ``W`` when ``order`` is the event-time column, :meth:`advance`), a pending left row with
     value ``v`` is released once ``v <= floor[right]``, a right row once ``v < floor[left]``,
-    and every row at the end. What is released is a prefix of the merged order; its order comes
-    from two ``searchsorted`` calls: left row ``i`` goes to ``i + #{right values < v_i}``, right
-    row ``j`` to ``j + #{left values <= v_j}``.
+    and every row at the end. What is released is a prefix of the merged order: the
+    :func:`~splice.core.ordered_merge.merge_order` of the two inputs' released rows (left row
+    ``i`` lands at ``i + #{right values < v_i}``, right row ``j`` at ``j + #{left values <= v_j}``).
 
     State: each input's pending rows and their values, its row count, last value and floor
     (:meth:`snapshot`, :meth:`restore`).
@@ -296,11 +296,9 @@ class ArrivalMerge:
             kr = 0 if fl is None else int(np.searchsorted(rv, fl, "left"))
         if kl == 0 and kr == 0:
             return None
-        a, b = lv[:kl], rv[:kr]
-        lpos = np.arange(kl, dtype=np.int64) + np.searchsorted(b, a, "left")
-        rpos = np.arange(kr, dtype=np.int64) + np.searchsorted(a, b, "right")
-        sides = np.ones(kl + kr, np.int8)
-        sides[lpos] = 0
+        right = merge_order([lv[:kl], rv[:kr]]) >= kl  # where each merged row comes from
+        lpos, rpos = np.flatnonzero(~right), np.flatnonzero(right)
+        sides = right.astype(np.int8)
         return Release(sides, (self._take(0, kl), self._take(1, kr)), (lpos, rpos))
 
     def _table(self, side: int) -> pa.Table:
