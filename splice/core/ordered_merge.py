@@ -62,8 +62,9 @@ def merge_order(values: Sequence[np.ndarray], ties: Sequence[np.ndarray] | None 
 def merge_sources(values: Sequence[np.ndarray], ties: Sequence[np.ndarray] | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """``(input, row)`` of every row of the merged order (:func:`merge_order`): ``input[i]`` is
-    the input the ``i``-th row comes from and ``row[i]`` its row there. Since a merge keeps each
-    input's rows in their own order, ``np.flatnonzero(input == s)`` are input ``s``'s places."""
+    the input the ``i``-th row comes from and ``row[i]`` its row there. With every input in
+    order the merge keeps each input's rows in their own order, so ``np.flatnonzero(input == s)``
+    are then input ``s``'s places."""
     order = merge_order(values, ties)
     lengths = np.array([len(v) for v in values], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
