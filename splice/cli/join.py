@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import time
 from collections import Counter
@@ -37,12 +38,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from splice.core.errors import PlanError
+from splice.core.ordered_merge import batch_turns
 from splice.core.plan import BindInputs, Node, Query
-from splice.core.time import WatermarkStrategy, time_values
+from splice.core.time import WatermarkStrategy
 from splice.io.bad_input import BadInputPolicy, DeadLetterSink
 from splice.kernels.machine import machine_bytes
 from splice.runtime.checkpoint import CheckpointCoordinator, Job, ReplayableSource, SourceStream
@@ -243,34 +244,14 @@ def load_inputs(args: argparse.Namespace, sink: DeadLetterSink | None) -> list[J
 def interleave(inputs: Sequence[JoinInput], column: str | None) -> ReplayableSource:
     """The job's source: the inputs' batches in turns, the next batch always from the input
     whose next batch starts earliest in ``column`` (ties: the first input), or with ``column``
-    ``None`` from the input that has sent the fewest rows. ``source(p)`` replays from batch p."""
-
-    def first(batch: pa.RecordBatch) -> int:
-        return int(np.min(time_values(batch, column, "?"))) if column is not None else 0
+    ``None`` from the input that has sent the fewest rows
+    (:func:`~splice.core.ordered_merge.batch_turns`). ``source(p)`` replays from batch p."""
 
     def source(position: int) -> Iterator[tuple[str, pa.RecordBatch]]:
-        its = [inp.batches() for inp in inputs]
-        heads = [next(it, None) for it in its]
-        sent = [0] * len(inputs)
-        keys = [first(h) if h is not None else 0 for h in heads]
-        i = 0
-        while True:
-            live = [s for s, h in enumerate(heads) if h is not None]
-            if not live:
-                return
-            if column is not None:
-                side = min(live, key=lambda s: (keys[s], s))
-            else:
-                side = min(live, key=lambda s: (sent[s], s))
-            batch = heads[side]
-            assert batch is not None
-            if i >= position:
-                yield inputs[side].name, batch
-            i += 1
-            sent[side] += batch.num_rows
-            heads[side] = next(its[side], None)
-            if heads[side] is not None:
-                keys[side] = first(heads[side])  # type: ignore[arg-type]
+        turns = batch_turns([inp.batches() for inp in inputs], column,
+                            [inp.name for inp in inputs])
+        for side, batch in itertools.islice(turns, position, None):
+            yield inputs[side].name, batch
 
     return source
 

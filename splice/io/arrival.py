@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from splice.core.errors import SchemaError
+from splice.core.ordered_merge import merge_sources
 from splice.core.time import time_values
 
 __all__ = ["arrival_positions", "interleave", "LEFT", "RIGHT"]
@@ -29,7 +30,8 @@ def _key(table: pa.Table, column: str, side: str) -> np.ndarray:
 def arrival_positions(
     left: pa.Table, right: pa.Table, arrival: str | None = None, time: str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Return (side, row) arrays listing every input row in arrival order."""
+    """Return (side, row) arrays listing every input row in arrival order: the ordered merge
+    (:func:`~splice.core.ordered_merge.merge_sources`) of the two inputs' order values."""
     nl, nr = left.num_rows, right.num_rows
     if arrival is not None:
         kl, kr = _key(left, arrival, "left"), _key(right, arrival, "right")
@@ -37,12 +39,8 @@ def arrival_positions(
         kl, kr = _key(left, time, "left"), _key(right, time, "right")
     else:
         kl, kr = np.arange(nl, dtype=np.int64), np.arange(nr, dtype=np.int64)
-    keys = np.concatenate([kl, kr])
-    sides = np.concatenate([np.zeros(nl, np.int8), np.ones(nr, np.int8)])
-    rows = np.concatenate([np.arange(nl, dtype=np.int64), np.arange(nr, dtype=np.int64)])
-    # lexsort: last key is primary. Ties: left before right, then original row order.
-    order = np.lexsort((rows, sides, keys))
-    return sides[order], rows[order]
+    inputs, rows = merge_sources([kl, kr])  # ties: left before right, then row order
+    return inputs.astype(np.int8), rows
 
 
 def interleave(

@@ -19,7 +19,8 @@ merge sort:
    rows with time ``< B`` are safe to emit, and so are rows with time ``= B`` of the runs before
    (and including) ``J``, the first run whose current batch ends at ``B`` with more batches to
    come (rows at ``B`` of a later run must wait for ``J``'s: equal times keep run order, which is
-   file order). Those prefixes are concatenated in run order, sorted stably by time and emitted;
+   file order). Those prefixes are merged by time, ties in run order
+   (:func:`~splice.core.ordered_merge.merge_order`), and emitted;
    ``J`` (or the run that ends at ``B``) gives up its whole batch, so every step makes progress.
 
 State and cleanup: the runs stay on disk, so :meth:`TimeOrderedInput.batches` can replay; memory
@@ -49,6 +50,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from splice.core.errors import PlanError
+from splice.core.ordered_merge import merge_order
 from splice.core.time import time_values
 from splice.io.files import FORMATS, iter_input, read_input, rebatch, undecodable_rows_unprinted
 
@@ -268,9 +270,9 @@ def _merge_runs(runs: tuple[Path, ...], time_column: str, name: str) -> Iterator
                     pieces.append(got[0])
                     times.append(got[1])
             merged = pa.Table.from_batches(pieces)
-            t = np.concatenate(times)
-            if not _is_sorted(t):
-                merged = merged.take(pa.array(np.argsort(t, kind="stable")))
+            # each piece is in order; laid end to end they are when each starts where the last ends
+            if any(int(b[0]) < int(a[-1]) for a, b in zip(times, times[1:], strict=False)):
+                merged = merged.take(pa.array(merge_order(times)))
             yield from merged.to_batches()
             live = [c for c in live if c.load()]
     finally:

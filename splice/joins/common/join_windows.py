@@ -26,7 +26,6 @@ amortized O(log n) row copies; a gather is one ``take``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
+from splice.core.ordered_merge import batch_turns, merge_order
 from splice.core.time import time_values
 
 __all__ = [
@@ -208,9 +208,9 @@ class ArrivalMerge:
     column; its row count for positions, which never repeat; or ``W + 1`` after a watermark
     ``W`` when ``order`` is the event-time column, :meth:`advance`), a pending left row with
     value ``v`` is released once ``v <= floor[right]``, a right row once ``v < floor[left]``,
-    and every row at the end. What is released is a prefix of the merged order; its order comes
-    from two ``searchsorted`` calls: left row ``i`` goes to ``i + #{right values < v_i}``, right
-    row ``j`` to ``j + #{left values <= v_j}``.
+    and every row at the end. What is released is a prefix of the merged order: the
+    :func:`~splice.core.ordered_merge.merge_order` of the two inputs' released rows (left row
+    ``i`` lands at ``i + #{right values < v_i}``, right row ``j`` at ``j + #{left values <= v_j}``).
 
     State: each input's pending rows and their values, its row count, last value and floor
     (:meth:`snapshot`, :meth:`restore`).
@@ -296,11 +296,9 @@ class ArrivalMerge:
             kr = 0 if fl is None else int(np.searchsorted(rv, fl, "left"))
         if kl == 0 and kr == 0:
             return None
-        a, b = lv[:kl], rv[:kr]
-        lpos = np.arange(kl, dtype=np.int64) + np.searchsorted(b, a, "left")
-        rpos = np.arange(kr, dtype=np.int64) + np.searchsorted(a, b, "right")
-        sides = np.ones(kl + kr, np.int8)
-        sides[lpos] = 0
+        right = merge_order([lv[:kl], rv[:kr]]) >= kl  # where each merged row comes from
+        lpos, rpos = np.flatnonzero(~right), np.flatnonzero(right)
+        sides = right.astype(np.int8)
         return Release(sides, (self._take(0, kl), self._take(1, kr)), (lpos, rpos))
 
     def _table(self, side: int) -> pa.Table:
@@ -344,16 +342,15 @@ class ArrivalMerge:
 # -- two whole tables through a join that merges its inputs ----------------------------------
 
 
-def _in_order(table: pa.Table, order: str, side: str) -> tuple[pa.Table, np.ndarray]:
-    """``table`` sorted by ``order`` (stable; as it is when sorted already), and its values."""
+def _in_order(table: pa.Table, order: str, side: str) -> pa.Table:
+    """``table`` sorted by ``order`` (stable; as it is when sorted already)."""
     table = table.combine_chunks()
     if order == POSITION:
-        return table, np.arange(table.num_rows, dtype=np.int64)
+        return table
     v = time_values(table, order, side)
     if len(v) > 1 and bool(np.any(v[1:] < v[:-1])):
-        idx = np.argsort(v, kind="stable")
-        return table.take(pa.array(idx)), v[idx]
-    return table, v
+        return table.take(pa.array(np.argsort(v, kind="stable")))
+    return table
 
 
 def drive_tables(spec: Any, left: pa.Table, right: pa.Table, batch_size: int = 65_536,
@@ -361,34 +358,23 @@ def drive_tables(spec: Any, left: pa.Table, right: pa.Table, batch_size: int = 6
     """Run a two-input join ``spec`` (streams 0 and 1, with an ``order``) over two whole tables
     as the engine's path carries a join's inputs: each table ordered by ``spec.order`` (a
     stable sort, skipped when it is in order already), cut into batches of ``batch_size`` rows,
-    the two inputs' batches taking turns by the order value their next batch starts with, one
-    ``on_batch`` per batch, then ``on_end``; ``watch(logic)`` after every batch. Returns (the
-    output, the logic)."""
+    the two inputs' batches taking turns by the order value their next batch starts with
+    (:func:`~splice.core.ordered_merge.batch_turns`; by rows sent for :data:`POSITION`, whose
+    values are those counts), one ``on_batch`` per batch, then ``on_end``; ``watch(logic)``
+    after every batch. Returns (the output, the logic)."""
     if batch_size < 1:
         raise PlanError(f"--batch-size must be >= 1, got {batch_size}")
     inputs = {0: left.schema, 1: right.schema}
     schema = spec.output_schema(inputs)
     logic = spec.build(inputs)
-    ordered = [_in_order(t, spec.order, side) for t, side in ((left, "left"), (right, "right"))]
+    sides = ("left", "right")
+    ordered = [_in_order(t, spec.order, side) for t, side in zip((left, right), sides, strict=True)]
+    column = None if spec.order == POSITION else spec.order
     out: list[pa.RecordBatch] = []
-    for side, batch in _turns(ordered, batch_size):
+    for side, batch in batch_turns([t.to_batches(max_chunksize=batch_size) for t in ordered],
+                                   column, sides):
         out.extend(logic.on_batch(side, batch))
         if watch is not None:
             watch(logic)
     out.extend(logic.on_end())
     return pa.Table.from_batches(out, schema=schema), logic
-
-
-def _turns(ordered: list[tuple[pa.Table, np.ndarray]], batch_size: int
-           ) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """Both inputs' batches, the next always from the input whose next batch starts earliest
-    (ties: the left)."""
-    at = [0, 0]
-    while True:
-        live = [s for s in (0, 1) if at[s] < ordered[s][0].num_rows]
-        if not live:
-            return
-        side = min(live, key=lambda s: (int(ordered[s][1][at[s]]), s))
-        t = ordered[side][0].slice(at[side], batch_size)
-        at[side] += t.num_rows
-        yield side, t.combine_chunks().to_batches()[0]

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from splice.core.ordered_merge import merge_order
 from splice.kernels.team import ThreadTeam
 
 __all__ = ["SplitIndex", "HashIndex", "merge_matches"]
@@ -47,11 +48,12 @@ class HashIndex(Protocol):
 
 
 def merge_matches(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Merge per-PU (probe index, seq) lists into one ordered by probe index, then seq."""
-    i = np.concatenate([p[0] for p in parts])
-    s = np.concatenate([p[1] for p in parts])
-    order = np.lexsort((s, i))
-    return i[order], s[order]
+    """Merge per-PU (probe index, seq) lists, each in that order, into one ordered by probe
+    index, then seq (:func:`~splice.core.ordered_merge.merge_order` with the seqs as ties; a
+    seq is stored by one PU only, so no two rows tie on both)."""
+    probes, seqs = [p[0] for p in parts], [p[1] for p in parts]
+    order = merge_order(probes, ties=seqs)
+    return np.concatenate(probes)[order], np.concatenate(seqs)[order]
 
 
 class SplitIndex:
