@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from splice.core.errors import SchemaError
+from splice.core.errors import PlanError, SchemaError
 from splice.core.ordered_merge import batch_turns, merge_order, merge_sources
 from tests.reference.ordered_merge import batch_turns_py, merge_sources_py
 
@@ -135,3 +135,15 @@ def test_batch_turns_name_the_input_without_the_column() -> None:
     bad = [pa.record_batch({"u": [1]})]
     with pytest.raises(SchemaError, match="'right'"):
         list(batch_turns([good, bad], "t", names=["left", "right"]))
+
+
+@given(batched_inputs(in_order=True))
+def test_turns_read_each_inputs_own_order_column(inputs: list[list[list[int]]]) -> None:
+    """Inputs whose times sit in columns of different names take the same turns as inputs that
+    share one name."""
+    renamed = [[b.rename_columns([f"t{s}"]) for b in _batches(inp)] for s, inp in enumerate(inputs)]
+    got = [(s, b.column(0).to_pylist())
+           for s, b in batch_turns(renamed, [f"t{s}" for s in range(len(inputs))])]
+    assert got == _turns(inputs, "t")
+    with pytest.raises(PlanError, match="order columns for"):
+        list(batch_turns(renamed, ["t0"] * (len(inputs) + 1)))

@@ -287,6 +287,21 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
                         "--table NAME=PATH")
     opened = {n: _open_table(d, bad_input, sink) for n, d in definitions.items() if n in used}
     planned, explains = _plan_all(statements, opened, definitions)
+    # read only the columns the queries read: narrow each table, then plan over what is read
+    reads: dict[str, set[str]] = {}
+    for p in planned + explains:
+        for src, cols in p.plan.scanned.items():
+            reads.setdefault(src, set()).update(cols)
+    narrowed = False
+    for n, t in opened.items():
+        keep = [f.name for f in t.schema if f.name in reads.get(n, set())
+                or f.name == t.definition.time_column]
+        if keep and len(keep) < len(t.schema):
+            t.schema = pa.schema([t.schema.field(c) for c in keep])
+            t.data = t.data.select(keep) if t.data is not None else None
+            narrowed = True
+    if narrowed:
+        planned, explains = _plan_all(statements, opened, definitions)
     times: dict[str, str] = {}
     for p in planned + explains:
         for src, column in p.plan.time_columns.items():

@@ -80,6 +80,10 @@ def _literal(expr: Any) -> pc.Expression:
     if isinstance(value, pa.Scalar):
         if pa.types.is_string_view(value.type):
             value = pa.scalar(value.as_py(), pa.string())
+        elif pa.types.is_decimal(value.type) and value.is_valid:
+            # the literal's own digits, not the precision DataFusion's coercion gave it: Arrow
+            # sizes a product's precision by its operands', and 38 digits is the limit
+            value = pa.scalar(value.as_py())
         return pc.scalar(value)
     return pc.scalar(value)
 

@@ -76,6 +76,8 @@ class SqlPlan:
     #: one line per operator: what it is and why it was chosen
     steps: list[str]
     schema: pa.Schema
+    #: source name -> the columns the plan reads of it (a loader need read no others)
+    scanned: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -211,6 +213,7 @@ class _Planner:
         self.counts: dict[str, int] = {}
         #: the output schema of every stream and node the plan reads
         self.schemas: dict[str, pa.Schema] = {n: t.schema for n, t in sources.items()}
+        self.scanned: dict[str, set[str]] = {}
 
     # -- helpers --
     def add(self, kind: str, spec: OperatorSpec | BindInputs, inputs: tuple[str, ...],
@@ -276,6 +279,8 @@ class _Planner:
                 raise PlanError(f"SQL: {where}: needs 0 < slide <= size, got slide {slide}, size {size}")
             shown = [n for _, n in v.projection()] or [*src.schema.names, "window_start", "window_end"]
             cols = [_Col(name, n, n if n in src.schema.names else None) for n in shown]
+            self.scanned.setdefault(w.table, set()).update(
+                {n for n in shown if n in src.schema.names} | {w.time})
             if slide == size:  # a tumbling window's bounds are a function of the row's time
                 start = _window_start(w.time, t, size, slide)
                 end = _shift_time(start, t, size)
@@ -286,6 +291,9 @@ class _Planner:
         src = _source(self.sources, name)
         # the columns the scan hands on (DataFusion prunes the others); all of them stream
         shown = [n for _, n in v.projection()] or src.schema.names
+        self.scanned.setdefault(name, set()).update(shown)
+        if src.time_column is not None:
+            self.scanned[name].add(src.time_column)
         return _Rel(name, src.schema, [_Col(name, n, n) for n in shown],
                     source=name, origin={n: n for n in src.schema.names})
 
@@ -729,6 +737,8 @@ def plan_query(query: QueryText, sources: Mapping[str, SourceTable], name: str =
     for src, column in list(planner.time_columns.items()):
         if column == "*":
             del planner.time_columns[src]
+    for src, column in planner.time_columns.items():
+        planner.scanned.setdefault(src, set()).add(column)
     return SqlPlan(Query(name, tuple(planner.nodes)), columns, planner.time_columns,
-                   planner.steps, rel.schema)
+                   planner.steps, rel.schema, planner.scanned)
 
