@@ -27,6 +27,7 @@ by no time-based operator streams in its own order.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -248,9 +249,18 @@ class _Planner:
                             "in one query; one event-time column per table")
         self.time_columns[rel.source] = original
 
-    def translate(self, rel: _Rel, expr: Any) -> pc.Expression:
+    def translate(self, rel: _Rel, expr: Any, computed: Mapping[str, Any] | None = None
+                  ) -> pc.Expression:
+        """``expr`` over ``rel``'s columns; a column named in ``computed`` (a projection looked
+        through) stands for its expression."""
         types = {f.name: f.type for f in rel.schema}
-        return to_arrow(expr, rel.resolve, types.get)
+
+        def resolve(relation: str | None, name: str) -> pc.Expression:
+            if computed and relation is None and name in computed:
+                return to_arrow(computed[name], resolve, types.get)
+            return rel.resolve(relation, name)
+
+        return to_arrow(expr, resolve, types.get)
 
     # -- the walk --
     def plan(self, node: Any) -> _Rel:
@@ -343,6 +353,20 @@ class _Planner:
             column = _safe(rel.window.table.time, taken)
             columns[column] = pc.field(source_time)
             origin[column] = rel.window.table.time
+        last = self.nodes[-1] if self.nodes else None
+        if (rel.window is None and last is not None and last.name == rel.node
+                and isinstance(last.spec, GroupBy | WindowAggregate)
+                and [_field_name(e) for e in columns.values()] == rel.schema.names):
+            # a projection that only names an aggregate's results: the aggregate names them
+            renames = dict(zip(rel.schema.names, columns, strict=True))
+            lead = len(rel.schema.names) - len(last.spec.aggregates)
+            if all(renames[n] == n for n in rel.schema.names[:lead]):
+                spec = dataclasses.replace(last.spec, aggregates=[
+                    Agg(renames[a.name], a.func, a.input) for a in last.spec.aggregates])
+                schema = spec.output_schema({0: self.schemas[last.inputs[0]]})
+                self.nodes[-1] = Node(last.name, spec, last.inputs)
+                self.schemas[last.name] = schema
+                return _Rel(rel.node, schema, out_cols, rel.source, origin, rel.window)
         schema = result_types(rel.schema, list(columns.values()), list(columns), "SQL projection")
         if list(columns) == rel.schema.names and all(
                 e.equals(pc.field(n)) for n, e in columns.items()):
@@ -353,6 +377,14 @@ class _Planner:
 
     def _Aggregate(self, node: Any, v: Any) -> _Rel:
         child = node.inputs()[0]
+        # a projection right below (DataFusion's common subexpressions, renames) is looked
+        # through: its expressions go into the aggregate's inputs, exact arithmetic stays exact
+        computed: dict[str, Any] = {}
+        if type(child.to_variant()).__name__ == "Projection":
+            for e in child.to_variant().projections():
+                if e.variant_name() == "Alias":
+                    computed[e.to_variant().alias()] = unalias(e)
+            child = child.inputs()[0]
         where = None
         cv = child.to_variant()
         if type(cv).__name__ == "Filter":
@@ -374,8 +406,14 @@ class _Planner:
             relation = base.to_variant().relation() if base.variant_name() == "Column" else None
             name = (g.to_variant().alias() if g.variant_name() == "Alias" else
                     base.to_variant().name() if base.variant_name() == "Column" else g.schema_name())
+            plain = None
             if base.variant_name() == "Column":
-                col = rel.find(relation, base.to_variant().name())
+                plain = _field_name(self.translate(rel, base, computed)) \
+                    if relation is None and base.to_variant().name() in computed else None
+            if base.variant_name() == "Column" and (plain is not None or not (
+                    relation is None and base.to_variant().name() in computed)):
+                col = (rel.find(None, plain) if plain is not None and plain in rel.schema.names
+                       else rel.find(relation, base.to_variant().name()))
                 if col.column is None:
                     window_cols.append((relation, name, col.name))
                     continue
@@ -383,7 +421,7 @@ class _Planner:
                 out_cols.append(_Col(relation, name, col.column))
             else:
                 column = _safe(name, taken)
-                pre[column] = self.translate(rel, g)
+                pre[column] = self.translate(rel, g, computed)
                 keys.append(column)
                 out_cols.append(_Col(None, name, column))
         aggs: list[Agg] = []
@@ -408,11 +446,10 @@ class _Planner:
             if args and not (func == "count" and unalias(args[0]).variant_name() == "Literal"
                              and literal_value(unalias(args[0])) is not None):
                 base = unalias(args[0])
-                if base.variant_name() == "Column":
-                    arg = rel.resolve(base.to_variant().relation(), base.to_variant().name())
-                    arg = _field_name(arg) or arg
+                expr = self.translate(rel, base, computed)
+                if _field_name(expr) is not None:
+                    arg = _field_name(expr)
                 else:
-                    expr = self.translate(rel, base)
                     try:
                         arg = as_arith(expr) if func in ("sum", "avg") else None
                     except Exception:  # not exact arithmetic: computed by a projection first
@@ -425,10 +462,10 @@ class _Planner:
             agg_cols.append(_Col(None, name, column))
         if pre:
             passed = {n: pc.field(n) for n in rel.schema.names}
-            computed = {**passed, **pre}
-            schema = result_types(rel.schema, list(computed.values()), list(computed),
+            inputs = {**passed, **pre}
+            schema = result_types(rel.schema, list(inputs.values()), list(inputs),
                                   "SQL aggregate input")
-            pnode = self.add("project", Project(computed), (rel.node,), schema,
+            pnode = self.add("project", Project(inputs), (rel.node,), schema,
                              f"Project the computed keys and inputs {', '.join(pre)}")
             rel = _Rel(pnode, schema, rel.cols + [_Col(None, c, c) for c in pre], rel.source,
                        rel.origin, rel.window)
