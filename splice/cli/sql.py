@@ -192,7 +192,7 @@ def _plan_all(statements: list[Any], tables: dict[str, _Table], definitions: dic
     selects = 0
     for st in statements:
         if isinstance(st, SelectQuery | InsertInto | Explain):
-            sources = {n: SourceTable(n, t.schema, t.definition.time_column)
+            sources = {n: SourceTable(n, t.schema, t.definition.time_column, bounded=True)
                        for n, t in tables.items() if n in _referenced(st.query)}
             missing = _referenced(st.query) - set(tables)
             if missing:

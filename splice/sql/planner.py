@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError
 from splice.core.operator import OperatorSpec
 from splice.core.plan import BindInputs, Node, Query
+from splice.joins.multiway.multiway_join import equi_join
 from splice.joins.temporal.interval_join import IntervalJoin
 from splice.joins.temporal.window_join import WindowJoin
 from splice.ops.aggregate import Agg, GroupBy
@@ -64,6 +65,8 @@ class SourceTable:
     name: str
     schema: pa.Schema
     time_column: str | None = None
+    #: a finite table (a file): a join of finite tables needs no bound on its state
+    bounded: bool = False
 
 
 @dataclass
@@ -207,6 +210,7 @@ class _Planner:
     def __init__(self, sources: Mapping[str, SourceTable], query: QueryText, name: str) -> None:
         self.sources = sources
         self.windows = {w.alias: w for w in query.windows}
+        self.hints = query.hints
         self.name = name
         self.nodes: list[Node] = []
         self.steps: list[str] = []
@@ -543,11 +547,51 @@ class _Planner:
         if left.window is not None or right.window is not None:
             return self._window_join(left, right, pairs, window_pairs, v, how)
         filt = v.filter()
-        if filt is None:
+        bands = [t for t in (_conjuncts(filt) if filt is not None else [])
+                 if _band_term(t, left, right) is not None]
+        if bands:
+            return self._interval_join(left, right, pairs, filt, how)
+        return self._equi_join(left, right, pairs, filt, how)
+
+    def _equi_join(self, left: _Rel, right: _Rel, pairs: list[tuple[_Col, _Col]], filt: Any,
+                   how: str) -> _Rel:
+        """A join on keys alone: over all rows of finite tables, or over count windows given by
+        a ``/*+ WINDOW(n) */`` hint; the other terms of its condition filter its output."""
+        hint = self.hints.get("WINDOW")
+        window = None
+        if hint is not None:
+            try:
+                window = int(hint)
+            except ValueError:
+                raise PlanError(f"SQL: /*+ WINDOW({hint}) */: expected a number of rows") from None
+            if window < 1:
+                raise PlanError(f"SQL: /*+ WINDOW({hint}) */: expected a number of rows >= 1")
+        bounded = all(self.sources[s].bounded for s in self.scanned if s in self.sources)
+        if window is None and not bounded:
             raise PlanError("SQL: a join of streams needs a bound on its state: a time band "
-                            "(r.ts BETWEEN l.ts - a AND l.ts + b) or two window tables joined "
-                            "on window_start")
-        return self._interval_join(left, right, pairs, filt, how)
+                            "(r.ts BETWEEN l.ts - a AND l.ts + b), two window tables joined on "
+                            "window_start, or a count window /*+ WINDOW(n) */")
+        if how != "inner":
+            raise PlanError(f"SQL: a {how} join on keys alone is not supported yet; inner joins "
+                            "are, and outer joins with a time band (interval join)")
+        if not pairs:
+            raise PlanError("SQL: a join needs an equality of keys (a cross join is not supported)")
+
+        spec = BindInputs(equi_join, {"on": tuple(lc.column for lc, _ in pairs),
+                                      "right_on": tuple(rc.column for _, rc in pairs),
+                                      "window": window})
+        schema = self._join_output(spec, left, right)
+        reason = (f"count windows of {window} rows (WINDOW hint)" if window is not None else
+                  "every input is finite, so the join keeps all of their rows")
+        node = self.add("equi_join", spec, (left.node, right.node), schema,
+                        f"hash join (inner) on {', '.join(f'{a.column}={b.column}' for a, b in pairs)}: "
+                        + reason)
+        rel = self._joined(node, schema, left, right)
+        if filt is not None:
+            out = self.add("select", Select(self.translate(rel, filt)), (rel.node,), schema,
+                           "Select: the join condition's other terms")
+            rel = _Rel(out, schema, rel.cols)
+        return rel
 
     def _copy(self, rel: _Rel) -> _Rel:
         cols = {n: pc.field(n) for n in rel.schema.names}

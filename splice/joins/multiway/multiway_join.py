@@ -67,7 +67,7 @@ from splice.joins.multiway._q3_kernels import (
 from splice.kernels.jit import kernel_input
 from splice.kernels.team import ThreadTeam
 
-__all__ = ["MultiwayJoin", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_partitioned_join", "Q3FastJoin"]
+__all__ = ["MultiwayJoin", "equi_join", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_partitioned_join", "Q3FastJoin"]
 
 #: ``(stream a, column of a, stream b, column of b)``: ``a.column == b.column``.
 Predicate = tuple[int, str, int, str]
@@ -216,6 +216,18 @@ class MultiwayJoin(OperatorSpec):
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         return _MultiwayLogic(self, inputs, state)
+
+
+def equi_join(left: int, right: int, on: tuple[str, ...], right_on: tuple[str, ...],
+              window: int | None = None, name: str = "equi_join") -> MultiwayJoin:
+    """The inner equi-join ``left.on[i] = right.on[i]`` of two streams as a two-way
+    :class:`MultiwayJoin`: over all their tuples (``window=None``, for finite inputs) or over a
+    count window of each stream's last ``window`` tuples."""
+    if len(on) != len(right_on) or not on:
+        raise PlanError(f"{name}: need the same non-zero number of key columns per side, "
+                        f"got {list(on)} and {list(right_on)}")
+    return MultiwayJoin((left, right), tuple((left, a, right, b) for a, b in zip(on, right_on, strict=True)),
+                        window, name=name)
 
 
 class _Stage:
