@@ -109,10 +109,10 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_o
               j):
     # one tuple of the serial join: probe ``other``, then enter ``own``; returns (count, status).
     # j >= 0: slot j of descents holds the descent made for this search while prefetching
-    meta = own[15]
-    if nodes_free(own[6]) < meta[M_POOLMIN]:
+    meta = own.meta
+    if nodes_free(own.pmeta) < meta[M_POOLMIN]:
         return n_out, 1
-    ometa = other[15]
+    ometa = other.meta
     phi = ometa[M_NEXT] - 1
     plo = max(0, ometa[M_NEXT] - ometa[M_W])
     if phi >= plo:
@@ -226,21 +226,21 @@ def _par_search(st, locks, lo, hi, plo, phi, out, n_out, res):
     # Inlined into par_task: called once per tuple with two dozen array arguments, the call
     # alone cost the 1-thread parallel join a sizable share of the serial join's rate
     # (docs/lab/band-joins.md, "The paper's task-queue join").
-    si, sl, sm = st[10], st[11], st[13]
-    pk, pp, pc, pn, nx, tm, meta = st[0], st[1], st[2], st[3], st[4], st[7], st[15]
+    ibt_meta = st.ibt_meta
     s_k, s_p = ts_keys(st)
-    n_out = ibt_search(s_k, s_p, ts_base(st), sm[0, 0], si[0], sl[0], sm[0, 1], lo, hi, plo, phi,
-                       out, n_out)
+    n_out = ibt_search(s_k, s_p, ts_base(st), ibt_meta[0, 0], st.ibt_inner[0], st.ibt_loff[0],
+                       ibt_meta[0, 1], lo, hi, plo, phi, out, n_out)
     if n_out < 0:
         return -1
-    parts = meta[M_NPART]
+    parts = st.meta[M_NPART]
     q = 0 if parts <= 1 else _pim_route(st, lo)
     first = q
     while q < parts:
         if q > first and _pim_boundary(st, q) >= hi:
             break
         _lock(locks, q * LOCK_STRIDE, res, R_SPIN_PART)
-        n_out = bpt_search(pk, pp, pc, pn, nx, tm, q, lo, hi, plo, phi, out, n_out)
+        n_out = bpt_search(st.keys, st.poss, st.child, st.cnt, st.nxt, st.tmeta, q, lo, hi, plo,
+                           phi, out, n_out)
         spin_unlock(locks, q * LOCK_STRIDE)
         if n_out < 0:
             return -1
@@ -253,8 +253,9 @@ def _par_insert(st, locks, k, p, path, res):
     # the T_I filter's words of partition q are its own (a word at least): written under its lock
     q = _pim_route(st, k)
     _lock(locks, q * LOCK_STRIDE, res, R_SPIN_PART)
-    bpt_insert(st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], q, k, p, path, True)
-    filter_add(st[18], st[19], st[15][M_FSHIFT], q, k)
+    bpt_insert(st.keys, st.poss, st.child, st.cnt, st.nxt, st.prv, st.pmeta, st.tmeta, q, k, p, path,
+               True)
+    filter_add(st.filter_bits, st.filter_geo, st.meta[M_FSHIFT], q, k)
     spin_unlock(locks, q * LOCK_STRIDE)
 
 
@@ -381,7 +382,7 @@ def _par_step(g, s, o, x, pg, te, tl, offs_lo, offs_hi, own, other, own_locks, o
         for j in range(m0, n_out):
             out_g[j] = g
     if res[R_ALLOW + s]:
-        if nodes_free(own[6]) < own[15][M_POOLMIN]:
+        if nodes_free(own.pmeta) < own.meta[M_POOLMIN]:
             return n_out, 1, fw_s, fm_s
         _par_insert(own, own_locks, x, pg, path, res)
         res[R_INS + s] += 1
@@ -429,7 +430,7 @@ def par_insert_range(st, locks, ring, bits, p0, p1, path, res):
     n = 0
     for p in range(p0, p1 + 1):
         if not _indexed(bits, p):
-            if nodes_free(st[6]) < st[15][M_POOLMIN]:
+            if nodes_free(st.pmeta) < st.meta[M_POOLMIN]:
                 return -1
             _par_insert(st, locks, ring[p % r], p, path, res)
             _flag(bits, p)
@@ -750,7 +751,7 @@ def rr_run(start, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, part,
         other = st_l if o == 0 else st_r
         own = st_l if s == 0 else st_r
         mine = pos[g] % parts == part
-        if mine and nodes_free(own[6]) < own[15][M_POOLMIN]:
+        if mine and nodes_free(own.pmeta) < own.meta[M_POOLMIN]:
             return g, n_out, LOW_LEFT_POOL if s == 0 else LOW_RIGHT_POOL
         x = keys[g]
         te = t_e[g]
@@ -799,7 +800,7 @@ def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin
     # window when the key lies in it (at its stream position p); returns (count, status).
     # (descents, j): the prefetch's descent, as for _seq_step
     mine = _in_range(x, kmin, kmax, first, last)
-    if mine and nodes_free(own[6]) < own[15][M_POOLMIN]:
+    if mine and nodes_free(own.pmeta) < own.meta[M_POOLMIN]:
         return n_out, 1
     klo, khi, hit = _range_probe(x, offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first, last)
     if hit and tl >= te:
@@ -813,7 +814,7 @@ def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin
         for i in range(m0, n_out):
             out_g[i] = g
     if mine:
-        own[15][M_NEXT] = p
+        own.meta[M_NEXT] = p
         idx_insert(own, x)
     return n_out, 0
 

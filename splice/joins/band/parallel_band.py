@@ -204,7 +204,7 @@ class TaskQueueJoin:
                     for s in range(n_streams)]
         self.cur_buf = np.zeros(2, np.int64)  # which of the two is current, per window
         self.thresh = np.array([int(self.ixs[s][0].meta[M_THRESH]) for s in (0, -1)], np.int64)
-        self.locks = [np.zeros(b[0].state[7].shape[0] * LOCK_STRIDE, np.int64) for b in self.ixs]
+        self.locks = [np.zeros(b[0].state.tmeta.shape[0] * LOCK_STRIDE, np.int64) for b in self.ixs]
         self.rings = [np.zeros(_pow2(windows[s] + slack), self.dtype) for s in range(n_streams)]
         # one bit per ring slot: position indexed (the rings' lengths are powers of 2 >= 64)
         self.bits = [np.zeros(len(r) // 64, np.int64) for r in self.rings]
@@ -582,8 +582,8 @@ class KeyRangeJoin:
             order = np.argsort(mine, kind="stable")  # (key, position) order
             st = ix.state
             row = ix.meta[M_TSROW]
-            st[8][row, : len(mine)] = mine[order]
-            st[9][row, : len(mine)] = pos[order] - int(first)  # offsets from the row's base
+            st.ibt_keys[row, : len(mine)] = mine[order]
+            st.ibt_offs[row, : len(mine)] = pos[order] - int(first)  # offsets from the row's base
             merge_install(st, len(mine), int(first))
             self.parts[k][s] = ix
 
@@ -717,14 +717,14 @@ class KeyRangeJoin:
             # range k's live entries, in (key, position) order, into its spare row (positions
             # as offsets from lo in every range: the rows' pieces move between ranges as they are)
             st = ixs[k].state
-            sizes[k] = merge_into(st, st[8][spare[k]], st[9][spare[k]], lo)
+            sizes[k] = merge_into(st, st.ibt_keys[spare[k]], st.ibt_offs[spare[k]], lo)
             if sizes[k] < 0:
                 raise InternalError("key-range join: a merge buffer is too small")
 
         self._in_threads(collect)
         # the ranges are disjoint and in key order: laid end to end, the entries are sorted;
         # cut[j, k]: where the entries of new range k start in old range j's spare row
-        cut = np.array([[0, *np.searchsorted(ixs[j].state[8][spare[j], : sizes[j]], bounds,
+        cut = np.array([[0, *np.searchsorted(ixs[j].state.ibt_keys[spare[j], : sizes[j]], bounds,
                                              side="left").tolist(), sizes[j]]
                         for j in range(t)], np.int64)
 
@@ -735,11 +735,11 @@ class KeyRangeJoin:
             o = 0
             for j in range(t):
                 a, b = int(cut[j, k]), int(cut[j, k + 1])
-                if o + b - a >= st[8].shape[1]:  # its last slot is merge scratch
+                if o + b - a >= st.ibt_keys.shape[1]:  # its last slot is merge scratch
                     raise InternalError("key-range join: T_S capacity exceeded at a rebalance")
                 src = ixs[j].state
-                st[8][row, o : o + b - a] = src[8][spare[j], a:b]
-                st[9][row, o : o + b - a] = src[9][spare[j], a:b]
+                st.ibt_keys[row, o : o + b - a] = src.ibt_keys[spare[j], a:b]
+                st.ibt_offs[row, o : o + b - a] = src.ibt_offs[spare[j], a:b]
                 o += b - a
             merge_install(st, o, lo)
 
