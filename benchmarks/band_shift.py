@@ -57,7 +57,7 @@ def insert_shares(keys: np.ndarray, w: int, eps: float, depth: int, step: int
     cpu = 0.0
     for c0 in range(0, len(keys), step):
         merges = int(ix.meta[M_MERGES])
-        sizes = ix.state[7][: int(ix.meta[M_NPART]), T_SIZE].copy()
+        sizes = ix.state.tmeta[: int(ix.meta[M_NPART]), T_SIZE].copy()
         t = time.process_time()
         core.run(zeros[c0 : c0 + step], keys[c0 : c0 + step])
         cpu += time.process_time() - t

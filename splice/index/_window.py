@@ -1,32 +1,39 @@
 """numba kernels of the sliding-window indexes and the single-threaded IBWJ loop.
 
 One state layout serves every structure, so one compiled join loop serves them all (the kind is a
-branch per tuple, not a separate compilation). A state is a tuple of arrays:
+branch per tuple, not a separate compilation). A state is an :class:`IndexState`, a named tuple
+of arrays:
 
-====  =====================================================================================
- 0-7  the B+-Tree node pool (see :mod:`splice.index._bptree`): keys, poss, child, cnt, nxt, prv,
-      pmeta, tmeta — tree 0 (B+-Tree, IM-Tree ``T_I``), tree ``q`` (PIM-Tree partition ``q``),
-      tree ``s`` (link in chain slot ``s``)
- 8-13 immutable B+-Trees, one per slot (see :mod:`splice.index._immutable`): ``sk[s]``,
-      ``sp[s]``, ``si[s]`` (inner levels), ``sl[s]`` (level offsets), ``sc[s]`` (level counts),
-      ``sm[s] = [n, levels]`` — slot 0 is ``T_S`` of the IM/PIM-Tree; chains use one per link.
-      An IM/PIM-Tree has two rows of keys and positions: ``T_S``'s are row
-      ``meta[M_TSROW]`` (:func:`ts_keys`), and a merge writes the other one, then switches
-      (no copy back). Rows have one slot more than the entries they hold: :func:`merge_into`'s
-      scratch slot. ``sp`` holds positions as ``uint32`` offsets from a base (12 bytes an entry
-      instead of 16: less memory, and less of it to read at every search and to move at every
-      merge): ``meta[M_SBASE + r]`` for row ``r`` of an IM/PIM-Tree (:func:`ts_base`), the
-      link's first position ``cfirst[s]`` for chain slot ``s``. A row holds the entries of one
-      window, so the offsets span less than ``w`` plus the parallel joins' slack (``WindowIndex``
-      keeps that below ``2**32``)
- 14   ``ring``: the window's keys by ``pos % len(ring)`` (the sliding window itself), kept by
-      the nested loops and the B+-Tree, which read keys back by position (one slot elsewhere)
- 15   ``meta``: the scalars below
- 16   ``path``: scratch for tree descents
- 17   ``cfirst``: first position of the link in each chain slot
-18-19 IM/PIM: the ``T_I`` filter (see :mod:`splice.index._ti_filter`): ``fbits``, its words,
-      and ``fgeo``, each partition's first key and bucket scale
-====  =====================================================================================
+======================  ============================================================================
+``keys`` ... ``tmeta``  the B+-Tree node pool (see :mod:`splice.index._bptree`): ``keys``, ``poss``,
+                        ``child``, ``cnt``, ``nxt``, ``prv``, ``pmeta``, ``tmeta`` — tree 0
+                        (B+-Tree, IM-Tree ``T_I``), tree ``q`` (PIM-Tree partition ``q``), tree
+                        ``s`` (link in chain slot ``s``)
+``ibt_keys`` ...        immutable B+-Trees, one per slot (see :mod:`splice.index._immutable`):
+``ibt_meta``            ``ibt_keys[s]``, ``ibt_offs[s]`` (positions), ``ibt_inner[s]`` (inner
+                        levels), ``ibt_loff[s]`` (level offsets), ``ibt_lcnt[s]`` (level counts),
+                        ``ibt_meta[s] = [n, levels]`` — slot 0 is ``T_S`` of the IM/PIM-Tree; chains
+                        use one per link. An IM/PIM-Tree has two rows of keys and positions:
+                        ``T_S``'s are row ``meta[M_TSROW]`` (:func:`ts_keys`), and a merge writes
+                        the other one, then switches (no copy back). Rows have one slot more than
+                        the entries they hold: :func:`merge_into`'s scratch slot. ``ibt_offs`` holds
+                        positions as ``uint32`` offsets from a base (12 bytes an entry instead of
+                        16: less memory, and less of it to read at every search and to move at every
+                        merge): ``meta[M_SBASE + r]`` for row ``r`` of an IM/PIM-Tree
+                        (:func:`ts_base`), the link's first position ``link_first[s]`` for chain
+                        slot ``s``. A row holds the entries of one window, so the offsets span less
+                        than ``w`` plus the parallel joins' slack (``WindowIndex`` keeps that below
+                        ``2**32``)
+``ring``                the window's keys by ``pos % len(ring)`` (the sliding window itself), kept
+                        by the nested loops and the B+-Tree, which read keys back by position (one
+                        slot elsewhere)
+``meta``                the scalars below (``M_*``)
+``path``                scratch for tree descents
+``link_first``          first position of the link in each chain slot
+``filter_bits``,        IM/PIM: the ``T_I`` filter (see :mod:`splice.index._ti_filter`):
+``filter_geo``          ``filter_bits``, its words, and ``filter_geo``, each partition's first key
+                        and bucket scale
+======================  ============================================================================
 
 Positions are the stream's arrival numbers 0, 1, 2, ...; the window after ``NEXT`` arrivals is
 ``[NEXT - W, NEXT - 1]``. Expired entries of lazily cleaned structures (chains, IM/PIM-Tree) are
@@ -34,6 +41,8 @@ filtered out of searches by position and dropped at link disposal or merge.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import uint64
@@ -63,6 +72,7 @@ from splice.kernels.jit import kernel
 from splice.kernels.prefetch import prefetch
 
 __all__ = [
+    "IndexState",
     "NLWJ",
     "BPTREE",
     "BCHAIN",
@@ -88,6 +98,7 @@ __all__ = [
     "M_FSHIFT",
     "M_SBASE",
     "META_LEN",
+    "POOL_FIELDS",
     "idx_search",
     "idx_insert",
     "idx_insert_many",
@@ -131,10 +142,48 @@ M_TISIZE = 11  # IM/PIM: entries in T_I
 M_PLEVEL = 12  # PIM: T_S level whose nodes define the partitions
 M_POOLMIN = 13  # free nodes required before an insert
 M_CHANGES = 14  # chain: links opened or disposed of so far (the archived links change with it)
-M_TSROW = 15  # IM/PIM: the row of sk/sp holding T_S (the last merge's output)
+M_TSROW = 15  # IM/PIM: the row of ibt_keys/ibt_offs holding T_S (the last merge's output)
 M_FSHIFT = 16  # IM/PIM: log2 of the T_I filter's bits per partition
-M_SBASE = 17  # IM/PIM: the positions in row r of sp are offsets from meta[M_SBASE + r]
+M_SBASE = 17  # IM/PIM: row r of ibt_offs holds offsets from meta[M_SBASE + r]
 META_LEN = 19
+
+
+class IndexState(NamedTuple):
+    """The arrays of one window index, shared by every structure (the module docstring's table).
+
+    The kernels take it whole and read its fields by name; numba passes a named tuple as it
+    passes a plain one, field by field, and caches kernels that take it (the class lives at
+    module level)."""
+
+    # the B+-Tree node pool (splice.index._bptree)
+    keys: np.ndarray
+    poss: np.ndarray
+    child: np.ndarray
+    cnt: np.ndarray
+    nxt: np.ndarray
+    prv: np.ndarray
+    pmeta: np.ndarray
+    tmeta: np.ndarray
+    # the immutable B+-Trees, a row per slot (splice.index._immutable)
+    ibt_keys: np.ndarray
+    ibt_offs: np.ndarray
+    ibt_inner: np.ndarray
+    ibt_loff: np.ndarray
+    ibt_lcnt: np.ndarray
+    ibt_meta: np.ndarray
+    # the window's keys by position, the scalars, descent scratch, the chain's links
+    ring: np.ndarray
+    meta: np.ndarray
+    path: np.ndarray
+    link_first: np.ndarray
+    # the T_I filter (splice.index._ti_filter)
+    filter_bits: np.ndarray
+    filter_geo: np.ndarray
+
+
+#: The fields of :class:`IndexState` that make up the B+-Tree node pool, in
+#: :func:`~splice.index._bptree.new_pool`'s order.
+POOL_FIELDS = IndexState._fields[:8]
 
 
 @kernel()
@@ -159,32 +208,32 @@ def sort_small(a, lo, hi):
 
 @kernel(inline="always")
 def _pim_boundary(st, q):
-    meta = st[15]
-    return st[10][0, st[11][0, meta[M_PLEVEL]] + q * FANOUT]
+    meta = st.meta
+    return st.ibt_inner[0, st.ibt_loff[0, meta[M_PLEVEL]] + q * FANOUT]
 
 
 @kernel(inline="always")
 def _pim_route(st, k):
-    meta = st[15]
+    meta = st.meta
     if meta[M_NPART] <= 1:
         return 0
-    sm = st[13]
-    nlev = sm[0, 1]
-    return ibt_route(st[10][0], st[11][0], nlev, nlev - 1 - meta[M_PLEVEL], k)
+    ibt_meta = st.ibt_meta
+    nlev = ibt_meta[0, 1]
+    return ibt_route(st.ibt_inner[0], st.ibt_loff[0], nlev, nlev - 1 - meta[M_PLEVEL], k)
 
 
 @kernel(inline="always")
 def ts_keys(st):
-    """IM/PIM-Tree: the keys and positions of ``T_S`` (the row of ``sk``/``sp`` the last merge
-    wrote)."""
-    r = st[15][M_TSROW]
-    return st[8][r], st[9][r]
+    """IM/PIM-Tree: the keys and positions of ``T_S`` (the row of ``ibt_keys``/``ibt_offs`` the
+    last merge wrote)."""
+    r = st.meta[M_TSROW]
+    return st.ibt_keys[r], st.ibt_offs[r]
 
 
 @kernel(inline="always")
 def ts_base(st):
     """IM/PIM-Tree: the position that ``T_S``'s stored offsets count from."""
-    meta = st[15]
+    meta = st.meta
     return meta[M_SBASE + meta[M_TSROW]]
 
 
@@ -194,8 +243,8 @@ def idx_search(st, lo, hi, plo, phi, out, n_out):
 
     Order: window order for NLWJ, key order per component otherwise (callers sort by position).
     """
-    # sm as the (unread) descents: a 2-d int64 array like them, so one compilation serves
-    return search_from(st, lo, hi, plo, phi, out, n_out, st[13], -1)
+    # ibt_meta as the (unread) descents: a 2-d int64 array like them, so one compilation serves
+    return search_from(st, lo, hi, plo, phi, out, n_out, st.ibt_meta, -1)
 
 
 @kernel(inline="always")
@@ -203,28 +252,31 @@ def chain_search(st, lo, hi, plo, phi, out, n_out, descents, j):
     """:func:`idx_search` of a B- or IB-chain. With ``j >= 0`` an IB-chain's archived link ``c``
     (from the oldest) is searched from leaf ``descents[D_CHAIN + c, j]``, the descent
     :func:`search_prefetch` made, instead of descending again."""
-    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
-     fgeo) = st
+    meta = st.meta
+    link_first = st.link_first
+    sk = st.ibt_keys
+    ibt_meta = st.ibt_meta
     kind = meta[M_KIND]
-    slots = cfirst.shape[0]
+    slots = link_first.shape[0]
     cnt = meta[M_CCNT]
     head = meta[M_CHEAD]
     for c in range(cnt):
         s = (head + c) % slots
-        first = cfirst[s]
-        last = cfirst[(s + 1) % slots] - 1 if c + 1 < cnt else meta[M_NEXT] - 1
+        first = link_first[s]
+        last = link_first[(s + 1) % slots] - 1 if c + 1 < cnt else meta[M_NEXT] - 1
         if last < plo or first > phi:
             continue
         if kind == BCHAIN or c + 1 == cnt:
-            n_out = bpt_search(pk, pp, pc, pn, nx, tm, s, lo, hi, plo, phi, out, n_out)
+            n_out = bpt_search(st.keys, st.poss, st.child, st.cnt, st.nxt, st.tmeta, s, lo, hi,
+                               plo, phi, out, n_out)
         else:
-            n = sm[s, 0]
+            n = ibt_meta[s, 0]
             if j >= 0:
                 leaf = descents[D_CHAIN + c, j]
             else:
-                leaf = ibt_leaf(si[s], sl[s], sm[s, 1], lo)
-            n_out = ibt_scan(sk[s], sp[s], first, n, ibt_leaf_bound(sk[s], n, leaf, lo), hi, plo,
-                             phi, out, n_out)
+                leaf = ibt_leaf(st.ibt_inner[s], st.ibt_loff[s], ibt_meta[s, 1], lo)
+            n_out = ibt_scan(sk[s], st.ibt_offs[s], first, n, ibt_leaf_bound(sk[s], n, leaf, lo),
+                             hi, plo, phi, out, n_out)
         if n_out < 0:
             return -1
     return n_out
@@ -235,21 +287,20 @@ def ts_leaf(st, lo):
     """IM/PIM-Tree: the ``T_S`` leaf holding the first key >= ``lo`` and the ``T_I`` partition
     holding ``lo`` (0 with one), the descent a search of ``[lo, ...]`` starts with. Both stay
     valid until the next merge (``meta[M_MERGES]`` counts them)."""
-    sm = st[13]
-    meta = st[15]
+    ibt_meta = st.ibt_meta
+    meta = st.meta
     if meta[M_NPART] <= 1:
-        return ibt_leaf(st[10][0], st[11][0], sm[0, 1], lo), 0
+        return ibt_leaf(st.ibt_inner[0], st.ibt_loff[0], ibt_meta[0, 1], lo), 0
     # the descent of T_S to lo's leaf passes the node that is lo's partition: no second route
-    return ibt_leaf_route(st[10][0], st[11][0], sm[0, 1], lo, meta[M_PLEVEL])
+    return ibt_leaf_route(st.ibt_inner[0], st.ibt_loff[0], ibt_meta[0, 1], lo, meta[M_PLEVEL])
 
 
 @kernel(inline="always")
 def im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q):
     """:func:`idx_search` of an IM/PIM-Tree whose descent :func:`ts_leaf` gave ``(leaf, q)``:
     ``T_S`` from that leaf, then ``T_I`` (one tree, or the partitions covering ``[lo, hi]``)."""
-    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
-     fgeo) = st
-    ns = sm[0, 0]
+    meta = st.meta
+    ns = st.ibt_meta[0, 0]
     s_k, s_p = ts_keys(st)
     n_out = ibt_scan(s_k, s_p, ts_base(st), ns, ibt_leaf_bound(s_k, ns, leaf, lo), hi, plo, phi,
                      out, n_out)
@@ -258,8 +309,9 @@ def im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q):
     parts = meta[M_NPART]
     shift = meta[M_FSHIFT]
     while True:
-        if filter_may_hold(fbits, fgeo, shift, q, lo, hi):
-            n_out = bpt_search(pk, pp, pc, pn, nx, tm, q, lo, hi, plo, phi, out, n_out)
+        if filter_may_hold(st.filter_bits, st.filter_geo, shift, q, lo, hi):
+            n_out = bpt_search(st.keys, st.poss, st.child, st.cnt, st.nxt, st.tmeta, q, lo, hi,
+                               plo, phi, out, n_out)
             if n_out < 0:
                 return -1
         q += 1
@@ -336,26 +388,26 @@ def search_prefetch(st, lo, descents, a):
     :func:`search_from`: row 2 holds the version of the immutable part it is valid for (merges
     of the IM/PIM-Tree, link changes of the IB-chain; -1: none), rows 0-1 the :func:`ts_leaf`
     of an IM/PIM-Tree, rows 3... the leaf of each archived link of an IB-chain."""
-    meta = st[15]
+    meta = st.meta
     kind = meta[M_KIND]
     if kind == IMTREE or kind == PIMTREE:
         leaf, q = ts_leaf(st, lo)
         s_k, s_p = ts_keys(st)
-        _prefetch_block(s_k, s_p, st[13][0, 0], leaf)
+        _prefetch_block(s_k, s_p, st.ibt_meta[0, 0], leaf)
         descents[0, a] = leaf
         descents[1, a] = q
         descents[2, a] = meta[M_MERGES]
         return
     descents[2, a] = -1
     if kind == IBCHAIN:
-        slots = st[17].shape[0]
-        sm = st[13]
+        slots = st.link_first.shape[0]
+        ibt_meta = st.ibt_meta
         archived = meta[M_CCNT] - 1
         keep = D_CHAIN + archived <= descents.shape[0]
         for c in range(archived):
             s = (meta[M_CHEAD] + c) % slots
-            leaf = ibt_leaf(st[10][s], st[11][s], sm[s, 1], lo)
-            _prefetch_block(st[8][s], st[9][s], sm[s, 0], leaf)
+            leaf = ibt_leaf(st.ibt_inner[s], st.ibt_loff[s], ibt_meta[s, 1], lo)
+            _prefetch_block(st.ibt_keys[s], st.ibt_offs[s], ibt_meta[s, 0], leaf)
             if keep:
                 descents[D_CHAIN + c, a] = leaf
         if keep:
@@ -369,7 +421,7 @@ def insert_prefetch(st, k, descents, a):
     partition holds a node or two between merges), and keep the partition in slot ``a`` of
     ``descents`` for that insert (:func:`route_from`). Nothing for the other kinds. The joins
     call it from windows of :data:`INSERT_PREFETCH_MIN_WINDOW` tuples on."""
-    meta = st[15]
+    meta = st.meta
     kind = meta[M_KIND]
     if kind != IMTREE and kind != PIMTREE:
         descents[D_RVER, a] = -1
@@ -377,10 +429,10 @@ def insert_prefetch(st, k, descents, a):
     q = _pim_route(st, k)
     descents[D_ROUTE, a] = q
     descents[D_RVER, a] = meta[M_MERGES]
-    root = st[7][q, 0]
+    root = st.tmeta[q, 0]
     if root >= 0:
-        keys = st[0][root]
-        poss = st[1][root]
+        keys = st.keys[root]
+        poss = st.poss[root]
         for j in range(0, keys.shape[0], 8):
             prefetch(keys, j)
         for j in range(0, poss.shape[0], 8):
@@ -391,7 +443,7 @@ def insert_prefetch(st, k, descents, a):
 def route_from(st, descents, j):
     """The partition :func:`insert_prefetch` kept in slot ``j`` of ``descents`` for the insert
     into ``st``, while ``st`` has not merged since; ``-1``: none (the insert routes)."""
-    if j >= 0 and descents[D_RVER, j] == st[15][M_MERGES]:
+    if j >= 0 and descents[D_RVER, j] == st.meta[M_MERGES]:
         return descents[D_ROUTE, j]
     return -1
 
@@ -402,10 +454,10 @@ def search_from(st, lo, hi, plo, phi, out, n_out, descents, j):
     :func:`search_prefetch` for this search) while the immutable part it descended is
     unchanged; ``j < 0``: no stored descent. The one search body every join loop inlines (a
     second one per call site doubled the kernels' compile time)."""
-    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
-     fgeo) = st
+    meta = st.meta
     kind = meta[M_KIND]
     if kind == NLWJ:
+        ring = st.ring
         r = ring.shape[0]
         cap = out.shape[0]
         slot = plo % r
@@ -421,7 +473,8 @@ def search_from(st, lo, hi, plo, phi, out, n_out, descents, j):
                 n_out += 1
         return n_out
     if kind == BPTREE:
-        return bpt_search(pk, pp, pc, pn, nx, tm, 0, lo, hi, plo, phi, out, n_out)
+        return bpt_search(st.keys, st.poss, st.child, st.cnt, st.nxt, st.tmeta, 0, lo, hi, plo,
+                          phi, out, n_out)
     if kind == BCHAIN or kind == IBCHAIN:
         stored = j >= 0 and kind == IBCHAIN and descents[2, j] == meta[M_CHANGES]
         return chain_search(st, lo, hi, plo, phi, out, n_out, descents, j if stored else -1)
@@ -448,10 +501,9 @@ def merge_into(st, out_k, out_p, lo):
     negative-index fix-ups. (Dropping the capacity branch and the fix-ups is what made merges
     cheap: docs/lab/band-joins.md, "Merges at half the cost; `T_S` in two rows".)
     """
-    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
-     fgeo) = st
-    parts = max(meta[M_NPART], 1)
-    ns = uint64(sm[0, 0])
+    keys, poss, cnt, nxt = st.keys, st.poss, st.cnt, st.nxt
+    parts = max(st.meta[M_NPART], 1)
+    ns = uint64(st.ibt_meta[0, 0])
     s_k, s_p = ts_keys(st)
     base = ts_base(st)
     if out_k.shape[0] == 0:
@@ -461,11 +513,11 @@ def merge_into(st, out_k, out_p, lo):
     i = uint64(0)
     o = uint64(0)
     for q in range(parts):
-        n = bpt_first_leaf(pc, tm, q)
+        n = bpt_first_leaf(st.child, st.tmeta, q)
         while n >= 0:
-            for j in range(pn[n]):
-                tk = pk[n, j]
-                tp = pp[n, j]
+            for j in range(cnt[n]):
+                tk = keys[n, j]
+                tp = poss[n, j]
                 # the T_S entries before (tk, tp)
                 while i < ns:
                     kk = s_k[i]
@@ -482,7 +534,7 @@ def merge_into(st, out_k, out_p, lo):
                 out_k[at] = tk
                 out_p[at] = tp - lo
                 o += uint64(tp >= lo)
-            n = nx[n]
+            n = nxt[n]
     while i < ns:
         kp = base + np.int64(s_p[i])
         at = min(o, cap)
@@ -498,23 +550,22 @@ def merge_install(st, o, base):
     """``T_S`` of ``st`` (:func:`ts_keys`) now holds ``o`` sorted entries, positions as offsets
     from ``base``: build its inner levels, empty ``T_I`` and re-derive the PIM-Tree partitions
     from the new ``T_S``."""
-    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
-     fgeo) = st
+    meta = st.meta
     meta[M_SBASE + meta[M_TSROW]] = base
-    sm[0, 0] = o
-    nlev = ibt_build(ts_keys(st)[0], o, si[0], sl[0], sc[0])
-    sm[0, 1] = nlev
-    bpt_reset(pm, tm)
+    st.ibt_meta[0, 0] = o
+    nlev = ibt_build(ts_keys(st)[0], o, st.ibt_inner[0], st.ibt_loff[0], st.ibt_lcnt[0])
+    st.ibt_meta[0, 1] = nlev
+    bpt_reset(st.pmeta, st.tmeta)
     parts = 1
     if meta[M_KIND] == PIMTREE and nlev > 0:
         d = min(meta[M_DEPTH], nlev - 1)
         lvl = nlev - 1 - d
-        parts = (sc[0, lvl] + FANOUT - 1) // FANOUT
+        parts = (st.ibt_lcnt[0, lvl] + FANOUT - 1) // FANOUT
         meta[M_PLEVEL] = lvl
     meta[M_NPART] = parts
     s_k = ts_keys(st)[0]
-    meta[M_FSHIFT] = filter_install(fbits, fgeo, parts, si[0], sl[0, meta[M_PLEVEL]],
-                                    s_k[0], s_k[max(o - 1, 0)])
+    meta[M_FSHIFT] = filter_install(st.filter_bits, st.filter_geo, parts, st.ibt_inner[0],
+                                    st.ibt_loff[0, meta[M_PLEVEL]], s_k[0], s_k[max(o - 1, 0)])
     meta[M_TISIZE] = 0
     meta[M_MERGES] += 1
 
@@ -522,12 +573,12 @@ def merge_install(st, o, base):
 @kernel()
 def im_merge(st, lo):
     """Merge ``T_I`` into ``T_S``, dropping entries before position ``lo``; re-derive partitions.
-    The merge writes the row of ``sk``/``sp`` that ``T_S`` does not use, which then becomes
-    ``T_S``'s. Returns ``False`` when ``T_S`` is too small (callers size it so that this cannot
-    happen)."""
-    meta = st[15]
+    The merge writes the row of ``ibt_keys``/``ibt_offs`` that ``T_S`` does not use, which then
+    becomes ``T_S``'s. Returns ``False`` when ``T_S`` is too small (callers size it so that this
+    cannot happen)."""
+    meta = st.meta
     row = 1 - meta[M_TSROW]
-    o = merge_into(st, st[8][row], st[9][row], lo)
+    o = merge_into(st, st.ibt_keys[row], st.ibt_offs[row], lo)
     if o < 0:
         return False
     meta[M_TSROW] = row
@@ -538,34 +589,37 @@ def im_merge(st, lo):
 @kernel()
 def _chain_archive(st, s):
     # IB-chain: convert the B+-Tree of slot s into the slot's immutable B+-Tree
-    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
-     fgeo) = st
-    n = bpt_first_leaf(pc, tm, s)
+    keys, poss, cnt, nxt = st.keys, st.poss, st.cnt, st.nxt
+    sk, sp = st.ibt_keys, st.ibt_offs
+    n = bpt_first_leaf(st.child, st.tmeta, s)
     o = 0
-    first = cfirst[s]
+    first = st.link_first[s]
     while n >= 0:
-        for j in range(pn[n]):
-            sk[s, o] = pk[n, j]
-            sp[s, o] = pp[n, j] - first
+        for j in range(cnt[n]):
+            sk[s, o] = keys[n, j]
+            sp[s, o] = poss[n, j] - first
             o += 1
-        n = nx[n]
-    sm[s, 0] = o
-    sm[s, 1] = ibt_build(sk[s], o, si[s], sl[s], sc[s])
-    bpt_free_tree(pc, pn, nx, pm, tm, s, path)
+        n = nxt[n]
+    st.ibt_meta[s, 0] = o
+    st.ibt_meta[s, 1] = ibt_build(sk[s], o, st.ibt_inner[s], st.ibt_loff[s], st.ibt_lcnt[s])
+    bpt_free_tree(st.child, cnt, nxt, st.pmeta, st.tmeta, s, st.path)
 
 
 @kernel(inline="always")
 def idx_insert(st, k, route=-1):
     """Append key ``k`` to the window (position ``NEXT``), expiring the oldest entry when full.
     ``route``: the IM/PIM-Tree partition of ``k`` when known (:func:`route_from`), else -1."""
-    (pk, pp, pc, pn, nx, pv, pm, tm, sk, sp, si, sl, sc, sm, ring, meta, path, cfirst, fbits,
-     fgeo) = st
+    meta = st.meta
+    ring = st.ring
+    path = st.path
+    tmeta = st.tmeta
     kind = meta[M_KIND]
     w = meta[M_W]
     p = meta[M_NEXT]
     r = ring.shape[0]
     if kind == BPTREE and p >= w:
-        bpt_delete(pk, pp, pc, pn, nx, pv, pm, tm, 0, ring[(p - w) % r], p - w, path)
+        bpt_delete(st.keys, st.poss, st.child, st.cnt, st.nxt, st.prv, st.pmeta, tmeta, 0,
+                   ring[(p - w) % r], p - w, path)
     # only the nested loops and the B+-Tree read a key back by its position; the store stays
     # ahead of the branches (at the end of one, numba's inlining dropped it)
     if kind == NLWJ or kind == BPTREE:
@@ -574,37 +628,40 @@ def idx_insert(st, k, route=-1):
     if kind == NLWJ:
         return
     if kind == BPTREE:
-        bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, 0, k, p, path)
+        bpt_insert(st.keys, st.poss, st.child, st.cnt, st.nxt, st.prv, st.pmeta, tmeta, 0, k, p,
+                   path)
         return
     if kind == BCHAIN or kind == IBCHAIN:
-        slots = cfirst.shape[0]
+        link_first = st.link_first
+        slots = link_first.shape[0]
         cnt = meta[M_CCNT]
         act = (meta[M_CHEAD] + cnt - 1) % slots
-        if cnt == 0 or tm[act, 2] >= meta[M_LCAP]:
+        if cnt == 0 or tmeta[act, 2] >= meta[M_LCAP]:
             if cnt > 0 and kind == IBCHAIN:
                 _chain_archive(st, act)
             act = (meta[M_CHEAD] + cnt) % slots
-            cfirst[act] = p
+            link_first[act] = p
             cnt += 1
             meta[M_CCNT] = cnt
             meta[M_CHANGES] += 1
-        bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, act, k, p, path)
+        bpt_insert(st.keys, st.poss, st.child, st.cnt, st.nxt, st.prv, st.pmeta, tmeta, act, k, p,
+                   path)
         lo = p + 1 - w
         while meta[M_CCNT] > 1:
             h = meta[M_CHEAD]
-            if cfirst[(h + 1) % slots] > lo:
+            if link_first[(h + 1) % slots] > lo:
                 break
             if kind == BCHAIN:
-                bpt_free_tree(pc, pn, nx, pm, tm, h, path)
-            sm[h, 0] = 0
-            sm[h, 1] = 0
+                bpt_free_tree(st.child, st.cnt, st.nxt, st.pmeta, tmeta, h, path)
+            st.ibt_meta[h, 0] = 0
+            st.ibt_meta[h, 1] = 0
             meta[M_CHEAD] = (h + 1) % slots
             meta[M_CCNT] -= 1
             meta[M_CHANGES] += 1
         return
     q = route if route >= 0 else _pim_route(st, k)
-    bpt_insert(pk, pp, pc, pn, nx, pv, pm, tm, q, k, p, path)
-    filter_add(fbits, fgeo, meta[M_FSHIFT], q, k)
+    bpt_insert(st.keys, st.poss, st.child, st.cnt, st.nxt, st.prv, st.pmeta, tmeta, q, k, p, path)
+    filter_add(st.filter_bits, st.filter_geo, meta[M_FSHIFT], q, k)
     meta[M_TISIZE] += 1
     if meta[M_TISIZE] >= meta[M_THRESH]:
         if not im_merge(st, p + 1 - w):
@@ -614,8 +671,8 @@ def idx_insert(st, k, route=-1):
 @kernel()
 def idx_insert_many(st, keys, start):
     """Insert ``keys[start:]``; return how many were inserted before the pool ran low."""
-    pm = st[6]
-    meta = st[15]
+    pm = st.pmeta
+    meta = st.meta
     for i in range(start, keys.shape[0]):
         if nodes_free(pm) < meta[M_POOLMIN]:
             return i
@@ -627,7 +684,7 @@ def idx_insert_many(st, keys, start):
 def idx_search_many(st, los, his, plo, phi, out_i, out_p, start, n_out):
     """Search each ``[los[i], his[i]]``; matches as (query index, position), positions ascending
     per query. Returns ``(next query, count, full)`` — ``full`` when ``out`` ran out of room."""
-    kind = st[15][M_KIND]
+    kind = st.meta[M_KIND]
     for i in range(start, los.shape[0]):
         m0 = n_out
         r = idx_search(st, los[i], his[i], plo, phi, out_p, n_out)
@@ -658,9 +715,9 @@ def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i
     keep the route (:func:`insert_prefetch`); 0 — neither.
     """
     n = keys.shape[0]
-    ometa = other[15]
-    meta = own[15]
-    pm = own[6]
+    ometa = other.meta
+    meta = own.meta
+    pm = own.pmeta
     kind = ometa[M_KIND]
     if prefetch:
         clear_descents(descents)

@@ -29,7 +29,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from splice.core.errors import PlanError
-from splice.index._bptree import P_CAP, new_pool, pool_bytes
+from splice.index._bptree import P_BUMP, P_CAP, P_NFREE, new_pool, pool_bytes
 from splice.index._immutable import FANOUT, LEAF_SIZE, MAX_LEVELS, ibt_levels, inner_capacity
 from splice.index._ti_filter import filter_words
 from splice.index._window import (
@@ -55,7 +55,9 @@ from splice.index._window import (
     META_LEN,
     NLWJ,
     PIMTREE,
+    POOL_FIELDS,
     PREFETCH_MIN_WINDOW,
+    IndexState,
     idx_insert_many,
     idx_search_many,
 )
@@ -176,44 +178,51 @@ class WindowIndex:
         rows = 2 if code in (IMTREE, PIMTREE) else slots
         ring = w + int(ring_slack) if code in (NLWJ, BPTREE) else 1
         i64 = np.dtype(np.int64)
-        # the arrays after the pool, in state order (meta, allocated above, is the eighth)
-        rest: list[tuple[tuple[int, ...], np.dtype]] = [
-            ((rows, cap + 1), dt),
-            ((rows, cap + 1), np.dtype(np.uint32)),
-            ((slots, icap), dt),
-            ((slots, MAX_LEVELS), i64),
-            ((slots, MAX_LEVELS), i64),
-            ((slots, 2), i64),
-            ((ring,), dt),
-            ((1024,), i64),
-            ((slots,), i64),
-            ((words,), i64),
-            ((2 * fparts,), np.dtype(np.float64)),
-        ]
-        need = pool_bytes(pool, dt) + sum(int(np.prod(shape)) * t.itemsize for shape, t in rest)
-        self._pool, arrays = allocate_within_memory(
-            f"{kind}: a window of {w} tuples", need, "of index memory",
-            lambda: (list(new_pool(pool, trees, dt)), [np.zeros(shape, t) for shape, t in rest]))
-        self._rest = arrays[:7] + [meta] + arrays[7:]
-        self.state: tuple = tuple(self._pool + self._rest)
+        # shape and type of the arrays after the pool (meta is allocated above)
+        rest: dict[str, tuple[tuple[int, ...], np.dtype]] = {
+            "ibt_keys": ((rows, cap + 1), dt),
+            "ibt_offs": ((rows, cap + 1), np.dtype(np.uint32)),
+            "ibt_inner": ((slots, icap), dt),
+            "ibt_loff": ((slots, MAX_LEVELS), i64),
+            "ibt_lcnt": ((slots, MAX_LEVELS), i64),
+            "ibt_meta": ((slots, 2), i64),
+            "ring": ((ring,), dt),
+            "path": ((1024,), i64),
+            "link_first": ((slots,), i64),
+            "filter_bits": ((words,), i64),
+            "filter_geo": ((2 * fparts,), np.dtype(np.float64)),
+        }
+        need = pool_bytes(pool, dt) + sum(int(np.prod(shape)) * t.itemsize
+                                          for shape, t in rest.values())
+
+        def allocate() -> IndexState:
+            arrays = dict(zip(POOL_FIELDS, new_pool(pool, trees, dt), strict=True))
+            arrays.update((name, np.zeros(shape, t)) for name, (shape, t) in rest.items())
+            return IndexState(meta=meta, **arrays)
+
+        #: the arrays the kernels take (:class:`~splice.index._window.IndexState`)
+        self.state: IndexState = allocate_within_memory(
+            f"{kind}: a window of {w} tuples", need, "of index memory", allocate)
 
     # -- internals -----------------------------------------------------------------------------
     def grow_pool(self) -> None:
         """Make the node pool 1.5x larger (the kernels stop and ask when it runs low)."""
-        keys, poss, child, cnt, nxt, prv, pmeta, tmeta = self._pool
-        cap = keys.shape[0]
+        st = self.state
+        cap = st.keys.shape[0]
         new = max(cap + cap // 2, cap + 64)
-        grown = list(new_pool(new, tmeta.shape[0], self.dtype))
-        for old, fresh in zip((keys, poss, child, cnt, nxt, prv), grown[:6], strict=True):
-            fresh[:cap] = old
-        pmeta = pmeta.copy()
+        grown: dict[str, np.ndarray] = {}
+        for name, fresh in zip(POOL_FIELDS[:6], new_pool(new, st.tmeta.shape[0], self.dtype),
+                               strict=False):
+            fresh[:cap] = getattr(st, name)
+            grown[name] = fresh
+        pmeta = st.pmeta.copy()
         pmeta[P_CAP] = new
-        self._pool = grown[:6] + [pmeta, tmeta]
-        self.state = tuple(self._pool + self._rest)
+        # new node arrays and counters; the trees' table and the other arrays stay
+        self.state = st._replace(pmeta=pmeta, **grown)
 
     @property
     def meta(self) -> np.ndarray:
-        return self._rest[7]
+        return self.state.meta
 
     # -- API -----------------------------------------------------------------------------------
     def insert(self, keys: np.ndarray) -> None:
@@ -292,11 +301,12 @@ class WindowIndex:
 
     def used_bytes(self) -> int:
         """Bytes of the node pool in use plus ``T_S``/links and the window ring."""
-        keys, poss, child, cnt, nxt, prv, pmeta, tmeta = self._pool
-        row = keys.itemsize * keys.shape[1] + poss.itemsize * poss.shape[1]
-        row += child.itemsize * child.shape[1] + 12
-        used_nodes = int(pmeta[1]) - int(pmeta[3])
-        rest = sum(a.nbytes for a in self._rest)
+        st = self.state
+        row = st.keys.itemsize * st.keys.shape[1] + st.poss.itemsize * st.poss.shape[1]
+        row += st.child.itemsize * st.child.shape[1] + 12
+        used_nodes = int(st.pmeta[P_BUMP]) - int(st.pmeta[P_NFREE])
+        rest = sum(getattr(st, name).nbytes for name in IndexState._fields
+                   if name not in POOL_FIELDS)
         return used_nodes * row + rest
 
 

@@ -19,7 +19,7 @@ from splice.index import (
     max_insertion_depth,
 )
 from splice.index._bptree import new_pool, pool_bytes
-from splice.index._window import M_NEXT, merge_into
+from splice.index._window import M_NEXT, M_PLEVEL, merge_into
 from tests.reference.sorted_index import SlidingWindowReference, SortedListIndex
 
 small_keys = st.integers(-20, 20)
@@ -213,8 +213,9 @@ def test_pim_searches_across_partitions(window, n, domain, depth, merge_ratio, b
         if ix.partitions < 2:
             continue
         st_ = ix.state
-        lvl = int(st_[15][12])  # M_PLEVEL: the level whose nodes are the partitions
-        bounds = [int(st_[10][0, st_[11][0, lvl] + q * 32]) for q in range(ix.partitions)]
+        lvl = int(st_.meta[M_PLEVEL])  # the level whose nodes are the partitions
+        bounds = [int(st_.ibt_inner[0, st_.ibt_loff[0, lvl] + q * 32])
+                  for q in range(ix.partitions)]
         spans = [(b, b) for b in bounds] + [(b - 1, b + 1) for b in bounds]
         spans += [(bounds[0], bounds[-1]), (bounds[1], bounds[-1] + 5)]
         spans += [tuple(sorted(rng.integers(-5, domain + 5, 2).tolist())) for _ in range(4)]

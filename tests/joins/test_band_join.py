@@ -190,7 +190,9 @@ def test_keys_from_arrow_and_numpy_share_one_compiled_loop():
     want = window_band_join(sides.tolist(), keys.tolist(), (40, 40), -2.0, 2.0)
     assert want and got[0] == want and got[1] == want
     assert join_seq_run.signatures
-    assert not any(sig[1].mutable for sig in join_seq_run.signatures)
+    # the keys inside the loop's Arrivals argument
+    assert not any(dict(zip(sig[0].fields, sig[0].types, strict=True))["keys"].mutable
+                   for sig in join_seq_run.signatures)
 
 
 def test_integer_bounds_round_inward():
@@ -461,7 +463,7 @@ def test_key_range_join_follows_moving_keys(monkeypatch):
             ps.append(p)
         assert np.array_equal(np.concatenate(gs), g0) and np.array_equal(np.concatenate(ps), p0)
         assert join.rebalances >= 5, join.rebalances
-        held = [sum(ix.state[13][0, 0] for ix in part) for part in join.parts]
+        held = [sum(ix.state.ibt_meta[0, 0] for ix in part) for part in join.parts]
         assert min(held) > 0, held  # every range holds part of the windows after the drift
         whole = KeyRangeJoin("pimtree", (300, 200), np.dtype(np.int64), -1, 2, False, 0.25, 1,
                              threads)

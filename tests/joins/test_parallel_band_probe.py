@@ -18,6 +18,10 @@ from splice.joins.band._band_kernels import (
     LOCK_STRIDE,
     R_ALLOW,
     R_LEN,
+    BandProbe,
+    Matches,
+    PlacedArrivals,
+    TaskWindow,
     chunk_setup,
     clear_bits,
     gather_tasks,
@@ -46,14 +50,15 @@ def test_probe_with_positions_in_flight_matches_brute_force(keys, data, probe, b
     ring[:n] = keys
     bits = np.zeros(RING // 64, np.int64)
     ix = WindowIndex("pimtree", RING, np.dtype(np.int64), merge_ratio=1.0, insertion_depth=0)
-    locks = np.zeros(ix.state[7].shape[0] * LOCK_STRIDE, np.int64)
+    locks = np.zeros(ix.state.tmeta.shape[0] * LOCK_STRIDE, np.int64)
     path = np.zeros(1024, np.int64)
     res = np.zeros(R_LEN, np.int64)
     # index every position but those in flight (flagged first so the insert skips them), then
     # mark the in-flight ones not indexed again
     for p in np.flatnonzero(in_flight):
         bits[p >> 6] |= 1 << (p & 63)
-    assert par_insert_range(ix.state, locks, ring, bits, 0, n - 1, path, res) == n - in_flight.sum()
+    win = TaskWindow(ix.state, locks, ring, bits, 0)
+    assert par_insert_range(win, 0, n - 1, path, res) == n - in_flight.sum()
     for p in np.flatnonzero(in_flight):
         clear_bits(bits, p, p + 1)
     # the edge: at or before the first position in flight (every position before it indexed)
@@ -63,12 +68,11 @@ def test_probe_with_positions_in_flight_matches_brute_force(keys, data, probe, b
     out_g = np.zeros(n + 1, np.int64)
     out_p = np.zeros(n + 1, np.int64)
     res[R_ALLOW] = 0  # probe only
-    g, m, status = par_task(
-        0, 1, np.zeros(1, np.int8), kernel_input([probe], np.int64), np.array([n], np.int64),
-        np.array([t_e], np.int64), np.array([n - 1], np.int64), lo, hi, True, ix.state,
-        ix.state, locks, locks, ring, ring, bits, bits, edge, np.zeros(1, np.int64),
-        np.array([n + 1, 0], np.int64), res, path, out_g, out_p, 0,
-    )
+    tuples = PlacedArrivals(np.zeros(1, np.int8), kernel_input([probe], np.int64),
+                            np.array([n], np.int64), np.array([t_e], np.int64),
+                            np.array([n - 1], np.int64))
+    g, m, status = par_task(0, 1, tuples, BandProbe(lo, hi, True), win, win, edge, res, path,
+                            Matches(out_g, out_p), 0)
     assert (g, status) == (1, 0)
     want = [p for p in range(t_e, n) if probe + band[0] <= keys[p] <= probe + band[1]]
     assert out_p[:m].tolist() == want
@@ -110,8 +114,8 @@ def test_chunk_setup_matches_the_vectorized_arrival_bounds(sides, counts, window
     rings = [np.full(RING, -1.0), np.full(RING, -1.0)]
     pos, t_e, t_l = (np.empty(n, np.int64) for _ in range(3))
     before = np.empty((2, n + 1), np.int64)
-    chunk_setup(s, keys, counts[0], counts[1], windows[0], windows[1], self_join, rings[0],
-                rings[1], pos, t_e, t_l, before)
+    chunk_setup(PlacedArrivals(s, keys, pos, t_e, t_l), counts[0], counts[1], windows[0],
+                windows[1], self_join, rings[0], rings[1], before)
     want_pos, want_te, want_tl = arrival_bounds(s, counts, windows, self_join)
     assert pos.tolist() == want_pos.tolist()
     assert t_e.tolist() == want_te.tolist() and t_l.tolist() == want_tl.tolist()
@@ -140,7 +144,7 @@ def test_gather_tasks_emits_each_tasks_rows_in_queue_order(tasks, data):
     cnt = np.array([c for _, c in tasks], np.int64)
     # after 2 rows already in the output, with the chunk's tuples numbered from 5
     out_g, out_p = np.full(int(cnt.sum()) + 2, -1, np.int64), np.full(int(cnt.sum()) + 2, -1, np.int64)
-    end = gather_tasks(all_g, all_g + 7, src, cnt, 5, out_g, out_p, 2)
+    end = gather_tasks(Matches(all_g, all_g + 7), src, cnt, 5, Matches(out_g, out_p), 2)
     want = [1000 * t + j for t, (_, c) in enumerate(tasks) for j in range(c)]
     assert end == len(want) + 2
     assert out_g[2:].tolist() == [v + 5 for v in want] and out_p[2:].tolist() == [v + 7 for v in want]

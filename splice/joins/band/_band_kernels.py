@@ -2,9 +2,17 @@
 
 The window-index state and the per-tuple probe/insert live in :mod:`splice.index._window`; here
 the loop walks a mixed sequence, picking each tuple's own and opposite window by its side.
+
+Arrays that travel together enter the kernels as named tuples (:class:`Arrivals`,
+:class:`BandProbe`, :class:`Matches`, ...), built by the callers once per call (a
+:class:`TaskWindow` once per task, inside :func:`par_worker`); numba passes a named tuple field by
+field, as it would pass the arrays one by one, so the loops compile as they did with the arrays
+passed apart.
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,6 +30,7 @@ from splice.index._window import (
     M_W,
     NLWJ,
     PREFETCH_AHEAD,
+    IndexState,
     _pim_boundary,
     _pim_route,
     clear_descents,
@@ -54,6 +63,19 @@ from splice.kernels.jit import kernel
 from splice.kernels.numba_internals import trailing_zeros
 
 __all__ = [
+    "Arrivals",
+    "PlacedArrivals",
+    "BandProbe",
+    "Matches",
+    "Run",
+    "Retained",
+    "KeyRange",
+    "RangeChunk",
+    "SharedWindow",
+    "TaskWindow",
+    "TaskQueue",
+    "TaskLog",
+    "task_window",
     "join_seq_run",
     "par_task",
     "par_worker",
@@ -104,26 +126,178 @@ R_SPIN_PART, R_SPIN_QUEUE, R_WAIT_MERGE, R_YIELDS, R_SCANNED = 8, 9, 10, 11, 12
 R_LEN = 16
 
 
+class Arrivals(NamedTuple):
+    """A sequence of both streams' tuples in arrival order: tuple ``g`` has side ``sides[g]``
+    (0 left, 1 right) and key ``keys[g]``."""
+
+    sides: np.ndarray
+    keys: np.ndarray
+
+
+class PlacedArrivals(NamedTuple):
+    """A sequence of arrivals (as :class:`Arrivals`) with, per tuple ``g``, its position
+    ``pos[g]`` in its stream and the positions ``[t_e[g], t_l[g]]`` of the window it probes
+    (:func:`chunk_setup`, :func:`~splice.joins.band.parallel_band.arrival_bounds`)."""
+
+    sides: np.ndarray
+    keys: np.ndarray
+    pos: np.ndarray
+    t_e: np.ndarray
+    t_l: np.ndarray
+
+
+class BandProbe(NamedTuple):
+    """The band as a probe applies it: a key ``x`` of side ``s`` has its partners' keys in
+    ``[x + offs_lo[s], x + offs_hi[s]]`` (:func:`~splice.joins.band.band_join.probe_offsets`);
+    ``self_join``: one stream joined with itself (its tuples probe their own window)."""
+
+    offs_lo: np.ndarray
+    offs_hi: np.ndarray
+    self_join: bool
+
+
+class Matches(NamedTuple):
+    """Result buffers: row ``i`` pairs tuple ``g[i]`` with the partner at position ``p[i]``."""
+
+    g: np.ndarray
+    p: np.ndarray
+
+
+class Run(NamedTuple):
+    """Rows ``start .. end - 1`` of the matches ``(g, p)``, ordered by ``(g, p)``
+    (:func:`merge_two`)."""
+
+    g: np.ndarray
+    p: np.ndarray
+    start: int
+    end: int
+
+
+class Retained(NamedTuple):
+    """A stream's retained tuples in a time-window join (:func:`time_window_filter`): positions
+    from ``live`` on can still match; ``times[q - first]`` is the event time of position ``q``."""
+
+    live: int
+    first: int
+    times: np.ndarray
+
+
+class KeyRange(NamedTuple):
+    """One range of the key-range join, ``[lo, hi)`` (``first``: no lower end, ``last``: no
+    upper end), and what its thread keeps: the trees of each stream's tuples with keys in the
+    range (a self-join's one window twice), the ring of its prefetches' descents
+    (:func:`~splice.index._window.new_descents`) and ``took[0]``, the tuples it took."""
+
+    lo: Any  # keys of the join's key type
+    hi: Any
+    first: bool
+    last: bool
+    left: IndexState
+    right: IndexState
+    descents: np.ndarray
+    took: np.ndarray
+
+
+class RangeChunk(NamedTuple):
+    """What the ranges' threads share of one chunk of the key-range join: its arrivals (as
+    :class:`Arrivals`), each stream's arrivals before it (``arrived``) and the window sizes
+    ``windows[s]`` of the streams' partners."""
+
+    sides: np.ndarray
+    keys: np.ndarray
+    arrived: np.ndarray
+    windows: tuple[int, int]
+
+
+class SharedWindow(NamedTuple):
+    """A window of the task-queue join as its threads share it: its two index buffers (the
+    current one, ``state0`` or ``state1`` by the queue's ``cur``, and the one a nonblocking merge
+    builds; one buffer twice for blocking merges), a spin lock per ``T_I`` partition
+    (``LOCK_STRIDE`` cells apart), the keys by position (``ring``, a power of two long), the
+    indexed bitmap (a bit per ring slot) and its ``side`` (0 left, 1 right; a self-join's one
+    window is 0), its cell of the queue's per-stream arrays and of a thread's resume record."""
+
+    state0: IndexState
+    state1: IndexState
+    locks: np.ndarray
+    ring: np.ndarray
+    bits: np.ndarray
+    side: int
+
+
+class TaskWindow(NamedTuple):
+    """A window as one task of the task-queue join sees it: the index buffer that was current
+    when the task was taken, and the rest of its :class:`SharedWindow`."""
+
+    state: IndexState
+    locks: np.ndarray
+    ring: np.ndarray
+    bits: np.ndarray
+    side: int
+
+
+class TaskQueue(NamedTuple):
+    """The task-queue join's shared control for one chunk (see :func:`par_worker`).
+
+    ``ctl``: the control cells ``C_*`` (queue and propagation mutexes, next task, active tasks,
+    blocked assignment, queue head, error, merges); ``status[t]``: task ``t`` available, active
+    or completed. Per window ``s``: ``cur[s]`` (its current index buffer), ``allow[s]`` (0 during
+    phase 1 of its nonblocking merge), ``merging[s]``, ``ti[s]`` (entries in its ``T_I``),
+    ``thresh[s]`` (the ``T_I`` size that starts a merge), ``windows[s]`` (its size). Per stream:
+    ``counts[s]`` (arrivals before the chunk), ``before[s, g]`` (its arrivals among the chunk's
+    first ``g`` tuples), ``edge[s]`` (the edge tuple, moved under the edge mutex ``elock``),
+    ``limits[s]`` (its positions after the chunk)."""
+
+    task_size: int
+    blocking: bool
+    ctl: np.ndarray
+    status: np.ndarray
+    cur: np.ndarray
+    allow: np.ndarray
+    merging: np.ndarray
+    ti: np.ndarray
+    thresh: np.ndarray
+    windows: np.ndarray
+    counts: np.ndarray
+    before: np.ndarray
+    edge: np.ndarray
+    elock: np.ndarray
+    limits: np.ndarray
+
+
+class TaskLog(NamedTuple):
+    """Per task of the task-queue join: the thread that ran it, where its rows start in that
+    thread's buffers and how many there are, and the cycle counter at its assignment and at its
+    propagation."""
+
+    thread: np.ndarray
+    start: np.ndarray
+    rows: np.ndarray
+    acquired: np.ndarray
+    propagated: np.ndarray
+
+
 @kernel(inline="always")
-def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_out, descents,
-              j):
+def _seq_step(g, s, x, own, other, band, mirrored, out, n_out, descents, j):
     # one tuple of the serial join: probe ``other``, then enter ``own``; returns (count, status).
     # j >= 0: slot j of descents holds the descent made for this search while prefetching
-    meta = own[15]
-    if nodes_free(own[6]) < meta[M_POOLMIN]:
+    meta = own.meta
+    if nodes_free(own.pmeta) < meta[M_POOLMIN]:
         return n_out, 1
-    ometa = other[15]
+    ometa = other.meta
     phi = ometa[M_NEXT] - 1
     plo = max(0, ometa[M_NEXT] - ometa[M_W])
     if phi >= plo:
+        out_p = out.p
         m0 = n_out
-        klo, khi = band_bounds(x, offs_lo[s], offs_hi[s], mirrored)
+        klo, khi = band_bounds(x, band.offs_lo[s], band.offs_hi[s], mirrored)
         r = search_from(other, klo, khi, plo, phi, out_p, n_out, descents, j)
         if r < 0:
             return m0, OUT_FULL
         n_out = r
         if r - m0 > 1 and ometa[M_KIND] != NLWJ:
             sort_small(out_p, m0, n_out)
+        out_g = out.g
         for i in range(m0, n_out):
             out_g[i] = g
     idx_insert(own, x, route_from(own, descents, j))
@@ -131,47 +305,44 @@ def _seq_step(g, s, x, own, other, offs_lo, offs_hi, mirrored, out_g, out_p, n_o
 
 
 @kernel(inline="always")
-def _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out,
-               descents, j):
+def _seq_tuple(g, seq, band, st_l, st_r, out, n_out, descents, j):
     # the step of tuple g, written once per side with the states fixed; returns (count, status)
-    s = sides[g]
-    x = keys[g]
-    if s == 0 or self_join:
-        n_out, status = _seq_step(g, s, x, st_l, st_r, offs_lo, offs_hi, False, out_g, out_p,
-                                  n_out, descents, j)
+    s = seq.sides[g]
+    x = seq.keys[g]
+    if s == 0 or band.self_join:
+        n_out, status = _seq_step(g, s, x, st_l, st_r, band, False, out, n_out, descents, j)
         return n_out, LOW_LEFT_POOL if status == 1 else status
-    n_out, status = _seq_step(g, s, x, st_r, st_l, offs_lo, offs_hi, True, out_g, out_p, n_out,
-                              descents, j)
+    n_out, status = _seq_step(g, s, x, st_r, st_l, band, True, out, n_out, descents, j)
     return n_out, LOW_RIGHT_POOL if status == 1 else status
 
 
 @kernel(inline="always")
-def _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, descents, inserts):
+def _seq_prefetch(a, seq, band, st_l, st_r, descents, inserts):
     # start loading the leaves that tuple a will search (as _seq_tuple picks its states), the
     # descent to its slot of descents; ``inserts``: also the T_I node its insert changes
-    s = sides[a]
+    s = seq.sides[a]
     j = a & (DESCENTS - 1)
-    x = keys[a]
-    if s == 0 or self_join:
-        search_prefetch(st_r, band_low(x, offs_lo[s], offs_hi[s], False), descents, j)
+    x = seq.keys[a]
+    if s == 0 or band.self_join:
+        search_prefetch(st_r, band_low(x, band.offs_lo[s], band.offs_hi[s], False), descents, j)
         if inserts:
             insert_prefetch(st_l, x, descents, j)
     else:
-        search_prefetch(st_l, band_low(x, offs_lo[s], offs_hi[s], True), descents, j)
+        search_prefetch(st_l, band_low(x, band.offs_lo[s], band.offs_hi[s], True), descents, j)
         if inserts:
             insert_prefetch(st_r, x, descents, j)
 
 
 @kernel()
-def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, out_g, out_p, n_out,
-                 prefetch, descents):
-    """IBWJ over ``(sides[g], keys[g])`` from ``g = start``, in arrival order.
+def join_seq_run(seq, start, band, st_l, st_r, out, n_out, prefetch, descents):
+    """IBWJ over the :class:`Arrivals` ``seq`` from tuple ``g = start`` on, in arrival order.
 
     A tuple of side ``s`` probes the opposite window (its own, before it, for a self-join: then
-    ``st_l`` and ``st_r`` are the same state) for keys in ``[x + offs_lo[s], x + offs_hi[s]]``,
-    then enters its own window. Matches are ``(g, partner position)`` with partners ascending.
-    Returns ``(next g, count, status)``: status 1/3 — the left/right pool needs room, 2 — ``out``
-    is full; 0 — done. ``prefetch``: at tuple ``g``, start loading the leaves that tuple
+    ``st_l`` and ``st_r`` are the same state) for keys in the band of :class:`BandProbe`
+    ``band``, then enters its own window. Matches go to the :class:`Matches` ``out`` from row
+    ``n_out`` on, as ``(g, partner position)`` with partners ascending. Returns ``(next g,
+    count, status)``: status 1/3 — the left/right pool needs room, 2 — ``out`` is full; 0 —
+    done. ``prefetch``: at tuple ``g``, start loading the leaves that tuple
     ``g + PREFETCH_AHEAD`` will search (:func:`~splice.index._window.search_prefetch`) and keep
     the descent that found them in ``descents`` (:func:`~splice.index._window.new_descents`)
     for that search; at 2, also the ``T_I`` node its insert will change, and its route
@@ -183,17 +354,15 @@ def join_seq_run(sides, keys, start, offs_lo, offs_hi, st_l, st_r, self_join, ou
     loop is the same: a loop of each kind doubled the inlined searches and the compile time for
     no measurable gain (docs/lab/band-joins.md, "Compile time halved").
     """
-    n = keys.shape[0]
+    n = seq.keys.shape[0]
     if prefetch:
         clear_descents(descents)
     for g in range(start, n):
         if prefetch:
             a = g + PREFETCH_AHEAD
             if a < n:
-                _seq_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, descents,
-                              prefetch >= 2)
-        n_out, status = _seq_tuple(g, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join,
-                                   out_g, out_p, n_out, descents,
+                _seq_prefetch(a, seq, band, st_l, st_r, descents, prefetch >= 2)
+        n_out, status = _seq_tuple(g, seq, band, st_l, st_r, out, n_out, descents,
                                    g & (DESCENTS - 1) if prefetch else -1)
         if status != 0:
             return g, n_out, status
@@ -221,26 +390,28 @@ def _lock(locks, i, res, cell):
 
 
 @kernel(inline="always")
-def _par_search(st, locks, lo, hi, plo, phi, out, n_out, res):
+def _par_search(win, lo, hi, plo, phi, out, n_out, res):
     # T_S is immutable while tasks run: no lock. T_I partitions: one lock each, held per tree.
     # Inlined into par_task: called once per tuple with two dozen array arguments, the call
     # alone cost the 1-thread parallel join a sizable share of the serial join's rate
     # (docs/lab/band-joins.md, "The paper's task-queue join").
-    si, sl, sm = st[10], st[11], st[13]
-    pk, pp, pc, pn, nx, tm, meta = st[0], st[1], st[2], st[3], st[4], st[7], st[15]
+    st = win.state
+    locks = win.locks
+    ibt_meta = st.ibt_meta
     s_k, s_p = ts_keys(st)
-    n_out = ibt_search(s_k, s_p, ts_base(st), sm[0, 0], si[0], sl[0], sm[0, 1], lo, hi, plo, phi,
-                       out, n_out)
+    n_out = ibt_search(s_k, s_p, ts_base(st), ibt_meta[0, 0], st.ibt_inner[0], st.ibt_loff[0],
+                       ibt_meta[0, 1], lo, hi, plo, phi, out, n_out)
     if n_out < 0:
         return -1
-    parts = meta[M_NPART]
+    parts = st.meta[M_NPART]
     q = 0 if parts <= 1 else _pim_route(st, lo)
     first = q
     while q < parts:
         if q > first and _pim_boundary(st, q) >= hi:
             break
         _lock(locks, q * LOCK_STRIDE, res, R_SPIN_PART)
-        n_out = bpt_search(pk, pp, pc, pn, nx, tm, q, lo, hi, plo, phi, out, n_out)
+        n_out = bpt_search(st.keys, st.poss, st.child, st.cnt, st.nxt, st.tmeta, q, lo, hi, plo,
+                           phi, out, n_out)
         spin_unlock(locks, q * LOCK_STRIDE)
         if n_out < 0:
             return -1
@@ -249,24 +420,33 @@ def _par_search(st, locks, lo, hi, plo, phi, out, n_out, res):
 
 
 @kernel(inline="always")
-def _par_insert(st, locks, k, p, path, res):
+def _par_insert(win, k, p, path, res):
     # the T_I filter's words of partition q are its own (a word at least): written under its lock
+    st = win.state
     q = _pim_route(st, k)
-    _lock(locks, q * LOCK_STRIDE, res, R_SPIN_PART)
-    bpt_insert(st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], q, k, p, path, True)
-    filter_add(st[18], st[19], st[15][M_FSHIFT], q, k)
-    spin_unlock(locks, q * LOCK_STRIDE)
+    _lock(win.locks, q * LOCK_STRIDE, res, R_SPIN_PART)
+    bpt_insert(st.keys, st.poss, st.child, st.cnt, st.nxt, st.prv, st.pmeta, st.tmeta, q, k, p,
+               path, True)
+    filter_add(st.filter_bits, st.filter_geo, st.meta[M_FSHIFT], q, k)
+    spin_unlock(win.locks, q * LOCK_STRIDE)
+
+
+@kernel(inline="always")
+def task_window(shared, cur):
+    """The :class:`TaskWindow` of :class:`SharedWindow` ``shared`` with index buffer ``cur``."""
+    return TaskWindow(shared.state0 if cur == 0 else shared.state1, shared.locks, shared.ring,
+                      shared.bits, shared.side)
 
 
 @kernel()
-def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st_l, st_r,
-             locks_l, locks_r, ring_l, ring_r, bits_l, bits_r, edge, elock, limits, res, path,
-             out_g, out_p, n_out):
+def par_task(g0, g1, tuples, band, win_l, win_r, edge, res, path, out, n_out):
     """Result generation and index update for the tuples ``g0 .. g1-1`` of one task.
 
-    A tuple of side ``s`` probes the opposite window ``o`` between ``t_e`` and ``t_l``. First it
-    scans the positions from the edge tuple (read once, a possibly stale but safe value) to
-    ``t_l`` that are not flagged indexed in the bitmap ``bits_o`` (one read per word of 64
+    ``tuples``: the chunk's :class:`PlacedArrivals`; ``win_l``/``win_r``: the windows as the
+    task sees them (:class:`TaskWindow`; a self-join's one window as ``win_l``). A tuple of
+    side ``s`` probes the opposite window ``o`` between ``t_e`` and ``t_l``. First it
+    scans the positions from the edge tuple ``edge[o]`` (read once, a possibly stale but safe
+    value) to ``t_l`` that are not flagged indexed in ``o``'s bitmap (one read per word of 64
     positions, whose zero bits are visited by trailing-zero count, so a stalled edge — a
     preempted thread's unfinished task — costs a word per 64 positions, and indexed positions
     cost nothing, not a step each); then it searches the
@@ -276,57 +456,60 @@ def par_task(g0, g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, st
     (``res[R_INS + s]`` counts them; lock waits and scanned entries are counted in ``res``
     too); its indexed flag is set with the task's others of the same bitmap word, when the task
     moves to another word and at every return (the task's own scans count those pending flags
-    as set). The caller moves the edge tuples once per task (:func:`try_advance_edge`).
+    as set). Matches go to the :class:`Matches` ``out`` from row ``n_out`` on. The caller moves
+    the edge tuples once per task (:func:`try_advance_edge`).
     Returns ``(next g, count, status)``; status 2: ``out`` is full (grow it and resume at
     ``next g``), 1: a node pool ran low (the join cannot continue).
     """
     # indexed flags are set once per bitmap word and task, not per tuple: the words are shared
     # with the task another thread runs next to this one (an atomic or per tuple would move
     # their cache line between the cores every time); until then a probe finds these positions
-    # by the scan and drops the index's duplicates
-    fw0 = -1
-    fm0 = 0
-    fw1 = -1
-    fm1 = 0
-    if self_join:  # one window: every tuple probes and enters it (its flags are side 0's)
-        st_r, locks_r, ring_r, bits_r = st_l, locks_l, ring_l, bits_l
+    # by the scan and drops the index's duplicates. pending0/1: (word, mask) of each window's
+    # flags not set yet
+    pending0 = (-1, 0)
+    pending1 = (-1, 0)
+    if band.self_join:  # one window: every tuple probes and enters it (its flags are side 0's)
+        win_r = win_l
     for g in range(g0, g1):
-        s = sides[g]
         # the step is written out once per side with the windows fixed (see join_seq_run)
-        if s == 0:
-            n_next, status, fw0, fm0 = _par_step(
-                g, s, 1 - s if not self_join else s, keys[g], pos[g], t_e[g], t_l[g],
-                offs_lo, offs_hi, st_l, st_r, locks_l, locks_r, ring_r, bits_l, bits_r,
-                fw0, fm0, fw0 if self_join else fw1, fm0 if self_join else fm1, edge, res,
-                path, out_g, out_p, n_out)
+        if tuples.sides[g] == 0:
+            n_next, status, pending0 = _par_step(
+                g, tuples, band, win_l, win_r, pending0,
+                pending0 if band.self_join else pending1, edge, res, path, out, n_out)
         else:
-            n_next, status, fw1, fm1 = _par_step(
-                g, s, 0, keys[g], pos[g], t_e[g], t_l[g], offs_lo, offs_hi, st_r, st_l,
-                locks_r, locks_l, ring_l, bits_r, bits_l, fw1, fm1, fw0, fm0, edge, res, path,
-                out_g, out_p, n_out)
+            n_next, status, pending1 = _par_step(g, tuples, band, win_r, win_l, pending1,
+                                                 pending0, edge, res, path, out, n_out)
         if status != 0:
-            _flush(bits_l, fw0, fm0)
-            _flush(bits_r, fw1, fm1)
+            _flush(win_l.bits, pending0)
+            _flush(win_r.bits, pending1)
             return g, n_next, status
         n_out = n_next
-    _flush(bits_l, fw0, fm0)
-    _flush(bits_r, fw1, fm1)
+    _flush(win_l.bits, pending0)
+    _flush(win_r.bits, pending1)
     return g1, n_out, 0
 
 
 @kernel(inline="always")
-def _par_step(g, s, o, x, pg, te, tl, offs_lo, offs_hi, own, other, own_locks, other_locks,
-              oring, own_bits, obits, fw_s, fm_s, fw_o, fm_o, edge, res, path, out_g, out_p,
-              n_out):
-    # one tuple of a task (see par_task): probe window ``o`` (``other``), then enter its own;
-    # (fw_s, fm_s) / (fw_o, fm_o): the task's pending indexed flags of its own / the other
-    # window. Returns (count, status, fw_s, fm_s); on status OUT_FULL the count is the one
-    # before this tuple, to resume at it.
-    klo, khi = band_bounds(x, offs_lo[s], offs_hi[s], s == 1)  # a self-join's sides are 0
+def _par_step(g, tuples, band, own, other, pending_s, pending_o, edge, res, path, out, n_out):
+    # one tuple of a task (see par_task): probe the window ``other``, then enter ``own`` (the
+    # tuple's side is own's); pending_s / pending_o: the task's pending indexed flags
+    # (word, mask) of its own / the other window. Returns (count, status, pending_s); on status
+    # OUT_FULL the count is the one before this tuple, to resume at it.
+    s = own.side
+    x = tuples.keys[g]
+    te = tuples.t_e[g]
+    tl = tuples.t_l[g]
+    fw_s, fm_s = pending_s
+    fw_o, fm_o = pending_o
+    out_p = out.p
+    # a right arrival's band is mirrored (a self-join's tuples are all side 0)
+    klo, khi = band_bounds(x, band.offs_lo[s], band.offs_hi[s], s == 1)
     if tl >= te:
         # 1) the window's positions from the edge to t_l that are not indexed yet, by a
         #    scan of the indexed bitmap (64 positions a word; whole indexed words skipped)
-        e = atomic_load(edge, o)
+        oring = other.ring
+        obits = other.bits
+        e = atomic_load(edge, other.side)
         m0 = n_out
         r = n_out
         cap = out_p.shape[0]
@@ -353,16 +536,16 @@ def _par_step(g, s, o, x, pg, te, tl, offs_lo, offs_hi, own, other, own_locks, o
                 v = oring[q & mask]
                 if v >= klo and v <= khi:
                     if r >= cap:
-                        return m0, OUT_FULL, fw_s, fm_s
+                        return m0, OUT_FULL, (fw_s, fm_s)
                     out_p[r] = q
                     r += 1
             p += span
         m1 = r
         # 2) the index over the whole range: every position flagged before the scan is in
         #    it (flag stored after the insert); drop what the scan matched already
-        r = _par_search(other, other_locks, klo, khi, te, tl, out_p, r, res)
+        r = _par_search(other, klo, khi, te, tl, out_p, r, res)
         if r < 0:
-            return m0, OUT_FULL, fw_s, fm_s
+            return m0, OUT_FULL, (fw_s, fm_s)
         k = m1
         for j in range(m1, r):
             pj = out_p[j]
@@ -378,25 +561,29 @@ def _par_step(g, s, o, x, pg, te, tl, offs_lo, offs_hi, own, other, own_locks, o
         n_out = k
         if n_out - m0 > 1:
             sort_small(out_p, m0, n_out)
+        out_g = out.g
         for j in range(m0, n_out):
             out_g[j] = g
     if res[R_ALLOW + s]:
-        if nodes_free(own[6]) < own[15][M_POOLMIN]:
-            return n_out, 1, fw_s, fm_s
-        _par_insert(own, own_locks, x, pg, path, res)
+        st = own.state
+        if nodes_free(st.pmeta) < st.meta[M_POOLMIN]:
+            return n_out, 1, (fw_s, fm_s)
+        pg = tuples.pos[g]
+        _par_insert(own, x, pg, path, res)
         res[R_INS + s] += 1
-        slot = pg & (own_bits.shape[0] * 64 - 1)
+        slot = pg & (own.bits.shape[0] * 64 - 1)
         if slot >> 6 != fw_s:
-            _flush(own_bits, fw_s, fm_s)
+            _flush(own.bits, (fw_s, fm_s))
             fw_s = slot >> 6
             fm_s = 0
         fm_s |= 1 << (slot & 63)
-    return n_out, 0, fw_s, fm_s
+    return n_out, 0, (fw_s, fm_s)
 
 
 @kernel(inline="always")
-def _flush(bits, w, m):
-    # set the indexed flags ``m`` of word ``w`` (after their inserts)
+def _flush(bits, pending):
+    # set the pending indexed flags ``(w, m)``: flags ``m`` of word ``w`` (after their inserts)
+    w, m = pending
     if m != 0:
         atomic_or(bits, w, m)
 
@@ -423,15 +610,19 @@ def clear_bits(bits, p0, p1):
 
 
 @kernel()
-def par_insert_range(st, locks, ring, bits, p0, p1, path, res):
-    """Merge phase 2: insert positions ``p0 .. p1`` not yet indexed (the pending updates)."""
+def par_insert_range(win, p0, p1, path, res):
+    """Merge phase 2: insert positions ``p0 .. p1`` of the :class:`TaskWindow` ``win`` not yet
+    indexed (the pending updates) into its index."""
+    st = win.state
+    ring = win.ring
+    bits = win.bits
     r = ring.shape[0]
     n = 0
     for p in range(p0, p1 + 1):
         if not _indexed(bits, p):
-            if nodes_free(st[6]) < st[15][M_POOLMIN]:
+            if nodes_free(st.pmeta) < st.meta[M_POOLMIN]:
                 return -1
-            _par_insert(st, locks, ring[p % r], p, path, res)
+            _par_insert(win, ring[p % r], p, path, res)
             _flag(bits, p)
             n += 1
     return n
@@ -469,18 +660,19 @@ def advance_edge(bits, edge, s, limit):
 
 
 @kernel()
-def chunk_setup(sides, keys, c0, c1, w0, w1, self_join, ring_l, ring_r, pos, t_e, t_l, before):
-    """One pass over a chunk of the parallel join before its threads start: per tuple ``g`` its
-    position ``pos[g]`` in its stream (counting on from ``c0``/``c1``), the positions
-    ``[t_e[g], t_l[g]]`` of the opposite window it probes (windows of ``w0``/``w1``; a self-join
-    probes its own stream's earlier tuples), its key in its stream's ring (lengths powers of 2,
-    at least the window and the chunk long), and ``before[s, g]``, the arrivals of stream ``s``
-    among the chunk's first ``g`` tuples.
+def chunk_setup(chunk, c0, c1, w0, w1, self_join, ring_l, ring_r, before):
+    """One pass over a chunk of the parallel join before its threads start: per tuple ``g`` of
+    the :class:`PlacedArrivals` ``chunk``, its position ``pos[g]`` in its stream (counting on
+    from ``c0``/``c1``), the positions ``[t_e[g], t_l[g]]`` of the opposite window it probes
+    (windows of ``w0``/``w1``; a self-join probes its own stream's earlier tuples), its key in
+    its stream's ring (lengths powers of 2, at least the window and the chunk long), and
+    ``before[s, g]``, the arrivals of stream ``s`` among the chunk's first ``g`` tuples.
 
     Without a branch on the side (random sides mispredict half the time): each tuple's key goes
     into the slot of the next position of *both* streams; the other stream's slot is not in any
     window yet, and its own tuple overwrites it before any probe can reach it.
     """
+    sides, keys, pos, t_e, t_l = chunk.sides, chunk.keys, chunk.pos, chunk.t_e, chunk.t_l
     a0 = 0
     a1 = 0
     m0 = ring_l.shape[0] - 1
@@ -515,10 +707,12 @@ def chunk_setup(sides, keys, c0, c1, w0, w1, self_join, ring_l, ring_r, pos, t_e
 
 
 @kernel()
-def gather_tasks(all_g, all_p, src, cnt, g_base, out_g, out_p, d):
-    """Copy each task's rows (``cnt[t]`` from ``src[t]`` of the threads' concatenated buffers)
-    into ``out_g``/``out_p`` from ``d`` on, in task (queue) order, adding ``g_base`` to the
-    tuple numbers (the chunk's first tuple in the run); return the end."""
+def gather_tasks(rows, src, cnt, g_base, out, d):
+    """Copy each task's rows (``cnt[t]`` from ``src[t]`` of the threads' concatenated buffers
+    ``rows``) into ``out`` from ``d`` on (both :class:`Matches`), in task (queue) order, adding
+    ``g_base`` to the tuple numbers (the chunk's first tuple in the run); return the end."""
+    all_g, all_p = rows.g, rows.p
+    out_g, out_p = out.g, out.p
     for t in range(src.shape[0]):
         a = src[t]
         for j in range(cnt[t]):
@@ -550,10 +744,10 @@ def _block(ctl, d, res):
 
 
 @kernel(inline="always")
-def _assigned(ctl, task_size, n, counts, before, s):
+def _assigned(queue, n, s):
     # arrivals of stream s up to the last tuple assigned so far (counts[s] before the chunk)
-    g = min(ctl[C_NEXT] * task_size, n)
-    return counts[s] + before[s, g]
+    g = min(queue.ctl[C_NEXT] * queue.task_size, n)
+    return queue.counts[s] + queue.before[s, g]
 
 
 @kernel(inline="always")
@@ -570,14 +764,14 @@ def _propagate(ctl, status, t_prop, tasks):
 
 
 @kernel()
-def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, task_size,
-               l0, l1, r0, r1, locks_l, locks_r, ring_l, ring_r, bits_l, bits_r, edge, elock,
-               limits, ctl, cur, allow, merging, ti, thresh, before, counts, windows, blocking,
-               status, task_thr, task_off, task_cnt, t_acq, t_prop, res, path, out_g, out_p, n_out):
+def par_worker(tid, tuples, band, shared_l, shared_r, queue, log, res, path, out, n_out):
     """One thread of the parallel IBWJ: the whole task loop of the PIM-Tree paper's join in one GIL-free call.
 
     Every thread of a run calls this with its own ``tid``, resume record ``res``, scratch
-    ``path`` and result buffers ``out_g``/``out_p``; everything else is shared. Per task:
+    ``path`` and result buffers ``out`` (:class:`Matches`); everything else is shared: the
+    chunk's :class:`PlacedArrivals` ``tuples``, the :class:`BandProbe` ``band``, the windows
+    (:class:`SharedWindow`; a self-join's one window twice), the queue's control
+    (:class:`TaskQueue`) and the :class:`TaskLog`. Per task:
 
     1. *acquisition* — under the queue mutex ``ctl[C_QLOCK]``, unless a merge blocks
        assignment (``ctl[C_BLOCKED]``), take task ``ctl[C_NEXT]`` (fetch-and-increment), mark it
@@ -593,12 +787,22 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
     5. *propagation* — whoever wins the propagation mutex (test-and-set) moves the queue head
        past completed tasks and stamps their propagation time.
 
-    Results stay in the thread's buffers; ``task_thr/task_off/task_cnt`` say where each task's
-    rows are, so the caller emits them in queue order. Returns ``(n_out, status)``: 0 — no tasks
-    left; ``OUT_FULL`` — grow the buffers and call again (``res`` resumes the task);
-    1 — a node pool ran low; ``TS_FULL`` — ``T_S`` too small at a merge.
+    Results stay in the thread's buffers; the log says where each task's rows are, so the
+    caller emits them in queue order. Returns ``(n_out, status)``: 0 — no tasks left;
+    ``OUT_FULL`` — grow the buffers and call again (``res`` resumes the task); 1 — a node pool
+    ran low; ``TS_FULL`` — ``T_S`` too small at a merge.
     """
-    n = keys.shape[0]
+    ctl = queue.ctl
+    status = queue.status
+    cur = queue.cur
+    allow = queue.allow
+    merging = queue.merging
+    ti = queue.ti
+    edge = queue.edge
+    elock = queue.elock
+    limits = queue.limits
+    task_size = queue.task_size
+    n = tuples.keys.shape[0]
     tasks = status.shape[0]
     while True:
         if atomic_load(ctl, C_ERROR) != 0:
@@ -624,26 +828,24 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
             res[R_CUR] = cur[0]
             res[R_CUR + 1] = cur[1]
             spin_unlock(ctl, C_QLOCK)
-            t_acq[t] = cycle_counter()
+            log.acquired[t] = cycle_counter()
             res[R_TASK] = t
             res[R_G] = t * task_size
             res[R_INS] = 0
             res[R_INS + 1] = 0
-            task_thr[t] = tid
-            task_off[t] = n_out
-        st_l = l0 if res[R_CUR] == 0 else l1
-        st_r = r0 if res[R_CUR + 1] == 0 else r1
+            log.thread[t] = tid
+            log.start[t] = n_out
         g1 = min(n, (t + 1) * task_size)
         # 2. + 3. result generation and index update
-        g, n_out, st = par_task(res[R_G], g1, sides, keys, pos, t_e, t_l, offs_lo, offs_hi,
-                                self_join, st_l, st_r, locks_l, locks_r, ring_l, ring_r, bits_l,
-                                bits_r, edge, elock, limits, res, path, out_g, out_p, n_out)
+        g, n_out, st = par_task(res[R_G], g1, tuples, band, task_window(shared_l, res[R_CUR]),
+                                task_window(shared_r, res[R_CUR + 1]), edge, res, path, out,
+                                n_out)
         res[R_G] = g
         if st != 0:
             if st != OUT_FULL:
                 atomic_store(ctl, C_ERROR, 1)
             return n_out, st
-        task_cnt[t] = n_out - task_off[t]
+        log.rows[t] = n_out - log.start[t]
         res[R_TASK] = -1
         # 4. completion; the thread that fills a T_I becomes the merging thread
         claim = -1
@@ -652,31 +854,25 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
         ctl[C_ACTIVE] -= 1
         for s in range(2):
             ti[s] += res[R_INS + s]
-            if claim < 0 and merging[s] == 0 and ti[s] >= thresh[s]:
+            if claim < 0 and merging[s] == 0 and ti[s] >= queue.thresh[s]:
                 merging[s] = 1
                 claim = s
         spin_unlock(ctl, C_QLOCK)
-        try_advance_edge(bits_l, edge, 0, limits[0], elock)
-        if not self_join:
-            try_advance_edge(bits_r, edge, 1, limits[1], elock)
+        try_advance_edge(shared_l.bits, edge, 0, limits[0], elock)
+        if not band.self_join:
+            try_advance_edge(shared_r.bits, edge, 1, limits[1], elock)
         if claim >= 0:
             s = claim
-            bits = bits_l if s == 0 else bits_r
-            ring = ring_l if s == 0 else ring_r
-            locks = locks_l if s == 0 else locks_r
-            if s == 0:
-                now_st = l0 if cur[0] == 0 else l1
-                spare = l1 if cur[0] == 0 else l0
-            else:
-                now_st = r0 if cur[1] == 0 else r1
-                spare = r1 if cur[1] == 0 else r0
+            shared = shared_l if s == 0 else shared_r
+            now = task_window(shared, cur[s])
+            spare = task_window(shared, 1 - cur[s])
             _block(ctl, 1, res)
             _wait_idle(ctl, res)
-            lo = max(0, _assigned(ctl, task_size, n, counts, before, s) - windows[s])
-            if blocking:
-                ok = im_merge(now_st, lo)
+            lo = max(0, _assigned(queue, n, s) - queue.windows[s])
+            if queue.blocking:
+                ok = im_merge(now.state, lo)
                 # every assigned tuple was indexed before the merge
-                while not try_advance_edge(bits, edge, s, limits[s], elock):
+                while not try_advance_edge(shared.bits, edge, s, limits[s], elock):
                     sched_yield()
                 spin_lock(ctl, C_QLOCK)
                 ti[s] = 0
@@ -693,12 +889,12 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
                 allow[s] = 0
                 ctl[C_BLOCKED] -= 1
                 spin_unlock(ctl, C_QLOCK)
-                s_k, s_p = ts_keys(spare)
-                o = merge_into(now_st, s_k, s_p, lo)
+                s_k, s_p = ts_keys(spare.state)
+                o = merge_into(now.state, s_k, s_p, lo)
                 if o < 0:
                     atomic_store(ctl, C_ERROR, 1)
                     return n_out, TS_FULL
-                merge_install(spare, o, lo)
+                merge_install(spare.state, o, lo)
                 # phase 2: swap the new index in, then insert the pending tuples
                 _block(ctl, 1, res)
                 _wait_idle(ctl, res)
@@ -706,11 +902,11 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
                 cur[s] = 1 - cur[s]
                 allow[s] = 1
                 p0 = atomic_load(edge, s)
-                p1 = _assigned(ctl, task_size, n, counts, before, s) - 1
+                p1 = _assigned(queue, n, s) - 1
                 ti[s] = 0
                 ctl[C_BLOCKED] -= 1
                 spin_unlock(ctl, C_QLOCK)
-                done = par_insert_range(spare, locks, ring, bits, p0, p1, path, res)
+                done = par_insert_range(spare, p0, p1, path, res)
                 spin_lock(ctl, C_QLOCK)
                 if done >= 0:
                     ti[s] += done
@@ -722,11 +918,11 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
                     return n_out, 1
         # 5. result propagation, test-and-set
         if atomic_cas(ctl, C_PLOCK, 0, 1) == 0:
-            _propagate(ctl, status, t_prop, tasks)
+            _propagate(ctl, status, log.propagated, tasks)
             atomic_store(ctl, C_PLOCK, 0)
     # leaving: propagate what is complete (the last thread out propagates the rest)
     spin_lock(ctl, C_PLOCK)
-    _propagate(ctl, status, t_prop, tasks)
+    _propagate(ctl, status, log.propagated, tasks)
     spin_unlock(ctl, C_PLOCK)
     return n_out, 0
 
@@ -737,12 +933,14 @@ def par_worker(tid, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, tas
 
 
 @kernel()
-def rr_run(start, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, part, parts,
-           st_l, st_r, out_g, out_p, n_out):
-    """One thread of the round-robin join: every tuple probes partition ``part`` of the
-    opposite window (global positions ``[t_e, t_l]``), and enters partition ``part`` of its own
-    window when ``pos % parts == part``. Matches carry global positions. Returns
-    ``(next g, count, status)`` as :func:`join_seq_run`."""
+def rr_run(start, tuples, band, part, parts, st_l, st_r, out, n_out):
+    """One thread of the round-robin join over the :class:`PlacedArrivals` ``tuples``: every
+    tuple probes partition ``part`` of the opposite window (global positions ``[t_e, t_l]``),
+    and enters partition ``part`` of its own window when ``pos % parts == part``. Matches carry
+    global positions. Returns ``(next g, count, status)`` as :func:`join_seq_run`."""
+    sides, keys, pos, t_e, t_l = tuples.sides, tuples.keys, tuples.pos, tuples.t_e, tuples.t_l
+    offs_lo, offs_hi, self_join = band.offs_lo, band.offs_hi, band.self_join
+    out_g, out_p = out.g, out.p
     n = keys.shape[0]
     for g in range(start, n):
         s = sides[g]
@@ -750,7 +948,7 @@ def rr_run(start, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, part,
         other = st_l if o == 0 else st_r
         own = st_l if s == 0 else st_r
         mine = pos[g] % parts == part
-        if mine and nodes_free(own[6]) < own[15][M_POOLMIN]:
+        if mine and nodes_free(own.pmeta) < own.meta[M_POOLMIN]:
             return g, n_out, LOW_LEFT_POOL if s == 0 else LOW_RIGHT_POOL
         x = keys[g]
         te = t_e[g]
@@ -778,69 +976,69 @@ def rr_run(start, sides, keys, pos, t_e, t_l, offs_lo, offs_hi, self_join, part,
 
 
 @kernel(inline="always")
-def _in_range(x, kmin, kmax, first, last):
-    # whether key x lies in the key range [kmin, kmax)
-    return (first | (x >= kmin)) & (last | (x < kmax))
+def _in_range(x, rng):
+    # whether key x lies in the key range rng
+    return (rng.first | (x >= rng.lo)) & (rng.last | (x < rng.hi))
 
 
 @kernel(inline="always")
-def _range_probe(x, lo_off, hi_off, mirrored, kmin, kmax, first, last):
-    # the probe bounds of key x, and whether they reach into the key range [kmin, kmax)
+def _range_probe(x, lo_off, hi_off, mirrored, rng):
+    # the probe bounds of key x, and whether they reach into the key range rng
     klo, khi = band_bounds(x, lo_off, hi_off, mirrored)
-    hit = (klo <= khi) & (last | (klo < kmax)) & (first | (khi >= kmin))
+    hit = (klo <= khi) & (rng.last | (klo < rng.hi)) & (rng.first | (khi >= rng.lo))
     return klo, khi, hit
 
 
 @kernel(inline="always")
-def _range_step(g, s, x, p, te, tl, own, other, offs_lo, offs_hi, mirrored, kmin, kmax, first,
-                last, out_g, out_p, n_out, descents, j):
-    # one tuple for one key range: probe this range's part of the opposite window (positions
-    # [te, tl]) when the band reaches into the range, then enter this range's part of the own
-    # window when the key lies in it (at its stream position p); returns (count, status).
-    # (descents, j): the prefetch's descent, as for _seq_step
-    mine = _in_range(x, kmin, kmax, first, last)
-    if mine and nodes_free(own[6]) < own[15][M_POOLMIN]:
+def _range_step(g, s, x, p, te, tl, own, other, band, rng, out, n_out, j):
+    # one tuple for the key range rng: probe this range's part of the opposite window
+    # (positions [te, tl]) when the band reaches into the range, then enter this range's part of
+    # the own window when the key lies in it (at its stream position p); returns (count,
+    # status). j: the prefetch's descent in rng.descents, as for _seq_step. Side 1 is a right
+    # arrival, whose band is mirrored (range_run passes a self-join's tuples as side 0)
+    mine = _in_range(x, rng)
+    if mine and nodes_free(own.pmeta) < own.meta[M_POOLMIN]:
         return n_out, 1
-    klo, khi, hit = _range_probe(x, offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first, last)
+    klo, khi, hit = _range_probe(x, band.offs_lo[s], band.offs_hi[s], s == 1, rng)
     if hit and tl >= te:
+        out_p = out.p
         m0 = n_out
-        r = search_from(other, klo, khi, te, tl, out_p, n_out, descents, j)
+        r = search_from(other, klo, khi, te, tl, out_p, n_out, rng.descents, j)
         if r < 0:
             return m0, OUT_FULL
         n_out = r
         if r - m0 > 1:
             sort_small(out_p, m0, n_out)
+        out_g = out.g
         for i in range(m0, n_out):
             out_g[i] = g
     if mine:
-        own[15][M_NEXT] = p
+        own.meta[M_NEXT] = p
         idx_insert(own, x)
     return n_out, 0
 
 
 @kernel(inline="always")
-def _range_prefetch(a, sides, keys, offs_lo, offs_hi, st_l, st_r, self_join, kmin, kmax, first,
-                    last, descents, j):
-    # start loading the leaves that tuple a will search in this range (as range_run), the
-    # descent to slot j of descents
-    s = sides[a]
-    mirrored = not (s == 0 or self_join)
-    klo, khi, hit = _range_probe(keys[a], offs_lo[s], offs_hi[s], mirrored, kmin, kmax, first,
-                                 last)
+def _range_prefetch(a, chunk, band, rng, j):
+    # start loading the leaves that tuple a will search in the key range rng (as range_run),
+    # the descent to slot j of rng.descents
+    s = chunk.sides[a]
+    mirrored = not (s == 0 or band.self_join)
+    klo, khi, hit = _range_probe(chunk.keys[a], band.offs_lo[s], band.offs_hi[s], mirrored, rng)
     if not hit:
-        descents[2, j] = -1
+        rng.descents[2, j] = -1
     elif mirrored:
-        search_prefetch(st_l, klo, descents, j)
+        search_prefetch(rng.left, klo, rng.descents, j)
     else:
-        search_prefetch(st_r, klo, descents, j)
+        search_prefetch(rng.right, klo, rng.descents, j)
 
 
 @kernel()
-def range_split(g0, g1, sides, keys, offs_lo, offs_hi, bounds, counts, out_g):
-    """List tuples ``g0 .. g1-1`` under every key range they concern (their key lies in it, or
-    their band may reach into it: :func:`~splice.index._band_bounds.band_cover`), for
-    :func:`range_run`; one slice of a chunk, each thread one slice. Returns the slice's left
-    arrivals (side 0).
+def range_split(g0, g1, seq, band, bounds, counts, out_g):
+    """List tuples ``g0 .. g1-1`` of the :class:`Arrivals` ``seq`` under every key range they
+    concern (their key lies in it, or their band may reach into it:
+    :func:`~splice.index._band_bounds.band_cover`), for :func:`range_run`; one slice of a
+    chunk, each thread one slice. Returns the slice's left arrivals (side 0).
 
     ``bounds``: the lower ends of the ranges after the first (ascending). Range ``r``'s tuples
     go to ``out_g[r, :counts[r]]`` in arrival order (each row needs room for ``g1 - g0``). One
@@ -848,6 +1046,7 @@ def range_split(g0, g1, sides, keys, offs_lo, offs_hi, bounds, counts, out_g):
     the chunk; 4 bytes a listed tuple, as the lists move from the thread that wrote them to the
     one that joins them. (It counts the left arrivals too: after the join they come from
     memory again.)"""
+    sides, keys, offs_lo, offs_hi = seq.sides, seq.keys, band.offs_lo, band.offs_hi
     t = bounds.shape[0] + 1
     for r in range(t):
         counts[r] = 0
@@ -893,37 +1092,41 @@ def range_gather(k, split_g, counts, todo_g):
 
 
 @kernel()
-def range_run(i0, cnt, todo_g, arrivals, sides, keys, w0, w1, offs_lo, offs_hi, self_join, kmin,
-              kmax, first, last, st_l, st_r, out_g, out_p, n_out, prefetch, descents, took):
+def range_run(i0, todo_g, chunk, band, rng, out, n_out, prefetch):
     """One thread of the key-range join: the IBWJ of :func:`join_seq_run` restricted to the keys
-    in ``[kmin, kmax)`` (``first``: no lower end, ``last``: no upper end), over the tuples
-    :func:`range_split` listed for this range (``todo_g[i0:cnt]``, arrival indexes into
-    ``sides``/``keys``; ``arrivals``: each stream's arrivals before tuple 0).
+    of the :class:`KeyRange` ``rng``, over the tuples :func:`range_split` listed for it
+    (``todo_g[i0:]``, arrival indexes into the :class:`RangeChunk` ``chunk``).
 
-    ``st_l``/``st_r`` index the tuples of each stream whose keys lie in the range, under their
-    stream positions (the window's arrival count is set to a tuple's position before it enters,
-    so merges drop by position as in the serial join). Every tuple whose band reaches into the
-    range probes them over its window of the opposite stream (``w0``/``w1`` tuples); a listed
-    tuple whose band turns out not to reach in is passed over. ``took[0]`` counts the tuples the
-    range took. Matches are ``(g, partner position)``, partners ascending per ``g``; the
-    ranges' matches of one ``g`` are disjoint. Returns ``(next listed tuple, count, status)``,
-    statuses as :func:`join_seq_run`. A self-join passes its one state as both ``st_l`` and
-    ``st_r``, as :func:`join_seq_run`. The prefetch runs ``PREFETCH_AHEAD`` listed tuples ahead
-    (slot ``i % DESCENTS`` of ``descents`` holds listed tuple ``i``'s descent).
+    ``rng.left``/``rng.right`` index the tuples of each stream whose keys lie in the range,
+    under their stream positions (the window's arrival count is set to a tuple's position before
+    it enters, so merges drop by position as in the serial join). Every tuple whose band reaches
+    into the range probes them over its window of the opposite stream (``chunk.windows``); a
+    listed tuple whose band turns out not to reach in is passed over. ``rng.took[0]`` counts
+    the tuples the range took. Matches go to the :class:`Matches` ``out`` from row ``n_out``
+    on, as ``(g, partner position)``, partners ascending per ``g``; the ranges' matches of one
+    ``g`` are disjoint. Returns ``(next listed tuple, count, status)``, statuses as
+    :func:`join_seq_run`. A self-join's range holds its one state as both ``left`` and
+    ``right``, as :func:`join_seq_run`. The prefetch runs ``PREFETCH_AHEAD`` listed tuples ahead
+    (slot ``i % DESCENTS`` of ``rng.descents`` holds listed tuple ``i``'s descent).
     """
+    sides, keys = chunk.sides, chunk.keys
+    st_l, st_r = rng.left, rng.right
+    self_join = band.self_join
+    cnt = todo_g.shape[0]
+    took = rng.took
     c2 = took[0]
-    w_partner = w0 if self_join else w1
-    before = arrivals[0] + arrivals[1]
+    w0 = chunk.windows[0]
+    w_partner = w0 if self_join else chunk.windows[1]
+    before = chunk.arrived[0] + chunk.arrived[1]
     # the left arrivals before each listed tuple, counted from the sides between them
     at = 0
-    left = arrivals[0]
+    left = chunk.arrived[0]
     if prefetch:
-        clear_descents(descents)
+        clear_descents(rng.descents)
     for i in range(i0, cnt):
         j = i & (DESCENTS - 1) if prefetch else -1
         if prefetch and i + PREFETCH_AHEAD < cnt:
-            _range_prefetch(todo_g[i + PREFETCH_AHEAD], sides, keys, offs_lo, offs_hi, st_l,
-                            st_r, self_join, kmin, kmax, first, last, descents,
+            _range_prefetch(todo_g[i + PREFETCH_AHEAD], chunk, band, rng,
                             (i + PREFETCH_AHEAD) & (DESCENTS - 1))
         g = todo_g[i]
         for h in range(at, g):
@@ -937,18 +1140,16 @@ def range_run(i0, cnt, todo_g, arrivals, sides, keys, w0, w1, offs_lo, offs_hi, 
             # the partners of a self-join are the stream's own earlier tuples
             oc = c0 if self_join else c1
             n_out, status = _range_step(g, 0, x, c0, max(0, oc - w_partner), oc - 1, st_l, st_r,
-                                        offs_lo, offs_hi, False, kmin, kmax, first, last, out_g,
-                                        out_p, n_out, descents, j)
+                                        band, rng, out, n_out, j)
         else:
-            n_out, status = _range_step(g, 1, x, c1, max(0, c0 - w0), c0 - 1, st_r, st_l,
-                                        offs_lo, offs_hi, True, kmin, kmax, first, last, out_g,
-                                        out_p, n_out, descents, j)
+            n_out, status = _range_step(g, 1, x, c1, max(0, c0 - w0), c0 - 1, st_r, st_l, band,
+                                        rng, out, n_out, j)
             if status == 1:
                 status = LOW_RIGHT_POOL
         if status != 0:
             took[0] = c2
             return i, n_out, status
-        c2 += _in_range(x, kmin, kmax, first, last)
+        c2 += _in_range(x, rng)
     took[0] = c2
     return cnt, n_out, 0
 
@@ -965,8 +1166,11 @@ def _pick(ga, pa, a, gb, pb, b):
 
 
 @kernel(inline="always")
-def _merge_rows(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
+def _merge_rows(x, y, out, d, base):
     # merge_two's rows, one after another
+    ga, pa, a, ea = x.g, x.p, x.start, x.end
+    gb, pb, b, eb = y.g, y.p, y.start, y.end
+    out_g, out_p = out.g, out.p
     while a < ea and b < eb:
         g, p, take_a = _pick(ga, pa, a, gb, pb, b)
         out_g[d] = g + base
@@ -988,10 +1192,10 @@ def _merge_rows(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
 
 
 @kernel()
-def merge_two(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
-    """Merge rows ``a .. ea-1`` of ``(ga, pa)`` and ``b .. eb-1`` of ``(gb, pb)``, each ordered
-    by ``(g, partner)``, into ``out_g``/``out_p`` from ``d`` on in that order, adding ``base`` to
-    each ``g``; return the end.
+def merge_two(x, y, out, d, base):
+    """Merge the runs ``x`` and ``y`` (:class:`Run`, rows ordered by ``(g, partner)``) into the
+    :class:`Matches` ``out`` from row ``d`` on in that order, adding ``base`` to each ``g``;
+    return the end.
 
     Without a branch on which side a row comes from: rows of two key ranges interleave at
     random, so such a branch mispredicts about every other row, and a misprediction costs more
@@ -999,8 +1203,10 @@ def merge_two(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
     ``g`` and the halves merged in one loop, two picks at a time that do not wait on each other
     (docs/lab/band-joins.md, "Merging the key ranges' rows").
     """
+    ga, pa, a, ea = x.g, x.p, x.start, x.end
+    gb, pb, b, eb = y.g, y.p, y.start, y.end
     if ea - a + eb - b < 64:
-        return _merge_rows(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base)
+        return _merge_rows(x, y, out, d, base)
     # the cut: the g in the middle of the longer run; every row of a g goes to one half
     cg = ga[(a + ea) // 2] if ea - a >= eb - b else gb[(b + eb) // 2]
     am = a + np.searchsorted(ga[a:ea], cg)
@@ -1008,6 +1214,7 @@ def merge_two(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
     a2 = am
     b2 = bm
     d2 = d + (am - a) + (bm - b)
+    out_g, out_p = out.g, out.p
     while a < am and b < bm and a2 < ea and b2 < eb:
         g, p, take_a = _pick(ga, pa, a, gb, pb, b)
         g2, p2, take_a2 = _pick(ga, pa, a2, gb, pb, b2)
@@ -1021,17 +1228,19 @@ def merge_two(ga, pa, a, ea, gb, pb, b, eb, out_g, out_p, d, base):
         a2 += take_a2
         b2 += 1 - take_a2
         d2 += 1
-    _merge_rows(ga, pa, a, am, gb, pb, b, bm, out_g, out_p, d, base)
-    return _merge_rows(ga, pa, a2, ea, gb, pb, b2, eb, out_g, out_p, d2, base)
+    _merge_rows(Run(ga, pa, a, am), Run(gb, pb, b, bm), out, d, base)
+    return _merge_rows(Run(ga, pa, a2, ea), Run(gb, pb, b2, eb), out, d2, base)
 
 
 @kernel()
-def time_window_filter(g, p, sides, times, self_join, live_l, live_r, first_l, first_r, times_l,
-                       times_r, length):
-    """Keep the pairs ``(g[j], p[j])`` of a time-window join whose partner position is live
-    (at least ``live_l``/``live_r``, by the partner's stream) and whose times differ by at most
-    ``length`` (the partner's time at ``position - first_l`` in ``times_l``, or ``- first_r`` in
-    ``times_r``); compact them in place, in order, and return how many there are."""
+def time_window_filter(pairs, sides, times, self_join, left, right, length):
+    """Keep the pairs ``(g[j], p[j])`` of the :class:`Matches` ``pairs`` of a time-window join
+    whose partner position is live and whose times differ by at most ``length`` (``times[g]``
+    against the partner's time; ``left``/``right``: the partner's stream, :class:`Retained`);
+    compact them in place, in order, and return how many there are."""
+    g, p = pairs.g, pairs.p
+    live_l, first_l, times_l = left.live, left.first, left.times
+    live_r, first_r, times_r = right.live, right.first, right.times
     k = 0
     for j in range(g.shape[0]):
         gi = g[j]

@@ -79,7 +79,15 @@ from splice.index.window_index import (
     default_merge_ratio,
     max_insertion_depth,
 )
-from splice.joins.band._band_kernels import LOW_LEFT_POOL, LOW_RIGHT_POOL, OUT_FULL, join_seq_run
+from splice.joins.band._band_kernels import (
+    LOW_LEFT_POOL,
+    LOW_RIGHT_POOL,
+    OUT_FULL,
+    Arrivals,
+    BandProbe,
+    Matches,
+    join_seq_run,
+)
 from splice.joins.common.join_windows import (
     POSITION,
     ArrivalMerge,
@@ -244,6 +252,7 @@ class BandCore:
         self.self_join = self_join
         self.dtype = np.dtype(dtype)
         self.offs_lo, self.offs_hi = probe_offsets(lower, upper, self.dtype, self_join)
+        self.band = BandProbe(self.offs_lo, self.offs_hi, self_join)
         self.index = index
         self.opts: dict[str, Any] = dict(
             merge_ratio=merge_ratio, insertion_depth=insertion_depth, chain_length=chain_length
@@ -296,6 +305,7 @@ class BandCore:
         cap = 1024 + int(self._rate * n)
         out_g = pooled.empty(cap)
         out_p = pooled.empty(cap)
+        seq = Arrivals(sides, keys)
         g, m = 0, 0
         while True:
             if single:
@@ -308,9 +318,9 @@ class BandCore:
                                         int(self.prefetch), self._descents)
                 low = own
             else:
-                g, m, status = join_seq_run(sides, keys, g, self.offs_lo, self.offs_hi,
-                                            left.state, right.state, self.self_join, out_g,
-                                            out_p, m, int(self.prefetch), self._descents)
+                g, m, status = join_seq_run(seq, g, self.band, left.state, right.state,
+                                            Matches(out_g, out_p), m, int(self.prefetch),
+                                            self._descents)
                 low = left if status == LOW_LEFT_POOL else right
             if status == 0:
                 break

@@ -37,7 +37,7 @@ import numpy as np
 
 from splice.core.errors import PlanError
 from splice.index.window_index import IndexKind
-from splice.joins.band._band_kernels import time_window_filter
+from splice.joins.band._band_kernels import Matches, Retained, time_window_filter
 from splice.joins.band.band_join import BandCore
 from splice.joins.band.parallel_band import KeyRangeJoin
 from splice.kernels.jit import kernel_input
@@ -170,9 +170,10 @@ class TimeBandCore:
         # keep the candidates within the time window
         # (and after the live start: an in-place index may still hold evicted positions, whose
         # times are out of reach of every tuple not late)
-        k = time_window_filter(g, p, sides, times, self.self_join, self.live[0], self.live[-1],
-                               self.first[0], self.first[-1], self._times[0], self._times[-1],
-                               self.length)
+        retained = [Retained(self.live[s], self.first[s], self._times[s])
+                    for s in range(len(self.first))]
+        k = time_window_filter(Matches(g, p), sides, times, self.self_join, retained[0],
+                               retained[-1], self.length)
         return g[:k], p[:k]
 
     def evict(self, s: int, upto: int) -> int:

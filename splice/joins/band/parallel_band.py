@@ -111,6 +111,16 @@ from splice.joins.band._band_kernels import (
     R_TASK,
     R_WAIT_MERGE,
     TS_FULL,
+    Arrivals,
+    BandProbe,
+    KeyRange,
+    Matches,
+    PlacedArrivals,
+    RangeChunk,
+    Run,
+    SharedWindow,
+    TaskLog,
+    TaskQueue,
     advance_edge,
     chunk_setup,
     clear_bits,
@@ -191,6 +201,7 @@ class TaskQueueJoin:
         self.task_size = int(task_size)
         self.blocking = merge == "blocking"
         self.offs_lo, self.offs_hi = probe_offsets(lower, upper, self.dtype, self_join)
+        self.band = BandProbe(self.offs_lo, self.offs_hi, self_join)
         n_streams = 1 if self_join else 2
         slack = CHUNK + 1024
 
@@ -204,7 +215,7 @@ class TaskQueueJoin:
                     for s in range(n_streams)]
         self.cur_buf = np.zeros(2, np.int64)  # which of the two is current, per window
         self.thresh = np.array([int(self.ixs[s][0].meta[M_THRESH]) for s in (0, -1)], np.int64)
-        self.locks = [np.zeros(b[0].state[7].shape[0] * LOCK_STRIDE, np.int64) for b in self.ixs]
+        self.locks = [np.zeros(b[0].state.tmeta.shape[0] * LOCK_STRIDE, np.int64) for b in self.ixs]
         self.rings = [np.zeros(_pow2(windows[s] + slack), self.dtype) for s in range(n_streams)]
         # one bit per ring slot: position indexed (the rings' lengths are powers of 2 >= 64)
         self.bits = [np.zeros(len(r) // 64, np.int64) for r in self.rings]
@@ -255,7 +266,7 @@ class TaskQueueJoin:
                                             min(c0 + CHUNK, len(keys)), len(keys))
                 out_g = pooled.grown(out_g, m, size)
                 out_p = pooled.grown(out_p, m, size)
-            m = gather_tasks(all_g, all_p, src, cnt, c0, out_g, out_p, m)
+            m = gather_tasks(Matches(all_g, all_p), src, cnt, c0, Matches(out_g, out_p), m)
         return out_g[:m], out_p[:m]
 
     def nbytes(self) -> int:
@@ -276,8 +287,9 @@ class TaskQueueJoin:
         # (the sliding windows hold keys by position): one compiled pass, as the serial part
         # of a chunk holds every other core idle
         pos, t_e, t_l, before, status, task_thr, task_off, task_cnt, t_acq, t_prop = self._scratch
-        chunk_setup(sides, keys, counts[0], counts[1], self.windows[0], self.windows[-1],
-                    self.self_join, self.rings[0], self.rings[-1], pos, t_e, t_l, before)
+        tuples = PlacedArrivals(sides, keys, pos, t_e, t_l)
+        chunk_setup(tuples, counts[0], counts[1], self.windows[0], self.windows[-1],
+                    self.self_join, self.rings[0], self.rings[-1], before)
         for s in range(len(self.ixs)):
             self.limits[s] = self.counts[s] + int(before[s, n])
             clear_bits(self.bits[s], self.counts[s], self.limits[s])
@@ -288,15 +300,15 @@ class TaskQueueJoin:
         status[:] = 0
         task_thr, task_off, task_cnt = task_thr[:tasks], task_off[:tasks], task_cnt[:tasks]
         t_acq, t_prop = t_acq[:tasks], t_prop[:tasks]
-        st = [ix.state for ix in self.ixs[0]], [ix.state for ix in self.ixs[-1]]
-        shared = (
-            sides, keys, pos, t_e, t_l, self.offs_lo, self.offs_hi, self.self_join,
-            self.task_size, st[0][0], st[0][1], st[1][0], st[1][1], self.locks[0],
-            self.locks[-1], self.rings[0], self.rings[-1], self.bits[0], self.bits[-1],
-            self.edge, self.elock, limits, ctl, self.cur_buf, self.allow, self.merging, self.ti,
-            self.thresh, before, np.array(counts, np.int64), np.array(self.windows, np.int64),
-            self.blocking, status, task_thr, task_off, task_cnt, t_acq, t_prop,
+        windows = [SharedWindow(b[0].state, b[1].state, self.locks[s], self.rings[s],
+                                self.bits[s], s) for s, b in enumerate(self.ixs)]
+        queue = TaskQueue(
+            self.task_size, self.blocking, ctl, status, self.cur_buf, self.allow, self.merging,
+            self.ti, self.thresh, np.array(self.windows, np.int64), np.array(counts, np.int64),
+            before, self.edge, self.elock, limits,
         )
+        log = TaskLog(task_thr, task_off, task_cnt, t_acq, t_prop)
+        shared = (tuples, self.band, windows[0], windows[-1], queue, log)
         outs: list[tuple[np.ndarray, np.ndarray, int]] = [
             (np.empty(0, np.int64), np.empty(0, np.int64), 0)
         ] * self.threads
@@ -346,7 +358,7 @@ class TaskQueueJoin:
         cap = len(out_g)
         m = 0
         while True:
-            m, status = par_worker(tid, *shared, res, path, out_g, out_p, m)
+            m, status = par_worker(tid, *shared, res, path, Matches(out_g, out_p), m)
             if status == 0:
                 with self._stats_lock:
                     self.waits += res[R_SPIN_PART : R_WAIT_MERGE + 3]
@@ -383,6 +395,7 @@ class RoundRobinJoin:
         self.windows = windows
         self.threads = t = int(threads)
         self.offs_lo, self.offs_hi = probe_offsets(lower, upper, self.dtype, self_join)
+        self.band = BandProbe(self.offs_lo, self.offs_hi, self_join)
         n_streams = 1 if self_join else 2
         self.parts = [
             [WindowIndex(index, math.ceil(windows[s] / t), self.dtype, merge_ratio=merge_ratio,
@@ -409,7 +422,7 @@ class RoundRobinJoin:
             sides = np.zeros(len(keys), np.int8)
         pos, t_e, t_l = arrival_bounds(sides, (self.counts[0], self.counts[1]), self.windows,
                                        self.self_join)
-        results = self._team.run(self._run_part, sides, keys, pos, t_e, t_l)
+        results = self._team.run(self._run_part, PlacedArrivals(sides, keys, pos, t_e, t_l))
         for s in range(len(self.parts)):
             self.counts[s] += int((sides == s).sum())
         g = np.concatenate([r[0] for r in results])
@@ -417,8 +430,7 @@ class RoundRobinJoin:
         order = np.lexsort((p, g))
         return g[order], p[order]
 
-    def _run_part(self, part: int, sides: np.ndarray, keys: np.ndarray, pos: np.ndarray,
-                  t_e: np.ndarray, t_l: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _run_part(self, part: int, tuples: PlacedArrivals) -> tuple[np.ndarray, np.ndarray]:
         left = self.parts[0][part]
         right = self.parts[-1][part]
         cap = 1024
@@ -426,9 +438,8 @@ class RoundRobinJoin:
         out_p = np.empty(cap, np.int64)
         g, m = 0, 0
         while True:
-            g, m, status = rr_run(g, sides, keys, pos, t_e, t_l, self.offs_lo, self.offs_hi,
-                                  self.self_join, part, self.threads, left.state, right.state,
-                                  out_g, out_p, m)
+            g, m, status = rr_run(g, tuples, self.band, part, self.threads, left.state,
+                                  right.state, Matches(out_g, out_p), m)
             if status == 0:
                 return out_g[:m].copy(), out_p[:m].copy()
             if status == OUT_FULL:
@@ -442,28 +453,25 @@ class RoundRobinJoin:
         return sum(ix.used_bytes() for parts in self.parts for ix in parts)
 
 
-Run = tuple[np.ndarray, np.ndarray, int, int]
-
-
-def _merge_runs(runs: list[Run], out_g: np.ndarray, out_p: np.ndarray, d: int, base: int) -> None:
-    """Merge ``runs`` (rows ``a .. e-1`` of ``(g, p)`` arrays, each ordered by ``(g, p)``) into
-    ``out_g``/``out_p`` from ``d`` on, adding ``base`` to each ``g``: two by two, in
+def _merge_runs(runs: list[Run], out: Matches, d: int, base: int) -> None:
+    """Merge ``runs`` (each ordered by ``(g, p)``) into ``out`` from ``d`` on, adding ``base``
+    to each ``g``: two by two with :func:`~splice.joins.band._band_kernels.merge_two`, in
     log2(len(runs)) passes."""
     while len(runs) > 2:
-        rows = sum(e - a for _, _, a, e in runs)
-        tg, tp = pooled.empty(rows), pooled.empty(rows)
+        rows = sum(r.end - r.start for r in runs)
+        tmp = Matches(pooled.empty(rows), pooled.empty(rows))
         merged: list[Run] = []
         o = 0
         for i in range(0, len(runs) - 1, 2):
-            end = merge_two(*runs[i], *runs[i + 1], tg, tp, o, 0)
-            merged.append((tg, tp, o, end))
+            end = merge_two(runs[i], runs[i + 1], tmp, o, 0)
+            merged.append(Run(tmp.g, tmp.p, o, end))
             o = end
         if len(runs) % 2:
             merged.append(runs[-1])
         runs = merged
     if len(runs) == 1:
-        runs.append((out_g, out_p, 0, 0))  # an empty second run
-    merge_two(*runs[0], *runs[1], out_g, out_p, d, base)
+        runs.append(Run(out.g, out.p, 0, 0))  # an empty second run
+    merge_two(runs[0], runs[1], out, d, base)
 
 
 class KeyRangeJoin:
@@ -493,6 +501,7 @@ class KeyRangeJoin:
         self.windows = windows
         self.threads = t = int(threads)
         self.offs_lo, self.offs_hi = probe_offsets(lower, upper, self.dtype, self_join)
+        self.band = BandProbe(self.offs_lo, self.offs_hi, self_join)
         n_streams = 1 if self_join else 2
         self.index = index
         self.merge_ratio = merge_ratio
@@ -582,8 +591,8 @@ class KeyRangeJoin:
             order = np.argsort(mine, kind="stable")  # (key, position) order
             st = ix.state
             row = ix.meta[M_TSROW]
-            st[8][row, : len(mine)] = mine[order]
-            st[9][row, : len(mine)] = pos[order] - int(first)  # offsets from the row's base
+            st.ibt_keys[row, : len(mine)] = mine[order]
+            st.ibt_offs[row, : len(mine)] = pos[order] - int(first)  # offsets from the row's base
             merge_install(st, len(mine), int(first))
             self.parts[k][s] = ix
 
@@ -638,9 +647,8 @@ class KeyRangeJoin:
         cut = np.zeros((t, slices + 1), np.int64)
         arrivals = np.array(self.counts, np.int64)
         took = [np.zeros(1, np.int64) for _ in range(t)]
-        self._in_threads(lambda k: self._run_range(k, sides, keys, arrivals, took[k], edges,
-                                                   cut[k]),
-                         here=here)
+        chunk = RangeChunk(sides, keys, arrivals, (self.windows[0], self.windows[-1]))
+        self._in_threads(lambda k: self._run_range(k, chunk, took[k], edges, cut[k]), here=here)
         self.counts = [self.counts[0] + lefts, self.counts[1] + n - lefts]
         self._note_arrivals([int(c[0]) for c in took])
         # where each slice's rows start in out
@@ -649,13 +657,13 @@ class KeyRangeJoin:
         if end > len(out[0]):
             size = pooled.room_for_rest(len(out[0]), end, c0 + n, total)
             out = (pooled.grown(out[0], m, size), pooled.grown(out[1], m, size))
-        out_g, out_p = out
+        rows = Matches(out[0], out[1])
 
         def merge(j: int) -> None:
             if j < slices:
-                runs = [(b[0], b[1], int(cut[k, j]), int(cut[k, j + 1]))
+                runs = [Run(b[0], b[1], int(cut[k, j]), int(cut[k, j + 1]))
                         for k, b in enumerate(self._bufs)]
-                _merge_runs(runs, out_g, out_p, int(starts[j]), c0)
+                _merge_runs(runs, rows, int(starts[j]), c0)
 
         if slices > 1:
             self._in_threads(merge)
@@ -717,14 +725,14 @@ class KeyRangeJoin:
             # range k's live entries, in (key, position) order, into its spare row (positions
             # as offsets from lo in every range: the rows' pieces move between ranges as they are)
             st = ixs[k].state
-            sizes[k] = merge_into(st, st[8][spare[k]], st[9][spare[k]], lo)
+            sizes[k] = merge_into(st, st.ibt_keys[spare[k]], st.ibt_offs[spare[k]], lo)
             if sizes[k] < 0:
                 raise InternalError("key-range join: a merge buffer is too small")
 
         self._in_threads(collect)
         # the ranges are disjoint and in key order: laid end to end, the entries are sorted;
         # cut[j, k]: where the entries of new range k start in old range j's spare row
-        cut = np.array([[0, *np.searchsorted(ixs[j].state[8][spare[j], : sizes[j]], bounds,
+        cut = np.array([[0, *np.searchsorted(ixs[j].state.ibt_keys[spare[j], : sizes[j]], bounds,
                                              side="left").tolist(), sizes[j]]
                         for j in range(t)], np.int64)
 
@@ -735,11 +743,11 @@ class KeyRangeJoin:
             o = 0
             for j in range(t):
                 a, b = int(cut[j, k]), int(cut[j, k + 1])
-                if o + b - a >= st[8].shape[1]:  # its last slot is merge scratch
+                if o + b - a >= st.ibt_keys.shape[1]:  # its last slot is merge scratch
                     raise InternalError("key-range join: T_S capacity exceeded at a rebalance")
                 src = ixs[j].state
-                st[8][row, o : o + b - a] = src[8][spare[j], a:b]
-                st[9][row, o : o + b - a] = src[9][spare[j], a:b]
+                st.ibt_keys[row, o : o + b - a] = src.ibt_keys[spare[j], a:b]
+                st.ibt_offs[row, o : o + b - a] = src.ibt_offs[spare[j], a:b]
                 o += b - a
             merge_install(st, o, lo)
 
@@ -781,14 +789,15 @@ class KeyRangeJoin:
         # tuple, and one line written in turns by two cores cost more than the whole pass
         self._counts = np.zeros((splits, t + 8), np.int64)
         bounds = (self.bounds if self.bounds is not None else np.empty(0, self.dtype))
+        seq = Arrivals(sides, keys)
 
         lefts = [0] * splits
 
         def split(j: int) -> None:
             if j < splits:
                 g0, g1 = int(edges[j]), int(edges[j + 1])
-                lefts[j] = range_split(g0, g1, sides, keys, self.offs_lo, self.offs_hi, bounds,
-                                       self._counts[j], self._split_g[j])
+                lefts[j] = range_split(g0, g1, seq, self.band, bounds, self._counts[j],
+                                       self._split_g[j])
                 # the slice's kept keys into the ring, wrapping around its end
                 a = max(g0, keep)
                 while a < g1:
@@ -801,8 +810,8 @@ class KeyRangeJoin:
         self._recent_end += n - keep
         return sum(lefts)
 
-    def _run_range(self, k: int, sides: np.ndarray, keys: np.ndarray, arrivals: np.ndarray,
-                   took: np.ndarray, edges: np.ndarray, cut: np.ndarray) -> None:
+    def _run_range(self, k: int, chunk: RangeChunk, took: np.ndarray, edges: np.ndarray,
+                   cut: np.ndarray) -> None:
         assert self.bounds is not None
         left = self.parts[k][0]
         right = self.parts[k][-1]
@@ -810,17 +819,16 @@ class KeyRangeJoin:
         lo = self.bounds[k - 1] if not first else self.dtype.type(0)
         hi = self.bounds[k] if not last else self.dtype.type(0)
         out_g, out_p = self._bufs[k]
-        if len(self._todo[k]) < len(keys):
-            self._todo[k] = np.empty(len(keys), np.int32)
+        if len(self._todo[k]) < len(chunk.keys):
+            self._todo[k] = np.empty(len(chunk.keys), np.int32)
         todo = self._todo[k]
         cnt = range_gather(k, self._split_g, self._counts, todo)
         i, m = 0, 0
         while True:
-            i, m, status = range_run(i, cnt, todo, arrivals, sides, keys, self.windows[0],
-                                     self.windows[-1], self.offs_lo, self.offs_hi,
-                                     self.self_join, lo, hi, first, last, left.state,
-                                     right.state, out_g, out_p, m, self.prefetch,
-                                     self._descents[k], took)
+            # the trees again after a pool grew
+            rng = KeyRange(lo, hi, first, last, left.state, right.state, self._descents[k], took)
+            i, m, status = range_run(i, todo[:cnt], chunk, self.band, rng, Matches(out_g, out_p),
+                                     m, self.prefetch)
             if status == 0:
                 break
             if status == OUT_FULL:
