@@ -11,10 +11,10 @@ one slice of a chunk's tuples under the ranges they concern
 slice in arrival order (:func:`~splice.joins.band._band_kernels.range_run`, one GIL-free numba call):
 a tuple whose band reaches into the range probes the range's trees over its window's positions,
 and a tuple whose key lies in the range enters them. (A thread walking every tuple of the chunk
-itself spent 8-25 ns on each one of another range: on 16 threads, more than its share of the
-join.) No thread writes what another reads, so no
-cache line moves between the cores per tuple (on the machine measured, a line takes 75-290 ns
-to pass between two cores, as long as a serial tuple's whole step). The ranges' matches are
+itself would pay for each tuple of every other range: on many threads, more than its share of
+the join.) No thread writes what another reads, so no cache line moves between the cores per
+tuple (a line passing between two cores costs about as much as a serial tuple's whole step;
+docs/lab/band-joins.md has the figures). The ranges' matches are
 disjoint; they are interleaved by tuple (each thread one slice of the tuples) into the serial
 order. The bounds start as the quantiles of the first keys joined; when one range took more
 than ``REBALANCE_SKEW`` times its share of the arrivals, the bounds are re-derived from the
@@ -602,9 +602,7 @@ class KeyRangeJoin:
 
     def _prefetch_pays(self) -> bool:
         # a range's T_S holds about its share of the window: prefetching pays when that share
-        # is a quarter of a serial join's prefetching window (2 threads, CPU per tuple with
-        # prefetching over without: 0.90x at w = 2^17, 0.96-0.97x at 2^16, 0.985x at 2^15,
-        # 1.03x at 2^14)
+        # is a quarter of a serial join's prefetching window (docs/lab/band-joins.md)
         return any(ix.window >= self.threads * (PREFETCH_MIN_WINDOW // 4) for ix in self.parts[0])
 
     def _derive_bounds(self, keys: np.ndarray) -> np.ndarray:
@@ -700,9 +698,9 @@ class KeyRangeJoin:
         rebuilt and its ``T_I`` emptied; each thread collects its old range's entries, then
         builds its new range).
 
-        On 2 threads about 15 ns per window entry at w = 2^16 and 6 ns at 2^20 (14-20 ns on
-        one thread): with at least half the windows' worth of arrivals between two rebalances,
-        at most about 30 ns per arrival."""
+        One pass over the windows' live entries: with at least half the windows' worth of
+        arrivals between two rebalances, its cost per arrival is bounded by about twice its
+        cost per entry."""
         self._took = [0] * self.threads
         recent = self._recent_keys()
         bounds = self._derive_bounds(recent) if len(recent) else None
