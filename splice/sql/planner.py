@@ -39,6 +39,8 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError
 from splice.core.operator import OperatorSpec
 from splice.core.plan import BindInputs, Node, Query
+from splice.joins.band.band_join import BandJoin
+from splice.joins.common.join_windows import POSITION
 from splice.joins.multiway.multiway_join import equi_join
 from splice.joins.temporal.interval_join import IntervalJoin
 from splice.joins.temporal.window_join import WindowJoin
@@ -547,25 +549,74 @@ class _Planner:
         if left.window is not None or right.window is not None:
             return self._window_join(left, right, pairs, window_pairs, v, how)
         filt = v.filter()
-        bands = [t for t in (_conjuncts(filt) if filt is not None else [])
-                 if _band_term(t, left, right) is not None]
-        if bands:
+        terms = _conjuncts(filt) if filt is not None else []
+        if _two_sided_band(terms, left, right):
+            if not pairs:
+                return self._band_join(left, right, filt, how)
             return self._interval_join(left, right, pairs, filt, how)
         return self._equi_join(left, right, pairs, filt, how)
+
+    def _window_hint(self) -> int | None:
+        hint = self.hints.get("WINDOW")
+        if hint is None:
+            return None
+        try:
+            window = int(hint)
+        except ValueError:
+            raise PlanError(f"SQL: /*+ WINDOW({hint}) */: expected a number of rows") from None
+        if window < 1:
+            raise PlanError(f"SQL: /*+ WINDOW({hint}) */: expected a number of rows >= 1")
+        return window
+
+    def _band_join(self, left: _Rel, right: _Rel, filt: Any, how: str) -> _Rel:
+        """A join on ``lower <= r.x - l.x <= upper`` alone (``abs(l.x - r.x) <= e``, ``BETWEEN``):
+        the index-based band join over count windows (PIM-Tree, §4) of ``/*+ WINDOW(n) */``."""
+        window = self._window_hint()
+        if window is None:
+            raise PlanError("SQL: a band join (abs(l.x - r.x) <= e, or r.x BETWEEN l.x - a AND "
+                            "l.x + b without equal keys) runs over count windows: give "
+                            "/*+ WINDOW(n) */, the rows each input keeps")
+        if how != "inner":
+            raise PlanError(f"SQL: the band join computes inner joins only, got a {how} join")
+        lower = upper = None
+        columns: set[tuple[str, str]] = set()
+        for term in _conjuncts(filt):
+            got = _abs_term(term, left, right)
+            if got is not None:
+                (lc, rc), e = got
+                columns.add((lc, rc))
+                lower = -e if lower is None else max(lower, -e)
+                upper = e if upper is None else min(upper, e)
+                continue
+            bound = _band_term(term, left, right)
+            if bound is None:
+                raise PlanError(f"SQL: a band join's condition holds its band only; "
+                                f"{term.canonical_name()} is not part of one")
+            pair, op, c = bound
+            columns.add(pair)
+            if op in (">", ">="):
+                c = c if op == ">=" else c + 1
+                lower = c if lower is None else max(lower, c)
+            else:
+                c = c if op == "<=" else c - 1
+                upper = c if upper is None else min(upper, c)
+        if lower is None or upper is None or len(columns) != 1:
+            raise PlanError("SQL: a band join needs a band bounded both ways on one column per "
+                            f"side, got {filt.canonical_name()}")
+        (lc, rc), = columns
+        spec = BindInputs(BandJoin, {"on": (lc, rc), "lower": lower, "upper": upper,
+                                     "window": window, "index": "pimtree", "order": POSITION})
+        schema = self._join_output(spec, left, right)
+        node = self.add("band_join", spec, (left.node, right.node), schema,
+                        f"BandJoin (PIM-Tree): {lower} <= {rc} - {lc} <= {upper} over count "
+                        f"windows of {window} rows, inputs merged by arrival position")
+        return self._joined(node, schema, left, right)
 
     def _equi_join(self, left: _Rel, right: _Rel, pairs: list[tuple[_Col, _Col]], filt: Any,
                    how: str) -> _Rel:
         """A join on keys alone: over all rows of finite tables, or over count windows given by
         a ``/*+ WINDOW(n) */`` hint; the other terms of its condition filter its output."""
-        hint = self.hints.get("WINDOW")
-        window = None
-        if hint is not None:
-            try:
-                window = int(hint)
-            except ValueError:
-                raise PlanError(f"SQL: /*+ WINDOW({hint}) */: expected a number of rows") from None
-            if window < 1:
-                raise PlanError(f"SQL: /*+ WINDOW({hint}) */: expected a number of rows >= 1")
+        window = self._window_hint()
         bounded = all(self.sources[s].bounded for s in self.scanned if s in self.sources)
         if window is None and not bounded:
             raise PlanError("SQL: a join of streams needs a bound on its state: a time band "
@@ -756,6 +807,49 @@ def _offset_column(e: Any) -> tuple[Any, int] | None:
             if isinstance(c, int) and not isinstance(c, bool):
                 return b, c
     return None
+
+
+def _two_sided_band(terms: list[Any], left: _Rel, right: _Rel) -> bool:
+    """Whether ``terms`` bound ``r.x - l.x`` both ways for one pair of columns."""
+    sides: dict[tuple[str, str], set[str]] = {}
+    for t in terms:
+        if _abs_term(t, left, right) is not None:
+            return True
+        bound = _band_term(t, left, right)
+        if bound is not None:
+            pair, op, _ = bound
+            sides.setdefault(pair, set()).add("lo" if op in (">", ">=") else "hi")
+    return any(len(v) == 2 for v in sides.values())
+
+
+def _abs_term(term: Any, left: _Rel, right: _Rel) -> tuple[tuple[str, str], int] | None:
+    """``abs(a - b) <= e`` (or ``< e``) of one left and one right integer column as
+    ``((left col, right col), e)``; None otherwise."""
+    if term.variant_name() != "BinaryExpr" or term.to_variant().op() not in ("<=", "<"):
+        return None
+    v = term.to_variant()
+    f, lit = unalias(v.left()), unalias(v.right())
+    if f.variant_name() != "ScalarFunction" or f.rex_call_operator() != "abs" \
+            or lit.variant_name() != "Literal":
+        return None
+    e = literal_value(lit)
+    if not isinstance(e, int) or isinstance(e, bool):
+        return None
+    diff = unalias(f.rex_call_operands()[0])
+    if diff.variant_name() != "BinaryExpr" or diff.to_variant().op() != "-":
+        return None
+    a, b = unalias(diff.to_variant().left()), unalias(diff.to_variant().right())
+    if a.variant_name() != "Column" or b.variant_name() != "Column":
+        return None
+    try:
+        sa, ca = _side_col(left, right, a)
+        sb, cb = _side_col(left, right, b)
+    except PlanError:
+        return None
+    if sa == sb or ca.column is None or cb.column is None:
+        return None
+    e = e if v.op() == "<=" else e - 1
+    return ((ca.column, cb.column) if sa == 0 else (cb.column, ca.column)), e
 
 
 def _band_term(term: Any, left: _Rel, right: _Rel) -> tuple[tuple[str, str], str, int] | None:

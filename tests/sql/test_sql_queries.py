@@ -311,8 +311,9 @@ def test_explain_names_operators_places_and_reasons(tmp_path):
 
 @pytest.mark.parametrize(("sql", "message"), [
     ("SELECT * FROM nope", "table 'nope' is not defined"),
-    ("SELECT l.key FROM l JOIN r ON l.key = r.key", "needs a bound on its state"),
-    ("SELECT l.key FROM l JOIN r ON l.key = r.key AND r.ts >= l.ts", "bounded both ways"),
+    ("SELECT l.key FROM l LEFT JOIN r ON l.key = r.key", "left join on keys alone"),
+    ("SELECT l.key FROM l JOIN r ON l.ts < r.ts", "needs an equality of keys"),
+    ("SELECT l.key FROM l JOIN r ON abs(l.payload - r.payload) <= 3", "count windows"),
     ("SELECT * FROM HOP(l, ts, 5, 10)", "must GROUP BY window_start"),
     ("SELECT key FROM l UNION ALL SELECT key FROM r", "Union is not supported"),
     ("SELECT key FROM l LIMIT 3", "LIMIT without ORDER BY"),
@@ -324,6 +325,77 @@ def test_unplannable_sql_names_the_construct(tmp_path, sql, message):
     path = _write(tmp_path, "l", _stream(10, 2, 0, 1))
     with pytest.raises(PlanError, match=message):
         run_statements(_ddl("l", path, None) + _ddl("r", path, None) + sql)
+
+
+@_JOBS
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 200), keys=st.integers(1, 30),
+       batch=st.sampled_from([9, 100, 65_536]))
+def test_equi_joins_of_finite_tables_match_duckdb(tmp_path_factory, seed, n, keys, batch):
+    tmp = tmp_path_factory.mktemp("eq")
+    left, right = _stream(n, keys, 10, seed, nulls=True), _stream(n // 2 + 1, keys, 10, seed + 3)
+    q = ("SELECT l.key, l.payload, r.payload AS rp FROM l JOIN r ON l.key = r.key "
+         "AND l.payload > r.payload")
+    run = run_statements(q, tables=[f"l={_write(tmp, 'l', left, 'parquet')}",
+                                    f"r={_write(tmp, 'r', right, 'parquet')}"], batch_size=batch)
+    _same(run.results["query"], _duck(q, l=left, r=right))
+
+
+def _band_reference(left: pa.Table, right: pa.Table, lo: int, hi: int, w: int) -> list[tuple]:
+    """Count-window band join in arrival order L0, R0, L1, R1, ... (each input's row count,
+    ties left first): an arrival pairs with the other input's last ``w`` rows."""
+    from collections import deque
+
+    lrows = list(zip(*[c.to_pylist() for c in left.columns], strict=True))
+    rrows = list(zip(*[c.to_pylist() for c in right.columns], strict=True))
+    order = sorted([(i, 0) for i in range(len(lrows))] + [(j, 1) for j in range(len(rrows))])
+    wl: deque = deque(maxlen=w)
+    wr: deque = deque(maxlen=w)
+    out = []
+    for i, side in order:
+        if side == 0:
+            a = lrows[i]
+            out += [a + b for b in wr if lo <= b[0] - a[0] <= hi]
+            wl.append(a)
+        else:
+            b = rrows[i]
+            out += [a + b for a in wl if lo <= b[0] - a[0] <= hi]
+            wr.append(b)
+    return out
+
+
+@_JOBS
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 150), w=st.integers(1, 40),
+       e=st.integers(0, 30), form=st.sampled_from(["abs", "between"]))
+def test_band_joins_over_count_windows_match_a_reference(tmp_path_factory, seed, n, w, e, form):
+    tmp = tmp_path_factory.mktemp("band")
+    rng = np.random.default_rng(seed)
+    left = pa.table({"x": rng.integers(0, 200, n), "a": np.arange(n)})
+    right = pa.table({"y": rng.integers(0, 200, n + 5), "b": np.arange(n + 5)})
+    cond = f"abs(l.x - r.y) <= {e}" if form == "abs" else f"r.y BETWEEN l.x - {e} AND l.x + {e // 2}"
+    q = f"SELECT /*+ WINDOW({w}) */ l.x, l.a, r.y, r.b FROM l JOIN r ON {cond}"
+    run = run_statements(q, tables=[f"l={_write(tmp, 'l', left, 'parquet')}",
+                                    f"r={_write(tmp, 'r', right, 'parquet')}"])
+    hi = e if form == "abs" else e // 2
+    want = _band_reference(left, right, -e, hi, w)
+    assert _rows(run.results["query"]) == sorted(want, key=lambda r: tuple((v is None, v) for v in r))
+
+
+def test_a_join_of_unbounded_streams_needs_a_bound():
+    from splice.runtime.engine import Engine
+
+    t = _stream(10, 2, 0, 1)
+    eng = Engine()
+    eng.define_stream("l", t.schema, "ts", max_out_of_orderness=5)
+    eng.define_stream("r", t.schema, "ts", max_out_of_orderness=5)
+    for cond in ("", " AND r.ts >= l.ts"):  # a time bound one way only bounds nothing
+        with pytest.raises(PlanError, match="needs a bound on its state"):
+            eng.sql(f"SELECT l.key FROM l JOIN r ON l.key = r.key{cond}")
+    eng.sql("SELECT /*+ WINDOW(4) */ l.key, r.ts FROM l JOIN r ON l.key = r.key", name="windowed")
+    eng.push("l", t)
+    eng.push("r", t)
+    eng.end()
+    assert eng.results("windowed").num_rows > 0
+    eng.close()
 
 
 def test_engine_sql_deploys_on_a_running_engine():
