@@ -1,4 +1,4 @@
-"""numba kernels of the sliding-window indexes and the single-threaded IBWJ loop.
+"""numba kernels of the sliding-window indexes: insert, search, merge, prefetch.
 
 One state layout serves every structure, so one compiled join loop serves them all (the kind is a
 branch per tuple, not a separate compilation). A state is an :class:`IndexState`, a named tuple
@@ -47,7 +47,6 @@ from typing import NamedTuple
 import numpy as np
 from numba import uint64
 
-from splice.index._band_bounds import band_bounds, band_low
 from splice.index._bptree import (
     bpt_delete,
     bpt_first_leaf,
@@ -99,6 +98,8 @@ __all__ = [
     "M_SBASE",
     "META_LEN",
     "POOL_FIELDS",
+    "pim_boundary",
+    "pim_route",
     "idx_search",
     "idx_insert",
     "idx_insert_many",
@@ -106,7 +107,6 @@ __all__ = [
     "im_merge",
     "merge_into",
     "merge_install",
-    "join_run",
     "search_prefetch",
     "INSERT_PREFETCH_MIN_WINDOW",
     "insert_prefetch",
@@ -207,13 +207,13 @@ def sort_small(a, lo, hi):
 
 
 @kernel(inline="always")
-def _pim_boundary(st, q):
+def pim_boundary(st, q):
     meta = st.meta
     return st.ibt_inner[0, st.ibt_loff[0, meta[M_PLEVEL]] + q * FANOUT]
 
 
 @kernel(inline="always")
-def _pim_route(st, k):
+def pim_route(st, k):
     meta = st.meta
     if meta[M_NPART] <= 1:
         return 0
@@ -315,7 +315,7 @@ def im_search_at(st, lo, hi, plo, phi, out, n_out, leaf, q):
             if n_out < 0:
                 return -1
         q += 1
-        if q >= parts or _pim_boundary(st, q) >= hi:
+        if q >= parts or pim_boundary(st, q) >= hi:
             return n_out
 
 
@@ -426,7 +426,7 @@ def insert_prefetch(st, k, descents, a):
     if kind != IMTREE and kind != PIMTREE:
         descents[D_RVER, a] = -1
         return
-    q = _pim_route(st, k)
+    q = pim_route(st, k)
     descents[D_ROUTE, a] = q
     descents[D_RVER, a] = meta[M_MERGES]
     root = st.tmeta[q, 0]
@@ -659,7 +659,7 @@ def idx_insert(st, k, route=-1):
             meta[M_CCNT] -= 1
             meta[M_CHANGES] += 1
         return
-    q = route if route >= 0 else _pim_route(st, k)
+    q = route if route >= 0 else pim_route(st, k)
     bpt_insert(st.keys, st.poss, st.child, st.cnt, st.nxt, st.prv, st.pmeta, tmeta, q, k, p, path)
     filter_add(st.filter_bits, st.filter_geo, meta[M_FSHIFT], q, k)
     meta[M_TISIZE] += 1
@@ -696,60 +696,4 @@ def idx_search_many(st, los, his, plo, phi, out_i, out_p, start, n_out):
         for j in range(m0, n_out):
             out_i[j] = i
     return los.shape[0], n_out, False
-
-
-@kernel()
-def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i, out_p,
-             n_out, prefetch, descents):
-    """IBWJ over ``keys[start:]``, tuples of the stream that ``own`` indexes, in arrival order.
-
-    Each tuple ``x`` (position ``p``) probes ``other`` for partners with key in
-    ``[x + lo_off, x + hi_off]`` (``mirrored``: the right stream's tuples, see
-    :func:`~splice.index._band_bounds.band_bounds`) inside the other window (for a self-join: its
-    own window before ``p``), then enters ``own``, expiring the oldest when full. Matches are
-    ``(tuple index, partner position)``, partners ascending. Returns ``(next tuple, count,
-    status)``; status 1: the pool needs room, 2: ``out`` is full — grow and call again.
-    ``prefetch``: 1 — start loading the leaves of tuple ``i + PREFETCH_AHEAD``'s search at
-    tuple ``i`` (see :func:`search_prefetch`), and keep the descent for that search in
-    ``descents`` (:func:`new_descents`); 2 — also the ``T_I`` node its insert will change, and
-    keep the route (:func:`insert_prefetch`); 0 — neither.
-    """
-    n = keys.shape[0]
-    ometa = other.meta
-    meta = own.meta
-    pm = own.pmeta
-    kind = ometa[M_KIND]
-    if prefetch:
-        clear_descents(descents)
-    for i in range(start, n):
-        if nodes_free(pm) < meta[M_POOLMIN]:
-            return i, n_out, 1
-        j = i & (DESCENTS - 1)
-        if prefetch and i + PREFETCH_AHEAD < n:
-            a = (i + PREFETCH_AHEAD) & (DESCENTS - 1)
-            search_prefetch(other, band_low(keys[i + PREFETCH_AHEAD], lo_off, hi_off, mirrored),
-                            descents, a)
-            if prefetch >= 2:
-                insert_prefetch(own, keys[i + PREFETCH_AHEAD], descents, a)
-        x = keys[i]
-        if self_join:
-            phi = meta[M_NEXT] - 1
-            plo = max(0, meta[M_NEXT] - meta[M_W])
-        else:
-            phi = ometa[M_NEXT] - 1
-            plo = max(0, ometa[M_NEXT] - ometa[M_W])
-        if phi >= plo:
-            m0 = n_out
-            klo, khi = band_bounds(x, lo_off, hi_off, mirrored)
-            r = search_from(other, klo, khi, plo, phi, out_p, n_out, descents,
-                            j if prefetch else -1)
-            if r < 0:
-                return i, m0, 2
-            n_out = r
-            if kind != NLWJ:
-                sort_small(out_p, m0, n_out)
-            for t in range(m0, n_out):
-                out_i[t] = i
-        idx_insert(own, x, route_from(own, descents, j if prefetch else -1))
-    return n, n_out, 0
 

@@ -31,8 +31,6 @@ from splice.index._window import (
     NLWJ,
     PREFETCH_AHEAD,
     IndexState,
-    _pim_boundary,
-    _pim_route,
     clear_descents,
     idx_insert,
     idx_search,
@@ -40,6 +38,8 @@ from splice.index._window import (
     insert_prefetch,
     merge_install,
     merge_into,
+    pim_boundary,
+    pim_route,
     route_from,
     search_from,
     search_prefetch,
@@ -63,6 +63,7 @@ from splice.kernels.jit import kernel
 from splice.kernels.numba_internals import trailing_zeros
 
 __all__ = [
+    "join_run",
     "Arrivals",
     "PlacedArrivals",
     "BandProbe",
@@ -404,10 +405,10 @@ def _par_search(win, lo, hi, plo, phi, out, n_out, res):
     if n_out < 0:
         return -1
     parts = st.meta[M_NPART]
-    q = 0 if parts <= 1 else _pim_route(st, lo)
+    q = 0 if parts <= 1 else pim_route(st, lo)
     first = q
     while q < parts:
-        if q > first and _pim_boundary(st, q) >= hi:
+        if q > first and pim_boundary(st, q) >= hi:
             break
         _lock(locks, q * LOCK_STRIDE, res, R_SPIN_PART)
         n_out = bpt_search(st.keys, st.poss, st.child, st.cnt, st.nxt, st.tmeta, q, lo, hi, plo,
@@ -423,7 +424,7 @@ def _par_search(win, lo, hi, plo, phi, out, n_out, res):
 def _par_insert(win, k, p, path, res):
     # the T_I filter's words of partition q are its own (a word at least): written under its lock
     st = win.state
-    q = _pim_route(st, k)
+    q = pim_route(st, k)
     _lock(win.locks, q * LOCK_STRIDE, res, R_SPIN_PART)
     bpt_insert(st.keys, st.poss, st.child, st.cnt, st.nxt, st.prv, st.pmeta, st.tmeta, q, k, p,
                path, True)
@@ -1259,3 +1260,59 @@ def time_window_filter(pairs, sides, times, self_join, left, right, length):
             p[k] = po
             k += 1
     return k
+
+
+@kernel()
+def join_run(keys, start, lo_off, hi_off, other, own, self_join, mirrored, out_i, out_p,
+             n_out, prefetch, descents):
+    """IBWJ over ``keys[start:]``, tuples of the stream that ``own`` indexes, in arrival order.
+
+    Each tuple ``x`` (position ``p``) probes ``other`` for partners with key in
+    ``[x + lo_off, x + hi_off]`` (``mirrored``: the right stream's tuples, see
+    :func:`~splice.index._band_bounds.band_bounds`) inside the other window (for a self-join: its
+    own window before ``p``), then enters ``own``, expiring the oldest when full. Matches are
+    ``(tuple index, partner position)``, partners ascending. Returns ``(next tuple, count,
+    status)``; status 1: the pool needs room, 2: ``out`` is full — grow and call again.
+    ``prefetch``: 1 — start loading the leaves of tuple ``i + PREFETCH_AHEAD``'s search at
+    tuple ``i`` (see :func:`search_prefetch`), and keep the descent for that search in
+    ``descents`` (:func:`new_descents`); 2 — also the ``T_I`` node its insert will change, and
+    keep the route (:func:`insert_prefetch`); 0 — neither.
+    """
+    n = keys.shape[0]
+    ometa = other.meta
+    meta = own.meta
+    pm = own.pmeta
+    kind = ometa[M_KIND]
+    if prefetch:
+        clear_descents(descents)
+    for i in range(start, n):
+        if nodes_free(pm) < meta[M_POOLMIN]:
+            return i, n_out, 1
+        j = i & (DESCENTS - 1)
+        if prefetch and i + PREFETCH_AHEAD < n:
+            a = (i + PREFETCH_AHEAD) & (DESCENTS - 1)
+            search_prefetch(other, band_low(keys[i + PREFETCH_AHEAD], lo_off, hi_off, mirrored),
+                            descents, a)
+            if prefetch >= 2:
+                insert_prefetch(own, keys[i + PREFETCH_AHEAD], descents, a)
+        x = keys[i]
+        if self_join:
+            phi = meta[M_NEXT] - 1
+            plo = max(0, meta[M_NEXT] - meta[M_W])
+        else:
+            phi = ometa[M_NEXT] - 1
+            plo = max(0, ometa[M_NEXT] - ometa[M_W])
+        if phi >= plo:
+            m0 = n_out
+            klo, khi = band_bounds(x, lo_off, hi_off, mirrored)
+            r = search_from(other, klo, khi, plo, phi, out_p, n_out, descents,
+                            j if prefetch else -1)
+            if r < 0:
+                return i, m0, 2
+            n_out = r
+            if kind != NLWJ:
+                sort_small(out_p, m0, n_out)
+            for t in range(m0, n_out):
+                out_i[t] = i
+        idx_insert(own, x, route_from(own, descents, j if prefetch else -1))
+    return n, n_out, 0

@@ -41,7 +41,7 @@ Algorithm. Each window is indexed (``index``): ``nlwj`` scans it (nested loops, 
 ``bptree``, ``bchain``/``ibchain``, ``imtree``, ``pimtree`` are the structures of
 :mod:`splice.index`. A probe is one range search ``[x + lower, x + upper]`` restricted to the
 window's positions; the partners are sorted by position. The loop over a batch is one numba call
-(:func:`splice.index._window.join_run`). ``threads > 1`` runs the parallel IBWJ of
+(:func:`splice.joins.band._band_kernels.join_run`). ``threads > 1`` runs the parallel IBWJ of
 :mod:`splice.joins.band.parallel_band` (same output, same order).
 
 State: per side the retained rows (:class:`~splice.joins.common.join_windows.RowStore`), the next arrival
@@ -71,7 +71,7 @@ import splice.kernels.pools as pooled
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.time import MIN_TIME, is_temporal, time_values
-from splice.index._window import M_NEXT, M_W, join_run, new_descents
+from splice.index._window import M_NEXT, M_W, new_descents
 from splice.index.window_index import (
     INDEX_KINDS,
     IndexKind,
@@ -86,6 +86,7 @@ from splice.joins.band._band_kernels import (
     Arrivals,
     BandProbe,
     Matches,
+    join_run,
     join_seq_run,
 )
 from splice.joins.common.join_windows import (
