@@ -75,14 +75,15 @@ def literal_value(expr: Any) -> Any:
     return value.as_py() if isinstance(value, pa.Scalar) else value
 
 
-def _literal(expr: Any) -> pc.Expression:
+def _literal(expr: Any, own_digits: bool = False) -> pc.Expression:
+    """A literal as an Arrow scalar of DataFusion's type (so a comparison with a column of that
+    type casts nothing); ``own_digits``: a decimal keeps only the digits it has, for arithmetic,
+    where Arrow sizes a result's precision by its operands' and 38 digits is the limit."""
     value = expr.python_value()
     if isinstance(value, pa.Scalar):
         if pa.types.is_string_view(value.type):
             value = pa.scalar(value.as_py(), pa.string())
-        elif pa.types.is_decimal(value.type) and value.is_valid:
-            # the literal's own digits, not the precision DataFusion's coercion gave it: Arrow
-            # sizes a product's precision by its operands', and 38 digits is the limit
+        elif own_digits and pa.types.is_decimal(value.type) and value.is_valid:
             value = pa.scalar(value.as_py())
         return pc.scalar(value)
     return pc.scalar(value)
@@ -191,6 +192,10 @@ class _Translator:
             value = unalias(left).python_value()
             if isinstance(value, pa.MonthDayNanoIntervalScalar):
                 return self._shift(right, value.as_py(), 1, expr)
+        if op in _ARITH:
+            a, b = (_literal(unalias(e), own_digits=True) if unalias(e).variant_name() == "Literal"
+                    else self(e) for e in (left, right))
+            return _call(_ARITH[op], [a, b])
         a, b = self(left), self(right)
         if op in _COMPARE:
             return _call(_COMPARE[op], [a, b])
@@ -198,8 +203,6 @@ class _Translator:
             return _call("and_kleene", [a, b])
         if op == "OR":
             return _call("or_kleene", [a, b])
-        if op in _ARITH:
-            return _call(_ARITH[op], [a, b])
         if op == "||" or op == "StringConcat":
             return _call("binary_join_element_wise", [a, b, pc.scalar("")])
         if op in ("IS DISTINCT FROM", "IS NOT DISTINCT FROM"):

@@ -39,11 +39,6 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError
 from splice.core.operator import OperatorSpec
 from splice.core.plan import BindInputs, Node, Query
-from splice.joins.band.band_join import BandJoin
-from splice.joins.common.join_windows import POSITION
-from splice.joins.multiway.multiway_join import equi_join
-from splice.joins.temporal.interval_join import IntervalJoin
-from splice.joins.temporal.window_join import WindowJoin
 from splice.ops.aggregate import Agg, GroupBy
 from splice.ops.arithmetic import as_arith
 from splice.ops.expressions import result_types
@@ -604,6 +599,9 @@ class _Planner:
             raise PlanError("SQL: a band join needs a band bounded both ways on one column per "
                             f"side, got {filt.canonical_name()}")
         (lc, rc), = columns
+        from splice.joins.band.band_join import BandJoin
+        from splice.joins.common.join_windows import POSITION
+
         spec = BindInputs(BandJoin, {"on": (lc, rc), "lower": lower, "upper": upper,
                                      "window": window, "index": "pimtree", "order": POSITION})
         schema = self._join_output(spec, left, right)
@@ -627,6 +625,8 @@ class _Planner:
                             "are, and outer joins with a time band (interval join)")
         if not pairs:
             raise PlanError("SQL: a join needs an equality of keys (a cross join is not supported)")
+
+        from splice.joins.multiway.multiway_join import equi_join
 
         spec = BindInputs(equi_join, {"on": tuple(lc.column for lc, _ in pairs),
                                       "right_on": tuple(rc.column for _, rc in pairs),
@@ -687,6 +687,8 @@ class _Planner:
         self.need_time(right, rt, "an interval join")
         if not pairs:
             raise PlanError("SQL: an interval join needs at least one equality of keys")
+        from splice.joins.temporal.interval_join import IntervalJoin
+
         spec = BindInputs(IntervalJoin, {
             "on": [lc.column for lc, _ in pairs], "right_on": [rc.column for _, rc in pairs],
             "time": lt, "right_time": rt, "lower": lower[0], "upper": upper[0],
@@ -745,6 +747,8 @@ class _Planner:
         assert ltime is not None and rtime is not None
         self.need_time(left, ltime, "a window join")
         self.need_time(right, rtime, "a window join")
+        from splice.joins.temporal.window_join import WindowJoin
+
         spec = BindInputs(WindowJoin, {
             "on": [a.column for a, _ in keys], "right_on": [b.column for _, b in keys],
             "time": ltime, "right_time": rtime, "size": lw.size,
