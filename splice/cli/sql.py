@@ -41,6 +41,7 @@ from splice.core.errors import PlanError
 from splice.core.plan import Query
 from splice.core.time import WatermarkStrategy
 from splice.io.bad_input import BadInputPolicy, DeadLetterSink, check_policy
+from splice.io.rows import json_rows, print_table
 from splice.kernels.machine import machine_bytes
 from splice.runtime.checkpoint import CheckpointCoordinator, Job, ReplayableSource, SourceStream
 from splice.runtime.engine import Engine
@@ -393,10 +394,10 @@ def run_sql(args: argparse.Namespace) -> int:
         if args.out is not None:
             publish_table(out, args.out)
         elif args.json:
-            for row in out.to_pylist():
-                print(json.dumps(row, default=str))
+            for line in json_rows(out):
+                print(line)
         else:
-            print(out.to_pandas().to_string(index=False) if out.num_rows else "(no rows)")
+            print_table(out, title=n)
     if run.dead_letters is not None:
         DeadLetterSink(args.dead_letter, run.dead_letters.to_batches()).publish()
     if run.metrics:

@@ -533,13 +533,15 @@ class GroupAggregator:
         self.n_groups = int(ng)
         return gids
 
-    def update(self, batch: pa.RecordBatch, skip: np.ndarray | None = None) -> None:
-        """Fold the rows of ``batch`` (except those where ``skip`` is true) into the state."""
+    def update(self, batch: pa.RecordBatch, skip: np.ndarray | None = None) -> np.ndarray:
+        """Fold the rows of ``batch`` (except those where ``skip`` is true) into the state;
+        returns each row's group id (-1 where skipped)."""
         if batch.num_rows == 0:
-            return
+            return np.zeros(0, np.int64)
         gids = self.group_ids(batch, skip)
         self._reserve(self.n_groups)
         self.fold(batch, gids)
+        return gids
 
     def fold(self, batch: pa.RecordBatch, gids: np.ndarray) -> None:
         """Fold the rows of ``batch`` into the groups ``gids`` (-1: no group) already reserved."""

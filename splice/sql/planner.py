@@ -44,6 +44,7 @@ from splice.ops.arithmetic import as_arith
 from splice.ops.expressions import result_types
 from splice.ops.order import OrderBy, TopK
 from splice.ops.stateless import Project, Select
+from splice.ops.updating_aggregate import OP, UpdatingAggregate
 from splice.ops.window_aggregate import WindowAggregate
 from splice.sql.expressions import literal_value, to_arrow, unalias
 from splice.sql.statements import QueryText, WindowTable, interval_in_units
@@ -107,6 +108,7 @@ class _Rel:
     #: splice column -> the source column it passes on unchanged (through selects and projections)
     origin: dict[str, str] = field(default_factory=dict)
     window: _Window | None = None  # a window table's rows, not yet windowed
+    changelog: bool = False  # rows of an updating aggregate: the first column is ``op``
 
     def time_of(self, source_column: str) -> str | None:
         """The splice column that carries ``source_column`` of the source, if one does."""
@@ -319,7 +321,7 @@ class _Planner:
         predicate = self.translate(rel, v.predicate())
         out = self.add("select", Select(predicate), (rel.node,), rel.schema,
                        f"Select WHERE {v.predicate().canonical_name()}")
-        return _Rel(out, rel.schema, rel.cols, rel.source, rel.origin, rel.window)
+        return _Rel(out, rel.schema, rel.cols, rel.source, rel.origin, rel.window, rel.changelog)
 
     def _Projection(self, node: Any, v: Any) -> _Rel:
         rel = self.plan(node.inputs()[0])
@@ -327,6 +329,10 @@ class _Planner:
         out_cols: list[_Col] = []
         columns: dict[str, pc.Expression] = {}
         origin: dict[str, str] = {}
+        if rel.changelog:  # the changelog's op column travels with every projection of it
+            columns[OP] = pc.field(OP)
+            taken.add(OP)
+            out_cols.append(_Col(None, OP, OP))
         for e in v.projections():
             base = unalias(e)
             if e.variant_name() == "Alias":
@@ -356,7 +362,7 @@ class _Planner:
             origin[column] = rel.window.table.time
         last = self.nodes[-1] if self.nodes else None
         if (rel.window is None and last is not None and last.name == rel.node
-                and isinstance(last.spec, GroupBy | WindowAggregate)
+                and isinstance(last.spec, GroupBy | WindowAggregate | UpdatingAggregate)
                 and [_field_name(e) for e in columns.values()] == rel.schema.names):
             # a projection that only names an aggregate's results: the aggregate names them
             renames = dict(zip(rel.schema.names, columns, strict=True))
@@ -367,14 +373,16 @@ class _Planner:
                 schema = spec.output_schema({0: self.schemas[last.inputs[0]]})
                 self.nodes[-1] = Node(last.name, spec, last.inputs)
                 self.schemas[last.name] = schema
-                return _Rel(rel.node, schema, out_cols, rel.source, origin, rel.window)
+                return _Rel(rel.node, schema, out_cols, rel.source, origin, rel.window,
+                            rel.changelog)
         schema = result_types(rel.schema, list(columns.values()), list(columns), "SQL projection")
         if list(columns) == rel.schema.names and all(
                 e.equals(pc.field(n)) for n, e in columns.items()):
             return _Rel(rel.node, rel.schema, out_cols, rel.source, rel.origin, rel.window)
         out = self.add("project", Project(columns), (rel.node,), schema,
                        f"Project {', '.join(columns)}")
-        return _Rel(out, schema, out_cols, rel.source if origin else None, origin, rel.window)
+        return _Rel(out, schema, out_cols, rel.source if origin else None, origin, rel.window,
+                    rel.changelog)
 
     def _Aggregate(self, node: Any, v: Any) -> _Rel:
         child = node.inputs()[0]
@@ -489,16 +497,28 @@ class _Planner:
         if rel.window is not None:
             raise PlanError(f"SQL: a query over {rel.window.table.kind.upper()}(...) must GROUP BY "
                             "window_start and window_end (or join two window tables on window_start)")
+        folded = " with the filter below it folded in" if where is not None else ""
+        if not self.bounded():
+            updating = UpdatingAggregate(keys, aggs, where=where)
+            schema = updating.output_schema({0: rel.schema})
+            node_name = self.add("updating_aggregate", updating, (rel.node,), schema,
+                                 f"UpdatingAggregate keys {keys or 'none (global)'}{folded}: "
+                                 "over a stream, a changelog ('+'/'-' in op) on every watermark")
+            return _Rel(node_name, schema, [_Col(None, OP, OP)] + out_cols + agg_cols,
+                        changelog=True)
         spec = GroupBy(keys, aggs, where=where)
         schema = spec.output_schema({0: rel.schema})
         node_name = self.add("group_by", spec, (rel.node,), schema,
-                             f"GroupBy keys {keys or 'none (global)'}"
-                             + (" with the filter below it folded in" if where is not None else "")
-                             + ", answered at the end of its input")
+                             f"GroupBy keys {keys or 'none (global)'}{folded}, answered at "
+                             "the end of its input")
         return _Rel(node_name, schema, out_cols + agg_cols)
 
     def _Sort(self, node: Any, v: Any) -> _Rel:
         rel = self.plan(node.inputs()[0])
+        if rel.changelog:
+            raise PlanError("SQL: ORDER BY over an updating aggregate of a stream is not supported "
+                            "(its answer changes with every watermark); order its changelog's "
+                            "consumer, or aggregate in windows")
         keys = []
         for s in v.sort_exprs():
             e = unalias(s.expr())
@@ -522,6 +542,9 @@ class _Planner:
 
     def _Join(self, node: Any, v: Any) -> _Rel:
         left, right = (self.plan(n) for n in node.inputs())
+        if left.changelog or right.changelog:
+            raise PlanError("SQL: a join over an updating aggregate's changelog is not supported; "
+                            "join first, or aggregate in windows")
         how = _JOIN_TYPES.get(str(v.join_type()))
         if how is None:
             raise PlanError(f"SQL: {v.join_type()} joins are not supported (inner, left, right, full are)")
@@ -550,6 +573,10 @@ class _Planner:
                 return self._band_join(left, right, filt, how)
             return self._interval_join(left, right, pairs, filt, how)
         return self._equi_join(left, right, pairs, filt, how)
+
+    def bounded(self) -> bool:
+        """Whether every table the plan has read so far is finite."""
+        return all(self.sources[s].bounded for s in self.scanned if s in self.sources)
 
     def _window_hint(self) -> int | None:
         hint = self.hints.get("WINDOW")
@@ -615,8 +642,7 @@ class _Planner:
         """A join on keys alone: over all rows of finite tables, or over count windows given by
         a ``/*+ WINDOW(n) */`` hint; the other terms of its condition filter its output."""
         window = self._window_hint()
-        bounded = all(self.sources[s].bounded for s in self.scanned if s in self.sources)
-        if window is None and not bounded:
+        if window is None and not self.bounded():
             raise PlanError("SQL: a join of streams needs a bound on its state: a time band "
                             "(r.ts BETWEEN l.ts - a AND l.ts + b), two window tables joined on "
                             "window_start, or a count window /*+ WINDOW(n) */")

@@ -419,3 +419,46 @@ def test_engine_sql_deploys_on_a_running_engine():
                  l=_on_time(rest, late))
     _same(got, want)
     eng.close()
+
+
+@_JOBS
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 300), keys=st.integers(1, 12),
+       batch=st.integers(1, 80), delay=st.integers(0, 30))
+def test_group_by_over_a_stream_is_a_changelog_that_replays_to_the_answer(seed, n, keys, batch, delay):
+    from collections import Counter
+
+    from splice.runtime.engine import Engine
+
+    t = _stream(n, keys, 15, seed, nulls=True)
+    eng = Engine()
+    eng.define_stream("l", t.schema, "ts", max_out_of_orderness=delay)
+    eng.sql("SELECT key, count(*) AS n, sum(payload) AS s, max(payload) AS hi FROM l "
+            "WHERE ts % 5 <> 0 GROUP BY key", name="agg")
+    answer: Counter = Counter()
+    emissions = 0
+
+    def replay(b: pa.RecordBatch) -> None:
+        nonlocal emissions
+        emissions += 1
+        for row in zip(*[c.to_pylist() for c in b.columns], strict=True):
+            if row[0] == "+":
+                answer[row[1:]] += 1
+            else:
+                assert answer[row[1:]] > 0, "a retraction of a row never added"
+                answer[row[1:]] -= 1
+
+    for b in t.to_batches(max_chunksize=batch):
+        eng.push("l", b)
+        for out in eng.take("agg"):
+            replay(out)
+    eng.end()
+    for out in eng.take("agg"):
+        replay(out)
+    assert eng.late("agg").get("l") is None or eng.late("agg")["l"].num_rows == 0
+    got = sorted((k for k, c in answer.items() for _ in range(c)),
+                 key=lambda r: tuple((v is None, v) for v in r))
+    want = _rows(_duck("SELECT key, count(*), sum(payload), max(payload) FROM l WHERE ts % 5 <> 0 "
+                       "GROUP BY key", l=t))
+    assert [tuple(int(v) if v is not None else None for v in r) for r in got] == \
+        [tuple(int(v) if v is not None else None for v in r) for r in want]
+    eng.close()
