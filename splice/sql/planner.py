@@ -43,6 +43,7 @@ from splice.ops.aggregate import Agg, GroupBy
 from splice.ops.arithmetic import as_arith
 from splice.ops.expressions import result_types
 from splice.ops.order import OrderBy, TopK
+from splice.ops.session_window import SessionWindowAggregate
 from splice.ops.stateless import Project, Select
 from splice.ops.updating_aggregate import OP, UpdatingAggregate
 from splice.ops.window_aggregate import WindowAggregate
@@ -285,16 +286,19 @@ class _Planner:
             t = src.schema.field(w.time).type
             where = f"{w.kind.upper()}({w.table}, {w.time}, ...)"
             if w.kind == "session":
-                raise PlanError(f"SQL: {where}: session windows are not supported yet; use TUMBLE or HOP")
-            size = interval_in_units(w.size, t, where)
-            slide = interval_in_units(w.slide, t, where) if w.slide is not None else size
+                size = slide = interval_in_units(w.gap, t, where)  # the gap
+                if size <= 0:
+                    raise PlanError(f"SQL: {where}: the gap must be > 0, got {size}")
+            else:
+                size = interval_in_units(w.size, t, where)
+                slide = interval_in_units(w.slide, t, where) if w.slide is not None else size
             if size <= 0 or slide <= 0 or slide > size:
                 raise PlanError(f"SQL: {where}: needs 0 < slide <= size, got slide {slide}, size {size}")
             shown = [n for _, n in v.projection()] or [*src.schema.names, "window_start", "window_end"]
             cols = [_Col(name, n, n if n in src.schema.names else None) for n in shown]
             self.scanned.setdefault(w.table, set()).update(
                 {n for n in shown if n in src.schema.names} | {w.time})
-            if slide == size:  # a tumbling window's bounds are a function of the row's time
+            if slide == size and w.kind == "tumble":  # bounds are a function of the row's time
                 start = _window_start(w.time, t, size, slide)
                 end = _shift_time(start, t, size)
                 for c in cols:
@@ -362,7 +366,8 @@ class _Planner:
             origin[column] = rel.window.table.time
         last = self.nodes[-1] if self.nodes else None
         if (rel.window is None and last is not None and last.name == rel.node
-                and isinstance(last.spec, GroupBy | WindowAggregate | UpdatingAggregate)
+                and isinstance(last.spec, GroupBy | WindowAggregate | UpdatingAggregate
+                               | SessionWindowAggregate)
                 and [_field_name(e) for e in columns.values()] == rel.schema.names):
             # a projection that only names an aggregate's results: the aggregate names them
             renames = dict(zip(rel.schema.names, columns, strict=True))
@@ -485,13 +490,21 @@ class _Planner:
             time = rel.time_of(w.table.time)
             assert time is not None
             self.need_time(rel, time, f"{w.table.kind.upper()} window aggregate")
-            spec: OperatorSpec = WindowAggregate(time, w.size, w.slide if w.slide != w.size else None,
-                                                 keys=keys, aggregates=aggs)
-            schema = spec.output_schema({0: rel.schema})
-            node_name = self.add("window_aggregate", spec, (rel.node,), schema,
-                                 f"WindowAggregate: {w.table.kind} windows of {w.size} (slide "
-                                 f"{w.slide}) on {time}, keys {keys or 'none'}, emitted when "
-                                 "the watermark passes a window's end")
+            if w.table.kind == "session":
+                spec: OperatorSpec = SessionWindowAggregate(time, w.size, keys=keys, aggregates=aggs)
+                schema = spec.output_schema({0: rel.schema})
+                node_name = self.add("session_window", spec, (rel.node,), schema,
+                                     f"SessionWindowAggregate: sessions of {keys or 'all rows'} "
+                                     f"with gaps under {w.size} on {time}, each emitted when the "
+                                     "watermark passes its end")
+            else:
+                spec = WindowAggregate(time, w.size, w.slide if w.slide != w.size else None,
+                                       keys=keys, aggregates=aggs)
+                schema = spec.output_schema({0: rel.schema})
+                node_name = self.add("window_aggregate", spec, (rel.node,), schema,
+                                     f"WindowAggregate: {w.table.kind} windows of {w.size} (slide "
+                                     f"{w.slide}) on {time}, keys {keys or 'none'}, emitted when "
+                                     "the watermark passes a window's end")
             cols = [_Col(rel_, name, orig) for rel_, name, orig in window_cols]
             return _Rel(node_name, schema, cols + out_cols + agg_cols)
         if rel.window is not None:
@@ -754,6 +767,9 @@ class _Planner:
     def _window_join(self, left: _Rel, right: _Rel, pairs: list[tuple[_Col, _Col]],
                      window_pairs: list[tuple[_Col, _Col]], v: Any, how: str) -> _Rel:
         lw, rw = left.window, right.window
+        if "session" in {w.table.kind for w in (lw, rw) if w is not None}:
+            raise PlanError("SQL: a window join of SESSION windows is not supported (TUMBLE and "
+                            "HOP are)")
         if lw is None or rw is None:
             raise PlanError("SQL: a window join joins two window tables (TUMBLE or HOP on both sides)")
         if (lw.size, lw.slide, lw.table.kind) != (rw.size, rw.slide, rw.table.kind):

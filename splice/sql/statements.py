@@ -42,6 +42,8 @@ __all__ = [
 #: sqlglot's dialect for what splice parses itself (it knows WATERMARK and WITH options)
 DIALECT = "risingwave"
 _WINDOW_FUNCTIONS = ("TUMBLE", "HOP", "SESSION")
+#: SESSION(...) as sqlglot can parse it in FROM (it reads ``SESSION(a, b) x`` as column aliases)
+_SESSION_CALL = "SESSION_WINDOW"
 
 _UNIT_NANOS = {"NANOSECOND": 1, "MICROSECOND": 1_000, "MILLISECOND": 1_000_000,
                "SECOND": 1_000_000_000, "MINUTE": 60_000_000_000, "HOUR": 3_600_000_000_000,
@@ -182,7 +184,8 @@ def _split(text: str) -> list[str]:
 
 
 def _flink_windows(text: str) -> str:
-    """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), args))`` rewritten as ``TUMBLE(t, ts, args)``."""
+    """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), args))`` rewritten as ``TUMBLE(t, ts, args)``, and
+    ``SESSION(`` as a call sqlglot parses in ``FROM``."""
     tokens = Tokenizer().tokenize(text)
     out, last, i = [], 0, 0
 
@@ -202,10 +205,15 @@ def _flink_windows(text: str) -> str:
                 raise PlanError(f"SQL: unbalanced {word(i + 2)}(...) near {text[tokens[i].start:][:60]!r}")
             args = text[tokens[i + 12].start:tokens[j - 1].start]
             out.append(text[last:tokens[i].start])
-            out.append(f"{word(i + 2)}({tokens[i + 5].text}, {tokens[i + 9].text}, {args})")
+            fn = _SESSION_CALL if word(i + 2) == "SESSION" else word(i + 2)
+            out.append(f"{fn}({tokens[i + 5].text}, {tokens[i + 9].text}, {args})")
             last = tokens[j].end + 1
             i = j + 1
             continue
+        if word(i) == "SESSION" and word(i + 1) == "(" and (i == 0 or word(i - 1) != "."):
+            out.append(text[last:tokens[i].start])
+            out.append(_SESSION_CALL)
+            last = tokens[i].end + 1
         i += 1
     out.append(text[last:])
     return "".join(out)
@@ -308,17 +316,13 @@ def _window_tables(select: exp.Expression, counter: list[int]) -> tuple[WindowTa
     found = []
     for table in list(select.find_all(exp.Table)):
         fn = table.this
-        alias = table.args.get("alias")
-        if (isinstance(fn, exp.Identifier) and fn.name.upper() == "SESSION" and alias is not None
-                and not alias.name and alias.columns):
-            # sqlglot reads SESSION(t, ts, gap) as a table SESSION with column aliases
-            table.set("alias", None)
-            fn = exp.Anonymous(this="SESSION", expressions=[
-                exp.column(c.name) if not c.name.isdigit() else exp.Literal.number(c.name)
-                for c in alias.columns])
-        if not isinstance(fn, exp.Anonymous) or str(fn.this).upper() not in _WINDOW_FUNCTIONS:
+        if not isinstance(fn, exp.Anonymous):
             continue
-        kind = str(fn.this).lower()
+        name = str(fn.this).upper()
+        name = "SESSION" if name == _SESSION_CALL else name
+        if name not in _WINDOW_FUNCTIONS:
+            continue
+        kind = name.lower()
         args = fn.expressions
         want = 4 if kind == "hop" else 3
         shapes = {"tumble": "TUMBLE(table, time_column, size)",

@@ -317,8 +317,8 @@ def test_explain_names_operators_places_and_reasons(tmp_path):
     ("SELECT * FROM HOP(l, ts, 5, 10)", "must GROUP BY window_start"),
     ("SELECT key FROM l UNION ALL SELECT key FROM r", "Union is not supported"),
     ("SELECT key FROM l LIMIT 3", "LIMIT without ORDER BY"),
-    ("SELECT key, window_start, count(*) FROM SESSION(l, ts, 5) GROUP BY key, window_start, window_end",
-     "session windows"),
+    ("SELECT a.key FROM SESSION(l, ts, 5) a JOIN SESSION(r, ts, 5) b ON a.key = b.key AND "
+     "a.window_start = b.window_start", "SESSION windows"),
     ("SELECT stddev(payload) FROM l", "stddev"),
 ])
 def test_unplannable_sql_names_the_construct(tmp_path, sql, message):
@@ -462,3 +462,33 @@ def test_group_by_over_a_stream_is_a_changelog_that_replays_to_the_answer(seed, 
     assert [tuple(int(v) if v is not None else None for v in r) for r in got] == \
         [tuple(int(v) if v is not None else None for v in r) for r in want]
     eng.close()
+
+
+@_JOBS
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 300), jitter=st.integers(0, 30),
+       gap=st.integers(1, 12), batch=st.sampled_from([16, 100, 65_536]),
+       delay=st.sampled_from([None, 0, 8, 40]))
+def test_session_windows_match_duckdb(tmp_path_factory, seed, n, jitter, gap, batch, delay):
+    tmp = tmp_path_factory.mktemp("session")
+    t = _stream(n, 4, jitter, seed, nulls=True)
+    text = _ddl("l", _write(tmp, "l", t), delay) + (
+        f"SELECT key, window_start, window_end, count(*) AS n, sum(payload) AS s "
+        f"FROM SESSION(l, ts, {gap}) GROUP BY key, window_start, window_end")
+    run = run_statements(text, batch_size=batch)
+    late = run.late["query"].get("l")
+    ts = t.column("ts").to_numpy()
+    wm = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
+    if delay is not None and n:
+        starts = np.arange(0, n, batch)
+        newest = np.maximum.accumulate(np.maximum.reduceat(ts, starts))
+        for i, start in enumerate(starts[1:], start=1):
+            wm[start:start + batch] = newest[i - 1] - delay - 1
+    is_late = ts <= wm  # a row at or behind the watermark it meets is late
+    assert (late.num_rows if late is not None else 0) == int(is_late.sum())
+    on_time = t.append_column("rid", pa.array(np.arange(n))).filter(pa.array(~is_late))
+    want = _duck(  # rid orders equal times the same way in both windows
+        f"WITH o AS (SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY key ORDER BY ts, rid) < {gap} "
+        f"THEN 0 ELSE 1 END AS fresh FROM l), s AS (SELECT *, sum(fresh) OVER (PARTITION BY key "
+        f"ORDER BY ts, rid ROWS UNBOUNDED PRECEDING) AS sid FROM o) SELECT key, min(ts), "
+        f"max(ts) + {gap}, count(*), sum(payload) FROM s GROUP BY key, sid", l=on_time)
+    _same(run.results["query"], want)
