@@ -194,10 +194,11 @@ class _SessionLogic(OperatorLogic):
         except SchemaError as exc:
             raise SchemaError(f"{self.spec.name}: {exc}") from exc
         cols = agg.result_columns()
-        k = len(self.spec.keys)
-        sid = np.asarray(cols[k].to_numpy(zero_copy_only=False), dtype=np.int64)
+        nkeys = len(self.spec.keys)
+        sid = np.asarray(cols[nkeys].to_numpy(zero_copy_only=False), dtype=np.int64)
         bounds = [self._time_array(t[firsts[sid]]), self._time_array(ends[sid])]
-        return [pa.RecordBatch.from_arrays(bounds + cols[:k] + cols[k + 1:], schema=self.schema)]
+        return [pa.RecordBatch.from_arrays(bounds + cols[:nkeys] + cols[nkeys + 1:],
+                                           schema=self.schema)]
 
     def _time_array(self, values: np.ndarray) -> pa.Array:
         if pa.types.is_date64(self.time_type):
