@@ -66,6 +66,7 @@ __all__ = [
     "plan_aggregates",
     "decimal_avg",
     "skip_mask",
+    "filtered_plan",
 ]
 
 AggFunc = Literal["count", "sum", "avg", "min", "max"]
@@ -845,15 +846,7 @@ class GroupBy(OperatorSpec):
             )
 
     def plan(self, inputs: InputSchemas) -> AggPlan:
-        sid, schema = _single_input(inputs, self.name)
-        if self.where is not None:
-            types = result_types(schema, [self.where], ["_w"], f"{self.name} where {self.where}")
-            if not pa.types.is_boolean(types.field("_w").type):
-                raise SchemaError(
-                    f"{self.name} (stream {sid}): where {self.where} is of type "
-                    f"{types.field('_w').type}, expected boolean"
-                )
-        return plan_aggregates(schema, self.keys, self.aggregates, self.name)
+        return filtered_plan(inputs, self.keys, self.aggregates, self.where, self.name)
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         return pa.schema(self.plan(inputs).output_fields())
@@ -875,6 +868,18 @@ class GroupBy(OperatorSpec):
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         return _GroupByLogic(self, self.plan(inputs), state)
+
+
+def filtered_plan(inputs: InputSchemas, keys: Sequence[str], aggregates: Sequence[Agg],
+                  where: pc.Expression | None, name: str) -> AggPlan:
+    """The aggregates' plan over the one input, ``where`` checked to be a boolean expression."""
+    sid, schema = _single_input(inputs, name)
+    if where is not None:
+        types = result_types(schema, [where], ["_w"], f"{name} where {where}")
+        if not pa.types.is_boolean(types.field("_w").type):
+            raise SchemaError(f"{name} (stream {sid}): where {where} is of type "
+                              f"{types.field('_w').type}, expected boolean")
+    return plan_aggregates(schema, keys, aggregates, name)
 
 
 def decimal_checks(schema: pa.Schema, columns: set[str]) -> list[RowCheck]:

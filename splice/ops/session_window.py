@@ -43,15 +43,15 @@ import pyarrow.compute as pc
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.row_checks import RowCheck, not_null
-from splice.core.time import MIN_TIME, is_temporal, time_values
+from splice.core.time import MIN_TIME, time_values
 from splice.ops.aggregate import (
     Agg,
     AggPlan,
     GroupAggregator,
-    _from_int64,
     decimal_checks,
     plan_aggregates,
 )
+from splice.ops.window_aggregate import time_array, timed_input, window_bounds_schema
 
 __all__ = ["SessionWindowAggregate"]
 
@@ -79,17 +79,7 @@ class SessionWindowAggregate(OperatorSpec):
                 raise PlanError(f"{self.name}: {k!r} is reserved for the session bounds")
 
     def _schema(self, inputs: InputSchemas) -> tuple[int, pa.Schema]:
-        if len(inputs) != 1:
-            raise PlanError(f"{self.name} takes exactly one input stream, got {len(inputs)}")
-        sid, schema = next(iter(inputs.items()))
-        if self.time_column not in schema.names:
-            raise SchemaError(f"{self.name} (stream {sid}): time column {self.time_column!r} does "
-                              f"not exist (columns: {', '.join(schema.names)})")
-        if not is_temporal(schema.field(self.time_column).type):
-            raise SchemaError(f"{self.name} (stream {sid}): time column {self.time_column!r} has "
-                              f"type {schema.field(self.time_column).type}, expected a timestamp, "
-                              "date or integer column")
-        return sid, schema
+        return timed_input(inputs, self.time_column, self.name)
 
     def plan(self, inputs: InputSchemas) -> AggPlan:
         _, schema = self._schema(inputs)
@@ -97,9 +87,7 @@ class SessionWindowAggregate(OperatorSpec):
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         _, schema = self._schema(inputs)
-        t = schema.field(self.time_column).type
-        bounds = [pa.field("window_start", t, False), pa.field("window_end", t, False)]
-        return pa.schema(bounds + self.plan(inputs).output_fields())
+        return window_bounds_schema(schema, self.time_column, self.plan(inputs))
 
     def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]] | None:
         return None  # whole rows: a late row goes to the late side output as it arrived
@@ -196,14 +184,10 @@ class _SessionLogic(OperatorLogic):
         cols = agg.result_columns()
         nkeys = len(self.spec.keys)
         sid = np.asarray(cols[nkeys].to_numpy(zero_copy_only=False), dtype=np.int64)
-        bounds = [self._time_array(t[firsts[sid]]), self._time_array(ends[sid])]
+        bounds = [time_array(t[firsts[sid]], self.time_type), time_array(ends[sid], self.time_type)]
         return [pa.RecordBatch.from_arrays(bounds + cols[:nkeys] + cols[nkeys + 1:],
                                            schema=self.schema)]
 
-    def _time_array(self, values: np.ndarray) -> pa.Array:
-        if pa.types.is_date64(self.time_type):
-            values = values * 86_400_000
-        return _from_int64(values, None, self.time_type)
 
     def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
         if time <= self.watermark:

@@ -43,10 +43,10 @@ from splice.ops.aggregate import (
     AggPlan,
     GroupAggregator,
     decimal_checks,
-    plan_aggregates,
+    filtered_plan,
     skip_mask,
 )
-from splice.ops.expressions import expression_columns, result_types
+from splice.ops.expressions import expression_columns
 
 __all__ = ["UpdatingAggregate", "OP"]
 
@@ -82,13 +82,7 @@ class UpdatingAggregate(OperatorSpec):
             raise PlanError(f"{self.name}: {OP!r} names the changelog column; rename the output")
 
     def plan(self, inputs: InputSchemas) -> AggPlan:
-        sid, schema = _single_input(inputs, self.name)
-        if self.where is not None:
-            types = result_types(schema, [self.where], ["_w"], f"{self.name} where {self.where}")
-            if not pa.types.is_boolean(types.field("_w").type):
-                raise SchemaError(f"{self.name} (stream {sid}): where {self.where} is of type "
-                                  f"{types.field('_w').type}, expected boolean")
-        return plan_aggregates(schema, self.keys, self.aggregates, self.name)
+        return filtered_plan(inputs, self.keys, self.aggregates, self.where, self.name)
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         return pa.schema([pa.field(OP, pa.string(), False), *self.plan(inputs).output_fields()])

@@ -57,7 +57,37 @@ from splice.ops.aggregate import (
     plan_aggregates,
 )
 
-__all__ = ["WindowAggregate"]
+__all__ = ["WindowAggregate", "timed_input", "window_bounds_schema", "time_array"]
+
+
+def timed_input(inputs: InputSchemas, time_column: str, name: str) -> tuple[int, pa.Schema]:
+    """The one input of a windowed operator, whose ``time_column`` must be a timestamp, date or
+    integer column."""
+    if len(inputs) != 1:
+        raise PlanError(f"{name} takes exactly one input stream, got {len(inputs)}")
+    sid, schema = next(iter(inputs.items()))
+    if time_column not in schema.names:
+        raise SchemaError(f"{name} (stream {sid}): time column {time_column!r} does not exist "
+                          f"(columns: {', '.join(schema.names)})")
+    t = schema.field(time_column).type
+    if not (pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_integer(t)):
+        raise SchemaError(f"{name} (stream {sid}): time column {time_column!r} has type {t}, "
+                          "expected a timestamp, date or integer column")
+    return sid, schema
+
+
+def window_bounds_schema(schema: pa.Schema, time_column: str, plan: AggPlan) -> pa.Schema:
+    """``window_start``, ``window_end`` (of the time column's type), then the groups' columns."""
+    t = schema.field(time_column).type
+    bounds = [pa.field("window_start", t, False), pa.field("window_end", t, False)]
+    return pa.schema(bounds + plan.output_fields())
+
+
+def time_array(values: np.ndarray, time_type: pa.DataType) -> pa.Array:
+    """``int64`` time values (days for dates) as an array of ``time_type``."""
+    if pa.types.is_date64(time_type):
+        values = values * 86_400_000
+    return _from_int64(values, None, time_type)
 
 
 @dataclass(frozen=True)
@@ -105,21 +135,7 @@ class WindowAggregate(OperatorSpec):
         return int(self.slide if self.slide is not None else self.size)
 
     def _schema(self, inputs: InputSchemas) -> tuple[int, pa.Schema]:
-        if len(inputs) != 1:
-            raise PlanError(f"{self.name} takes exactly one input stream, got {len(inputs)}")
-        sid, schema = next(iter(inputs.items()))
-        if self.time_column not in schema.names:
-            raise SchemaError(
-                f"{self.name} (stream {sid}): time column {self.time_column!r} does not exist "
-                f"(columns: {', '.join(schema.names)})"
-            )
-        t = schema.field(self.time_column).type
-        if not (pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_integer(t)):
-            raise SchemaError(
-                f"{self.name} (stream {sid}): time column {self.time_column!r} has type {t}, "
-                "expected a timestamp, date or integer column"
-            )
-        return sid, schema
+        return timed_input(inputs, self.time_column, self.name)
 
     def plan(self, inputs: InputSchemas) -> AggPlan:
         _, schema = self._schema(inputs)
@@ -127,9 +143,7 @@ class WindowAggregate(OperatorSpec):
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         _, schema = self._schema(inputs)
-        t = schema.field(self.time_column).type
-        bounds = [pa.field("window_start", t, False), pa.field("window_end", t, False)]
-        return pa.schema(bounds + self.plan(inputs).output_fields())
+        return window_bounds_schema(schema, self.time_column, self.plan(inputs))
 
     def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]] | None:
         # whole rows: a late row goes to the late side output as it arrived
@@ -231,9 +245,7 @@ class _WindowLogic(OperatorLogic):
         return out
 
     def _time_array(self, values: np.ndarray) -> pa.Array:
-        if pa.types.is_date64(self.time_type):
-            values = values * 86_400_000
-        return _from_int64(values, None, self.time_type)
+        return time_array(values, self.time_type)
 
     def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
         if time <= self.watermark:

@@ -72,6 +72,18 @@ def _ddl(name: str, path: str, delay: int | None) -> str:
     return f"CREATE TABLE {name} ({COLS}{wm}) WITH (connector = 'file', path = '{path}');\n"
 
 
+def _met_watermarks(ts: np.ndarray, batch: int, delay: int | None) -> np.ndarray:
+    """The watermark each row of one file-ordered source meets: the newest time of the batches
+    before its own, less ``delay + 1`` (none without a delay)."""
+    wm = np.full(len(ts), np.iinfo(np.int64).min // 2, dtype=np.int64)
+    if delay is not None and len(ts):
+        starts = np.arange(0, len(ts), batch)
+        newest = np.maximum.accumulate(np.maximum.reduceat(ts, starts))
+        for i, start in enumerate(starts[1:], start=1):
+            wm[start:start + batch] = newest[i - 1] - delay - 1
+    return wm
+
+
 def _on_time(table: pa.Table, late: pa.Table | None) -> pa.Table:
     """``table`` without the rows reported late (matched on all their values, with counts)."""
     if late is None or late.num_rows == 0:
@@ -158,14 +170,8 @@ def test_window_aggregates_match_duckdb(tmp_path_factory, seed, n, jitter, size,
         f"min(payload) AS lo, max(payload) AS hi FROM {tvf} GROUP BY key, window_start, window_end")
     run = run_statements(text, batch_size=batch)
     late = run.late["query"].get("l")
-    # the watermark each row meets: the newest time of the batches before its own, less D + 1
     ts = t.column("ts").to_numpy()
-    wm = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
-    if delay is not None and n:
-        starts = np.arange(0, n, batch)
-        newest = np.maximum.accumulate(np.maximum.reduceat(ts, starts))
-        for i, start in enumerate(starts[1:], start=1):
-            wm[start:start + batch] = newest[i - 1] - delay - 1
+    wm = _met_watermarks(ts, batch, delay)
     # a row counts in each of its windows still open when it arrives; with none open it is late
     last_start = (ts // slide) * slide
     is_late = last_start + size - 1 <= wm
@@ -477,12 +483,7 @@ def test_session_windows_match_duckdb(tmp_path_factory, seed, n, jitter, gap, ba
     run = run_statements(text, batch_size=batch)
     late = run.late["query"].get("l")
     ts = t.column("ts").to_numpy()
-    wm = np.full(n, np.iinfo(np.int64).min // 2, dtype=np.int64)
-    if delay is not None and n:
-        starts = np.arange(0, n, batch)
-        newest = np.maximum.accumulate(np.maximum.reduceat(ts, starts))
-        for i, start in enumerate(starts[1:], start=1):
-            wm[start:start + batch] = newest[i - 1] - delay - 1
+    wm = _met_watermarks(ts, batch, delay)
     is_late = ts <= wm  # a row at or behind the watermark it meets is late
     assert (late.num_rows if late is not None else 0) == int(is_late.sum())
     on_time = t.append_column("rid", pa.array(np.arange(n))).filter(pa.array(~is_late))
