@@ -3,7 +3,7 @@
 Prints one JSON object per line. Three experiments (``--only`` picks one):
 
 - ``crash``: one job with four queries — a window join, an interval join, a windowed aggregation
-  and Streaming Ledger (transfers on a :class:`~splice.txn.operator.TransactionalOperator`) — runs
+  and Streaming Ledger (transfers on a :class:`~splice.txn.txn_operator.TransactionalOperator`) — runs
   in a subprocess under the checkpoint coordinator (checkpoint every ``--crash-interval`` s). The
   same-run baseline is an uninterrupted run. Each trial SIGKILLs the job at a random moment, runs
   it again to the end, and compares every published output file with the baseline byte for byte.
@@ -55,7 +55,7 @@ from splice.runtime.checkpoint import CheckpointCoordinator, Job, SourceStream, 
 from splice.runtime.checkpoint_store import open_store  # noqa: E402
 from splice.txn import StateTable  # noqa: E402
 from splice.txn.api import Access, add  # noqa: E402
-from splice.txn.operator import TransactionalOperator  # noqa: E402
+from splice.txn.txn_operator import TransactionalOperator  # noqa: E402
 
 ACCOUNTS = 1_000
 

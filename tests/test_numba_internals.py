@@ -196,3 +196,44 @@ def test_raw_memory_store_load_copy_free(width: int) -> None:
     if width == 8:
         expected = value
     assert run(value) == (expected, 0)
+
+
+_CACHED_MODULE = '''
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+import splice.kernels.numba_internals  # noqa: F401  (the cache's index loader)
+
+
+class {name}(NamedTuple):
+    a: np.ndarray
+
+
+@njit(cache=True)
+def total(x):
+    return x.a.sum()
+
+
+print(total({name}(np.arange(5))))
+'''
+
+
+def test_a_renamed_named_tuple_recompiles_instead_of_failing(tmp_path: Path) -> None:
+    """numba's cache index pickles a kernel's named tuple argument types by name; after the
+    class is renamed (an upgrade), the old index must read as stale and the kernel compile."""
+    import subprocess
+    import sys
+
+    module = tmp_path / "cached_kernel.py"
+    runner = tmp_path / "runner.py"
+    runner.write_text("import cached_kernel\n")  # imported, as splice's kernels are
+    env = {"PYTHONPATH": f"{tmp_path}:{Path(splice.__file__).parents[1]}", "PATH": "/usr/bin:/bin"}
+    for name in ("Before", "After"):
+        module.write_text(_CACHED_MODULE.format(name=name))
+        got = subprocess.run([sys.executable, str(runner)], capture_output=True, text=True,
+                             cwd=tmp_path, env=env, timeout=120)
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.strip() == "10"
+    assert list((tmp_path / "__pycache__").glob("cached_kernel.total-*.nbi"))

@@ -108,7 +108,7 @@ _CSV_FALSE = pa.array(_CSV_DEFAULTS.false_values, pa.string())
 
 
 @dataclass(frozen=True)
-class _Input:
+class _InputFile:
     path: Path
     name: str
     fmt: str
@@ -126,7 +126,7 @@ class _BadRow:
     record: str  # what the sink keeps
 
 
-def _open(path: str | Path, name: str, policy: BadInputPolicy, sink: DeadLetterSink | None) -> _Input:
+def _open(path: str | Path, name: str, policy: BadInputPolicy, sink: DeadLetterSink | None) -> _InputFile:
     from splice.io.bad_input import check_policy
 
     check_policy(policy)
@@ -139,7 +139,7 @@ def _open(path: str | Path, name: str, policy: BadInputPolicy, sink: DeadLetterS
         raise PlanError(f"input {name!r} ({p}): the file does not exist")
     if policy == "dead_letter" and sink is None:
         raise PlanError(f"input {name!r} ({p}): the dead-letter policy needs a dead-letter sink")
-    return _Input(p, name, fmt)
+    return _InputFile(p, name, fmt)
 
 
 def _show(value: object) -> str:
@@ -148,7 +148,7 @@ def _show(value: object) -> str:
     return repr(text if len(text) <= _SHOW else text[: _SHOW - 3] + "...")
 
 
-def _route(src: _Input, bad: list[_BadRow], policy: BadInputPolicy, sink: DeadLetterSink | None) -> None:
+def _route(src: _InputFile, bad: list[_BadRow], policy: BadInputPolicy, sink: DeadLetterSink | None) -> None:
     """Raise for the first of ``bad`` (policy ``fail``) or hand them all to ``sink``."""
     if not bad:
         return
@@ -180,7 +180,7 @@ def _plain_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.replace_schema_metadata(None)
 
 
-def _require_time(src: _Input, schema: pa.Schema, time_column: str | None) -> None:
+def _require_time(src: _InputFile, schema: pa.Schema, time_column: str | None) -> None:
     if time_column is not None and time_column not in schema.names:
         raise SchemaError(f"{src.where()}: time column {time_column!r} is missing "
                           f"(columns: {', '.join(schema.names)})")
@@ -196,7 +196,7 @@ def _time_nulls(data: pa.Table | pa.RecordBatch, time_column: str | None) -> np.
     return np.flatnonzero(np.asarray(pc.is_null(col)))
 
 
-def _null_time_rows(src: _Input, data: pa.Table | pa.RecordBatch, positions: np.ndarray,
+def _null_time_rows(src: _InputFile, data: pa.Table | pa.RecordBatch, positions: np.ndarray,
                     time_column: str, first_row: int) -> list[_BadRow]:
     from splice.io.bad_input import rows_json
 
@@ -290,7 +290,7 @@ def rebatch(batches: Iterable[pa.RecordBatch], batch_size: int) -> Iterator[pa.R
 # Parquet
 
 
-def _parquet_file(src: _Input, declared: pa.Schema | None) -> tuple[pq.ParquetFile, list[str] | None]:
+def _parquet_file(src: _InputFile, declared: pa.Schema | None) -> tuple[pq.ParquetFile, list[str] | None]:
     """The open file and the columns to read; schema drift against ``declared`` is an error."""
     try:
         pf = pq.ParquetFile(src.path)
@@ -312,7 +312,7 @@ def _parquet_file(src: _Input, declared: pa.Schema | None) -> tuple[pq.ParquetFi
     return pf, list(declared.names)
 
 
-def _parquet_read(src: _Input, declared: pa.Schema | None, time_column: str | None,
+def _parquet_read(src: _InputFile, declared: pa.Schema | None, time_column: str | None,
                   policy: BadInputPolicy, sink: DeadLetterSink | None) -> pa.Table:
     pf, columns = _parquet_file(src, declared)
     try:
@@ -332,7 +332,7 @@ def _parquet_read(src: _Input, declared: pa.Schema | None, time_column: str | No
     return table.filter(pa.array(keep))
 
 
-def _parquet_batches(src: _Input, declared: pa.Schema | None, time_column: str | None,
+def _parquet_batches(src: _InputFile, declared: pa.Schema | None, time_column: str | None,
                      policy: BadInputPolicy, sink: DeadLetterSink | None,
                      batch_size: int) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     pf, columns = _parquet_file(src, declared)
@@ -389,7 +389,7 @@ def undecodable_rows_unprinted() -> Iterator[None]:
         sys.unraisablehook = previous
 
 
-def _csv_header(src: _Input) -> pa.Schema:
+def _csv_header(src: _InputFile) -> pa.Schema:
     """The header's columns with the types Arrow infers from the first rows: the first
     ``_INFER_ROWS`` lines after the header, at most ``_INFER_BYTES`` bytes (the read costs about
     a thirtieth of reading a million rows, so the fast path stays as fast as a plain read)."""
@@ -397,7 +397,7 @@ def _csv_header(src: _Input) -> pa.Schema:
         return _csv_inferred(src)
 
 
-def _csv_inferred(src: _Input) -> pa.Schema:
+def _csv_inferred(src: _InputFile) -> pa.Schema:
     skip_bad = pacsv.ParseOptions(invalid_row_handler=lambda _: "skip")
     with open(src.path, "rb") as f:
         head = f.read(_INFER_BYTES)
@@ -465,7 +465,7 @@ def _majority_types(sample: pa.Buffer, inferred: pa.Schema) -> pa.Schema:
     return pa.schema([fields[f.name] for f in inferred])
 
 
-def _csv_types(src: _Input, header: pa.Schema, declared: pa.Schema | None,
+def _csv_types(src: _InputFile, header: pa.Schema, declared: pa.Schema | None,
                time_column: str | None) -> dict[str, pa.DataType]:
     """The column types to read with: the declared ones, or those inferred from the first rows
     (a column empty there is read as strings, the time column as integers)."""
@@ -488,7 +488,7 @@ def _csv_types(src: _Input, header: pa.Schema, declared: pa.Schema | None,
     return types
 
 
-def _csv_read(src: _Input, declared: pa.Schema | None, time_column: str | None,
+def _csv_read(src: _InputFile, declared: pa.Schema | None, time_column: str | None,
               policy: BadInputPolicy, sink: DeadLetterSink | None) -> pa.Table:
     header = _csv_header(src)
     types = _csv_types(src, header, declared, time_column)
@@ -506,7 +506,7 @@ def _csv_read(src: _Input, declared: pa.Schema | None, time_column: str | None,
     return pa.Table.from_batches(list(checked), schema=schema)
 
 
-def _csv_batches(src: _Input, declared: pa.Schema | None, time_column: str | None,
+def _csv_batches(src: _InputFile, declared: pa.Schema | None, time_column: str | None,
                  policy: BadInputPolicy, sink: DeadLetterSink | None
                  ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     header = _csv_header(src)
@@ -629,7 +629,7 @@ class _CsvChecker:
     rows that do not convert, and maps positions to data rows past the malformed rows that the
     reader skipped (which ``invalid_row`` records as Arrow reports them)."""
 
-    def __init__(self, src: _Input, types: dict[str, pa.DataType], time_column: str | None) -> None:
+    def __init__(self, src: _InputFile, types: dict[str, pa.DataType], time_column: str | None) -> None:
         self.src = src
         self.types = types
         self.schema = pa.schema(list(types.items()))
@@ -707,7 +707,7 @@ class _CsvChecker:
         return typed, out
 
 
-def _csv_checked(src: _Input, header: pa.Schema, types: dict[str, pa.DataType], time_column: str | None,
+def _csv_checked(src: _InputFile, header: pa.Schema, types: dict[str, pa.DataType], time_column: str | None,
                  policy: BadInputPolicy, sink: DeadLetterSink | None, skip: int) -> Iterator[pa.RecordBatch]:
     """The error path: the good rows typed, batch by batch, after the first ``skip`` rows (all
     good: rows a fast stream already passed on); bad rows are routed as they are met."""
@@ -715,7 +715,7 @@ def _csv_checked(src: _Input, header: pa.Schema, types: dict[str, pa.DataType], 
         yield from _csv_checked_rows(src, header, types, time_column, policy, sink, skip)
 
 
-def _csv_checked_rows(src: _Input, header: pa.Schema, types: dict[str, pa.DataType],
+def _csv_checked_rows(src: _InputFile, header: pa.Schema, types: dict[str, pa.DataType],
                       time_column: str | None, policy: BadInputPolicy, sink: DeadLetterSink | None,
                       skip: int) -> Iterator[pa.RecordBatch]:
     checker = _CsvChecker(src, types, time_column)
@@ -793,7 +793,7 @@ def _line_blocks(path: Path, size: int) -> Iterator[tuple[bytes, int]]:
             yield carry, line
 
 
-def _json_first_schema(src: _Input) -> pa.Schema:
+def _json_first_schema(src: _InputFile) -> pa.Schema:
     """Types of the first block's clean lines: the longest run of lines from the first clean
     line on that Arrow reads together."""
     block = next(_line_blocks(src.path, 1 << 20), (b"", 1))[0]
@@ -856,7 +856,7 @@ def _json_bad_line(line: bytes, number: int, schema: pa.Schema, time_column: str
     return bad("malformed JSON line", f"malformed JSON line: {_show(text)}")
 
 
-def _json_block(src: _Input, block: bytes, first_line: int, schema: pa.Schema, options: pajson.ParseOptions,
+def _json_block(src: _InputFile, block: bytes, first_line: int, schema: pa.Schema, options: pajson.ParseOptions,
                 time_column: str | None, inferred: bool) -> tuple[list[pa.Table], list[_BadRow]]:
     """The good rows of a block of whole lines and its bad lines: the block whole when it parses
     (and has no null time), else bisection over its lines."""
@@ -892,7 +892,7 @@ def _json_block(src: _Input, block: bytes, first_line: int, schema: pa.Schema, o
     return good, bad
 
 
-def _json_checked(src: _Input, schema: pa.Schema, inferred: bool, time_column: str | None,
+def _json_checked(src: _InputFile, schema: pa.Schema, inferred: bool, time_column: str | None,
                   policy: BadInputPolicy, sink: DeadLetterSink | None) -> Iterator[pa.RecordBatch]:
     options = _json_options(schema, "error" if inferred else "ignore")
     for block, first_line in _line_blocks(src.path, _JSON_BLOCK):
@@ -905,7 +905,7 @@ def _json_checked(src: _Input, schema: pa.Schema, inferred: bool, time_column: s
             yield from t.to_batches()
 
 
-def _json_read(src: _Input, declared: pa.Schema | None, time_column: str | None,
+def _json_read(src: _InputFile, declared: pa.Schema | None, time_column: str | None,
                policy: BadInputPolicy, sink: DeadLetterSink | None) -> pa.Table:
     try:
         table = _plain(pajson.read_json(src.path, read_options=pajson.ReadOptions(use_threads=True),
@@ -924,7 +924,7 @@ def _json_read(src: _Input, declared: pa.Schema | None, time_column: str | None,
                                  schema=schema)
 
 
-def _json_batches(src: _Input, declared: pa.Schema | None, time_column: str | None,
+def _json_batches(src: _InputFile, declared: pa.Schema | None, time_column: str | None,
                   policy: BadInputPolicy, sink: DeadLetterSink | None
                   ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     schema = normalize_schema(declared) if declared is not None else _json_first_schema(src)

@@ -4,27 +4,29 @@ splice's kernels rely on parts of numba that are not its stable interface: the p
 compile flag (kernels that never allocate skip reference counting, which cost more than a tree
 descent), ``intrinsic`` and ``overload`` with llvmlite's IR builder (prefetch, atomics, raw
 memory, bit casts that numba does not offer), ``cgutils``, the dispatcher class, and the
-unsafe ``trailing_zeros`` (one instruction where a loop would scan bits). They are
-imported here and nowhere else (a test checks it), and the test of this module compiles each of
+unsafe ``trailing_zeros`` (one instruction where a loop would scan bits), and the on-disk cache's
+index loader. They are imported here and nowhere else (a test checks it), and the test of this module compiles each of
 them; ``TESTED`` is the numba range that test has passed on, and ``pyproject.toml`` pins it.
 On a numba outside the range, importing splice warns, and the test fails loudly.
 """
 
 from __future__ import annotations
 
+import pickle
 import warnings
 from typing import Any
 
 import numba
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
+from numba.core import caching, cgutils
 from numba.core.registry import CPUDispatcher as Dispatcher
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic, overload
 
 __all__ = ["TESTED", "NO_NRT", "Dispatcher", "cgutils", "intrinsic", "ir", "overload",
-           "trailing_zeros", "float_bits", "bits_float", "numba_version", "supported"]
+           "trailing_zeros", "float_bits", "bits_float", "numba_version", "supported",
+           "stale_index_is_a_miss"]
 
 #: numba versions the kernels were tested on: at least the first, below the second
 TESTED = ((0, 61), (0, 69))
@@ -64,3 +66,22 @@ def bits_float(typingctx, v):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         return builder.bitcast(args[0], ir.DoubleType())
     return types.float64(types.int64), codegen
+
+
+_load_index = caching.IndexDataCacheFile._load_index
+
+
+def stale_index_is_a_miss(self: Any) -> dict[Any, Any]:
+    """numba's cache index, or none when it cannot be read back.
+
+    The index pickles the argument types of each compiled kernel, named tuple classes by their
+    module and name. After an upgrade that renames or removes such a class, unpickling an old
+    index raises before numba compares its source stamp, and the kernel would fail instead of
+    compiling again. Read that way, an index that cannot be unpickled is what it is: stale."""
+    try:
+        return _load_index(self)
+    except (AttributeError, ImportError, pickle.UnpicklingError, EOFError, TypeError, ValueError):
+        return {}
+
+
+setattr(caching.IndexDataCacheFile, "_load_index", stale_index_is_a_miss)

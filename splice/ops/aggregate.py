@@ -368,7 +368,7 @@ def _hashable(v: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class _Input:
+class _AggInput:
     """One distinct aggregate input expression and the state the aggregates over it need."""
 
     index: int
@@ -381,7 +381,7 @@ class _Input:
     sum_output: bool
 
 
-def _inputs_of(plan: AggPlan) -> tuple[list[_Input], list[int]]:
+def _inputs_of(plan: AggPlan) -> tuple[list[_AggInput], list[int]]:
     """Distinct input expressions of ``plan`` and, per aggregate, the index of its input."""
     by_key: dict[str, dict[str, Any]] = {}
     order: list[str] = []
@@ -404,7 +404,7 @@ def _inputs_of(plan: AggPlan) -> tuple[list[_Input], list[int]]:
         elif a.func in ("min", "max"):
             by_key[key][a.func] = True
         which.append(order.index(key))
-    inputs = [_Input(i, **by_key[k]) for i, k in enumerate(order)]
+    inputs = [_AggInput(i, **by_key[k]) for i, k in enumerate(order)]
     return inputs, which
 
 
@@ -623,7 +623,7 @@ class GroupAggregator:
             cols.append(self._output(a, inp, counts, n))
         return cols
 
-    def _output(self, a: _Resolved, inp: _Input, counts: np.ndarray, n: int) -> pa.Array:
+    def _output(self, a: _Resolved, inp: _AggInput, counts: np.ndarray, n: int) -> pa.Array:
         if a.func == "count":
             return pa.array(counts, type=pa.int64())
         has = counts > 0

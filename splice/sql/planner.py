@@ -47,8 +47,8 @@ from splice.ops.session_window import SessionWindowAggregate
 from splice.ops.stateless import Project, Select
 from splice.ops.updating_aggregate import OP, UpdatingAggregate
 from splice.ops.window_aggregate import WindowAggregate
-from splice.sql.expressions import literal_value, to_arrow, unalias
 from splice.sql.statements import QueryText, WindowTable, interval_in_units
+from splice.sql.translate import literal_value, to_arrow, unalias
 
 __all__ = ["SourceTable", "SqlPlan", "plan_query", "datafusion_plan"]
 

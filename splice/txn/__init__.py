@@ -14,7 +14,6 @@ from splice.txn.api import (
     write,
 )
 from splice.txn.objects import Abort
-from splice.txn.operator import TransactionalOperator
 from splice.txn.ops import (
     ABT,
     ADD,
@@ -39,6 +38,7 @@ from splice.txn.ops import (
 from splice.txn.scheduler import ALL_STRATEGIES, Strategy, choose_strategy
 from splice.txn.state_tables import StateStore, StateTable
 from splice.txn.txn_engine import BASELINES, BatchResult, NonDeterministic, TxnEngine
+from splice.txn.txn_operator import TransactionalOperator
 
 __all__ = [
     "ABT",

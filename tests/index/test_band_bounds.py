@@ -83,12 +83,12 @@ def test_the_quick_answer_is_the_searched_one(x, lo_off, hi_off):
 def _listed(sides, keys, offs_lo, offs_hi, bounds):
     # range_split of one slice: per range, the listed tuples (checked here: the slice's left
     # arrivals)
-    from splice.joins.band._band_kernels import Arrivals, BandProbe, range_split
+    from splice.joins.band._band_kernels import BandArrivals, BandProbe, range_split
 
     n, t = len(keys), len(bounds) + 1
     counts = np.empty(t, np.int64)
     out_g = np.empty((t, max(n, 1)), np.int32)
-    lefts = range_split(0, n, Arrivals(sides, keys), BandProbe(offs_lo, offs_hi, False), bounds,
+    lefts = range_split(0, n, BandArrivals(sides, keys), BandProbe(offs_lo, offs_hi, False), bounds,
                         counts, out_g)
     assert lefts == int(np.count_nonzero(sides == 0))
     return [out_g[r, :counts[r]].tolist() for r in range(t)]

@@ -190,7 +190,7 @@ def test_keys_from_arrow_and_numpy_share_one_compiled_loop():
     want = window_band_join(sides.tolist(), keys.tolist(), (40, 40), -2.0, 2.0)
     assert want and got[0] == want and got[1] == want
     assert join_seq_run.signatures
-    # the keys inside the loop's Arrivals argument
+    # the keys inside the loop's BandArrivals argument
     assert not any(dict(zip(sig[0].fields, sig[0].types, strict=True))["keys"].mutable
                    for sig in join_seq_run.signatures)
 

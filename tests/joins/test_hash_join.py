@@ -24,7 +24,7 @@ from splice.joins.common.join_windows import (
 from splice.joins.hash._hash_kernels import (
     SEED1,
     SEED2,
-    Arrivals,
+    HashArrivals,
     InsertBuffer,
     ProbeBuffers,
     RingPositions,
@@ -228,7 +228,7 @@ def test_kernels_equal_python_twins(keys, w) -> None:
     assert all(np.array_equal(x, y) for x, y in zip(r3, r4, strict=True))
     sides = np.array([i % 2 for i in range(n)], np.int8)
     sq = np.array([i // 2 for i in range(n)], np.int64)
-    arrivals = Arrivals(sides, sq, k2[0], v2[0])
+    arrivals = HashArrivals(sides, sq, k2[0], v2[0])
     lx, rx, ly, ry = FastIndex(1, w), FastIndex(1, w), FastIndex(1, w), FastIndex(1, w)
     seq_positions = ring_positions(sq, w, w, 0, 1)
     insert_buf = InsertBuffer(np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_))

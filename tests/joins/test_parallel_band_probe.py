@@ -20,7 +20,7 @@ from splice.joins.band._band_kernels import (
     R_LEN,
     BandProbe,
     Matches,
-    PlacedArrivals,
+    PlacedBandArrivals,
     TaskWindow,
     chunk_setup,
     clear_bits,
@@ -68,7 +68,7 @@ def test_probe_with_positions_in_flight_matches_brute_force(keys, data, probe, b
     out_g = np.zeros(n + 1, np.int64)
     out_p = np.zeros(n + 1, np.int64)
     res[R_ALLOW] = 0  # probe only
-    tuples = PlacedArrivals(np.zeros(1, np.int8), kernel_input([probe], np.int64),
+    tuples = PlacedBandArrivals(np.zeros(1, np.int8), kernel_input([probe], np.int64),
                             np.array([n], np.int64), np.array([t_e], np.int64),
                             np.array([n - 1], np.int64))
     g, m, status = par_task(0, 1, tuples, BandProbe(lo, hi, True), win, win, edge, res, path,
@@ -114,7 +114,7 @@ def test_chunk_setup_matches_the_vectorized_arrival_bounds(sides, counts, window
     rings = [np.full(RING, -1.0), np.full(RING, -1.0)]
     pos, t_e, t_l = (np.empty(n, np.int64) for _ in range(3))
     before = np.empty((2, n + 1), np.int64)
-    chunk_setup(PlacedArrivals(s, keys, pos, t_e, t_l), counts[0], counts[1], windows[0],
+    chunk_setup(PlacedBandArrivals(s, keys, pos, t_e, t_l), counts[0], counts[1], windows[0],
                 windows[1], self_join, rings[0], rings[1], before)
     want_pos, want_te, want_tl = arrival_bounds(s, counts, windows, self_join)
     assert pos.tolist() == want_pos.tolist()

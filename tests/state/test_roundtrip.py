@@ -33,7 +33,7 @@ from splice.testing.contract import assert_same_rows
 from splice.testing.harness import OperatorHarness, Step
 from splice.txn import StateTable
 from splice.txn.api import Access, add, update_object
-from splice.txn.operator import TransactionalOperator, _example_debit
+from splice.txn.txn_operator import TransactionalOperator, _example_debit
 
 SCHEMA = pa.schema([("k", pa.int64()), ("t", pa.int64()), ("v", pa.float64())])
 L, R, C = 2, 3, 4

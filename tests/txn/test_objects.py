@@ -20,7 +20,7 @@ from splice.testing.harness import OperatorHarness
 from splice.txn import StateTable, TxnEngine
 from splice.txn.api import Access, add, read, read_object, run_events, update_object
 from splice.txn.objects import Abort
-from splice.txn.operator import TransactionalOperator
+from splice.txn.txn_operator import TransactionalOperator
 from tests.txn.reference import AccessReference
 
 CAP = 3

@@ -12,7 +12,7 @@ from splice.testing.contract import check_operator
 from splice.testing.harness import Step
 from splice.txn import StateTable
 from splice.txn.api import Access, add, read
-from splice.txn.operator import TransactionalOperator
+from splice.txn.txn_operator import TransactionalOperator
 
 SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64()), ("amount", pa.float64())])
 

@@ -3,7 +3,7 @@
 The window-index state and the per-tuple probe/insert live in :mod:`splice.index._window`; here
 the loop walks a mixed sequence, picking each tuple's own and opposite window by its side.
 
-Arrays that travel together enter the kernels as named tuples (:class:`Arrivals`,
+Arrays that travel together enter the kernels as named tuples (:class:`BandArrivals`,
 :class:`BandProbe`, :class:`Matches`, ...), built by the callers once per call (a
 :class:`TaskWindow` once per task, inside :func:`par_worker`); numba passes a named tuple field by
 field, as it would pass the arrays one by one, so the loops compile as they did with the arrays
@@ -64,8 +64,8 @@ from splice.kernels.numba_internals import trailing_zeros
 
 __all__ = [
     "join_run",
-    "Arrivals",
-    "PlacedArrivals",
+    "BandArrivals",
+    "PlacedBandArrivals",
     "BandProbe",
     "Matches",
     "Run",
@@ -127,7 +127,7 @@ R_SPIN_PART, R_SPIN_QUEUE, R_WAIT_MERGE, R_YIELDS, R_SCANNED = 8, 9, 10, 11, 12
 R_LEN = 16
 
 
-class Arrivals(NamedTuple):
+class BandArrivals(NamedTuple):
     """A sequence of both streams' tuples in arrival order: tuple ``g`` has side ``sides[g]``
     (0 left, 1 right) and key ``keys[g]``."""
 
@@ -135,8 +135,8 @@ class Arrivals(NamedTuple):
     keys: np.ndarray
 
 
-class PlacedArrivals(NamedTuple):
-    """A sequence of arrivals (as :class:`Arrivals`) with, per tuple ``g``, its position
+class PlacedBandArrivals(NamedTuple):
+    """A sequence of arrivals (as :class:`BandArrivals`) with, per tuple ``g``, its position
     ``pos[g]`` in its stream and the positions ``[t_e[g], t_l[g]]`` of the window it probes
     (:func:`chunk_setup`, :func:`~splice.joins.band.parallel_band.arrival_bounds`)."""
 
@@ -201,7 +201,7 @@ class KeyRange(NamedTuple):
 
 class RangeChunk(NamedTuple):
     """What the ranges' threads share of one chunk of the key-range join: its arrivals (as
-    :class:`Arrivals`), each stream's arrivals before it (``arrived``) and the window sizes
+    :class:`BandArrivals`), each stream's arrivals before it (``arrived``) and the window sizes
     ``windows[s]`` of the streams' partners."""
 
     sides: np.ndarray
@@ -336,7 +336,7 @@ def _seq_prefetch(a, seq, band, st_l, st_r, descents, inserts):
 
 @kernel()
 def join_seq_run(seq, start, band, st_l, st_r, out, n_out, prefetch, descents):
-    """IBWJ over the :class:`Arrivals` ``seq`` from tuple ``g = start`` on, in arrival order.
+    """IBWJ over the :class:`BandArrivals` ``seq`` from tuple ``g = start`` on, in arrival order.
 
     A tuple of side ``s`` probes the opposite window (its own, before it, for a self-join: then
     ``st_l`` and ``st_r`` are the same state) for keys in the band of :class:`BandProbe`
@@ -443,7 +443,7 @@ def task_window(shared, cur):
 def par_task(g0, g1, tuples, band, win_l, win_r, edge, res, path, out, n_out):
     """Result generation and index update for the tuples ``g0 .. g1-1`` of one task.
 
-    ``tuples``: the chunk's :class:`PlacedArrivals`; ``win_l``/``win_r``: the windows as the
+    ``tuples``: the chunk's :class:`PlacedBandArrivals`; ``win_l``/``win_r``: the windows as the
     task sees them (:class:`TaskWindow`; a self-join's one window as ``win_l``). A tuple of
     side ``s`` probes the opposite window ``o`` between ``t_e`` and ``t_l``. First it
     scans the positions from the edge tuple ``edge[o]`` (read once, a possibly stale but safe
@@ -663,7 +663,7 @@ def advance_edge(bits, edge, s, limit):
 @kernel()
 def chunk_setup(chunk, c0, c1, w0, w1, self_join, ring_l, ring_r, before):
     """One pass over a chunk of the parallel join before its threads start: per tuple ``g`` of
-    the :class:`PlacedArrivals` ``chunk``, its position ``pos[g]`` in its stream (counting on
+    the :class:`PlacedBandArrivals` ``chunk``, its position ``pos[g]`` in its stream (counting on
     from ``c0``/``c1``), the positions ``[t_e[g], t_l[g]]`` of the opposite window it probes
     (windows of ``w0``/``w1``; a self-join probes its own stream's earlier tuples), its key in
     its stream's ring (lengths powers of 2, at least the window and the chunk long), and
@@ -770,7 +770,7 @@ def par_worker(tid, tuples, band, shared_l, shared_r, queue, log, res, path, out
 
     Every thread of a run calls this with its own ``tid``, resume record ``res``, scratch
     ``path`` and result buffers ``out`` (:class:`Matches`); everything else is shared: the
-    chunk's :class:`PlacedArrivals` ``tuples``, the :class:`BandProbe` ``band``, the windows
+    chunk's :class:`PlacedBandArrivals` ``tuples``, the :class:`BandProbe` ``band``, the windows
     (:class:`SharedWindow`; a self-join's one window twice), the queue's control
     (:class:`TaskQueue`) and the :class:`TaskLog`. Per task:
 
@@ -935,7 +935,7 @@ def par_worker(tid, tuples, band, shared_l, shared_r, queue, log, res, path, out
 
 @kernel()
 def rr_run(start, tuples, band, part, parts, st_l, st_r, out, n_out):
-    """One thread of the round-robin join over the :class:`PlacedArrivals` ``tuples``: every
+    """One thread of the round-robin join over the :class:`PlacedBandArrivals` ``tuples``: every
     tuple probes partition ``part`` of the opposite window (global positions ``[t_e, t_l]``),
     and enters partition ``part`` of its own window when ``pos % parts == part``. Matches carry
     global positions. Returns ``(next g, count, status)`` as :func:`join_seq_run`."""
@@ -1036,7 +1036,7 @@ def _range_prefetch(a, chunk, band, rng, j):
 
 @kernel()
 def range_split(g0, g1, seq, band, bounds, counts, out_g):
-    """List tuples ``g0 .. g1-1`` of the :class:`Arrivals` ``seq`` under every key range they
+    """List tuples ``g0 .. g1-1`` of the :class:`BandArrivals` ``seq`` under every key range they
     concern (their key lies in it, or their band may reach into it:
     :func:`~splice.index._band_bounds.band_cover`), for :func:`range_run`; one slice of a
     chunk, each thread one slice. Returns the slice's left arrivals (side 0).

@@ -83,7 +83,7 @@ from splice.joins.band._band_kernels import (
     LOW_LEFT_POOL,
     LOW_RIGHT_POOL,
     OUT_FULL,
-    Arrivals,
+    BandArrivals,
     BandProbe,
     Matches,
     join_run,
@@ -306,7 +306,7 @@ class BandCore:
         cap = 1024 + int(self._rate * n)
         out_g = pooled.empty(cap)
         out_p = pooled.empty(cap)
-        seq = Arrivals(sides, keys)
+        seq = BandArrivals(sides, keys)
         g, m = 0, 0
         while True:
             if single:

@@ -111,11 +111,11 @@ from splice.joins.band._band_kernels import (
     R_TASK,
     R_WAIT_MERGE,
     TS_FULL,
-    Arrivals,
+    BandArrivals,
     BandProbe,
     KeyRange,
     Matches,
-    PlacedArrivals,
+    PlacedBandArrivals,
     RangeChunk,
     Run,
     SharedWindow,
@@ -287,7 +287,7 @@ class TaskQueueJoin:
         # (the sliding windows hold keys by position): one compiled pass, as the serial part
         # of a chunk holds every other core idle
         pos, t_e, t_l, before, status, task_thr, task_off, task_cnt, t_acq, t_prop = self._scratch
-        tuples = PlacedArrivals(sides, keys, pos, t_e, t_l)
+        tuples = PlacedBandArrivals(sides, keys, pos, t_e, t_l)
         chunk_setup(tuples, counts[0], counts[1], self.windows[0], self.windows[-1],
                     self.self_join, self.rings[0], self.rings[-1], before)
         for s in range(len(self.ixs)):
@@ -422,7 +422,7 @@ class RoundRobinJoin:
             sides = np.zeros(len(keys), np.int8)
         pos, t_e, t_l = arrival_bounds(sides, (self.counts[0], self.counts[1]), self.windows,
                                        self.self_join)
-        results = self._team.run(self._run_part, PlacedArrivals(sides, keys, pos, t_e, t_l))
+        results = self._team.run(self._run_part, PlacedBandArrivals(sides, keys, pos, t_e, t_l))
         for s in range(len(self.parts)):
             self.counts[s] += int((sides == s).sum())
         g = np.concatenate([r[0] for r in results])
@@ -430,7 +430,7 @@ class RoundRobinJoin:
         order = np.lexsort((p, g))
         return g[order], p[order]
 
-    def _run_part(self, part: int, tuples: PlacedArrivals) -> tuple[np.ndarray, np.ndarray]:
+    def _run_part(self, part: int, tuples: PlacedBandArrivals) -> tuple[np.ndarray, np.ndarray]:
         left = self.parts[0][part]
         right = self.parts[-1][part]
         cap = 1024
@@ -787,7 +787,7 @@ class KeyRangeJoin:
         # tuple, and one line written in turns by two cores cost more than the whole pass
         self._counts = np.zeros((splits, t + 8), np.int64)
         bounds = (self.bounds if self.bounds is not None else np.empty(0, self.dtype))
-        seq = Arrivals(sides, keys)
+        seq = BandArrivals(sides, keys)
 
         lefts = [0] * splits
 

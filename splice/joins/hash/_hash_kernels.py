@@ -28,7 +28,7 @@ overflow peak size, overflow comparisons, probes.
 Arrays that travel together reach the kernels as named tuples (numba types them field by field,
 reads their fields as cheaply as separate arguments and caches kernels over them): one index's
 arrays (:class:`FastIndexArrays`, :class:`HBSJIndexArrays`), the arrival sequence
-(:class:`Arrivals`), the ring positions to expire and fill (:class:`RingPositions`), scratch
+(:class:`HashArrivals`), the ring positions to expire and fill (:class:`RingPositions`), scratch
 buffers, and the time join's settings and watermarks. Each kernel reads the fields into locals
 before its loop.
 """
@@ -48,7 +48,7 @@ __all__ = [
     "SEED2",
     "FastIndexArrays",
     "HBSJIndexArrays",
-    "Arrivals",
+    "HashArrivals",
     "RingPositions",
     "InsertBuffer",
     "ProbeBuffers",
@@ -149,7 +149,7 @@ class HBSJIndexArrays(NamedTuple):
     stats: np.ndarray
 
 
-class Arrivals(NamedTuple):
+class HashArrivals(NamedTuple):
     """A mixed arrival sequence of two streams, in arrival order."""
 
     #: int8: the stream of each tuple (0 = left, 1 = right)
@@ -952,7 +952,7 @@ def fx_time_ring_sequence(arrivals, times, params, rings, progress, start, out_i
     """Two-way time-window join over a mixed arrival sequence in which nothing is late, with the
     retained tuples of each side in a ring that the watermarks free.
 
-    Tuple i of side ``me = sides[i]`` (:class:`Arrivals`; sequence number ``s = seqs[i]`` on
+    Tuple i of side ``me = sides[i]`` (:class:`HashArrivals`; sequence number ``s = seqs[i]`` on
     that side, event time ``times[i]``) matches every retained tuple of the other side with an
     equal key and ``|dt| <= length``; then it is stored at ring slot ``(s // parts) & (C - 1)``
     of its side when this PU owns it (``s % parts == pu``: SplitJoin,

@@ -103,8 +103,8 @@ from splice.joins.common.key_codec import KeyCodec, common_key_types
 from splice.joins.common.output_schema import pair_output_schema
 from splice.joins.hash._hash_kernels import (
     NO_TIME,
-    Arrivals,
     FastIndexArrays,
+    HashArrivals,
     HBSJTimeWindows,
     InsertBuffer,
     ProbeBuffers,
@@ -359,7 +359,7 @@ class CountCore:
              ) -> tuple[np.ndarray, np.ndarray]:
         li, ri = self.pus[pu]
         n = len(sides)
-        arrivals = Arrivals(sides, seqs, keys, valid)
+        arrivals = HashArrivals(sides, seqs, keys, valid)
         insert_buf = InsertBuffer(np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_))
         if isinstance(li, HBSJIndex) and isinstance(ri, HBSJIndex):
             positions = ring_positions(seqs, self.window, li.cap, pu, self.parallel)
@@ -438,7 +438,7 @@ class _FastRing:
     def run(self, sides: np.ndarray, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray,
             times: np.ndarray, length: int, time_sorted: bool) -> tuple[np.ndarray, np.ndarray]:
         n = len(sides)
-        arrivals = Arrivals(sides, seqs, keys, valid)
+        arrivals = HashArrivals(sides, seqs, keys, valid)
         params = TimeJoinParams(length, time_sorted, self.pu, self.parts)
         parts_i: list[np.ndarray] = []
         parts_s: list[np.ndarray] = []
@@ -531,7 +531,7 @@ class _HBRing:
     def run(self, sides: np.ndarray, seqs: np.ndarray, keys: np.ndarray, valid: np.ndarray,
             times: np.ndarray, length: int, time_sorted: bool) -> tuple[np.ndarray, np.ndarray]:
         n = len(sides)
-        arrivals = Arrivals(sides, seqs, keys, valid)
+        arrivals = HashArrivals(sides, seqs, keys, valid)
         params = TimeJoinParams(length, time_sorted, self.pu, self.parts)
         insert_buf = InsertBuffer(np.empty((1, 1), np.int64), np.empty((1, 1), np.bool_))
         parts_i: list[np.ndarray] = []
@@ -821,7 +821,7 @@ class HashWindowJoin(OperatorSpec):
         return _HashWindowJoinLogic(self, ls, rs, KeyCodec(types), state)
 
 
-class _Side:
+class _HashSide:
     """One input: its retained rows, key columns, counts, watermark and pending watermarks."""
 
     def __init__(self, schema: pa.Schema, keys: tuple[str, ...], sid: int, hk: KeyCodec) -> None:
@@ -852,7 +852,7 @@ class _HashWindowJoinLogic(OperatorLogic):
         self.hk = hk
         self.schema, self._right_names = pair_output_schema(ls, rs)
         self.ids = (spec.left, spec.right)
-        self.sides = (_Side(ls, lon, spec.left, hk), _Side(rs, ron, spec.right, hk))
+        self.sides = (_HashSide(ls, lon, spec.left, hk), _HashSide(rs, ron, spec.right, hk))
         self.time = spec.window if isinstance(spec.window, TimeWindow) else None
         self.count = spec.window.size if isinstance(spec.window, CountWindow) else None
         self.core: CountCore | TimeCore

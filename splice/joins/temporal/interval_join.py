@@ -439,7 +439,7 @@ class _Buffered:
 _PENDING_MAX = 64
 
 
-class _Side:
+class _IntervalSide:
     """Declared state of one input (LEFT_BUFFER or RIGHT_BUFFER) and its watermarks."""
 
     def __init__(self, label: str, sid: int, schema: pa.Schema, keys: Sequence[str], time: str,
@@ -745,9 +745,9 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
         lt, rt = spec.time_columns
         codec = KeyCodec([ls.field(c).type for c in spec.on])
         self.exact = codec.exact
-        self.L = _Side("left", spec.left, ls, spec.on, lt, lo, hi,
+        self.L = _IntervalSide("left", spec.left, ls, spec.on, lt, lo, hi,
                        spec.how in ("left", "full"), codec)
-        self.R = _Side("right", spec.right, rs, spec.right_on, rt, -hi, -lo,
+        self.R = _IntervalSide("right", spec.right, rs, spec.right_on, rt, -hi, -lo,
                        spec.how in ("right", "full"), KeyCodec([rs.field(c).type for c in spec.right_on]))
         self.matcher = Matcher(spec.matcher)
         self.index_threshold = spec.index_threshold
@@ -888,7 +888,7 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             out.extend(self._pad(self.R, pr))
         return out
 
-    def _probe(self, s: _Side, o: _Side, batch: pa.RecordBatch, cols: list[pa.Array],
+    def _probe(self, s: _IntervalSide, o: _IntervalSide, batch: pa.RecordBatch, cols: list[pa.Array],
                t: np.ndarray, codes: np.ndarray, live: np.ndarray | None,
                matched: np.ndarray | None, tmin: int, tmax: int,
                ordered: bool) -> pa.RecordBatch | None:
@@ -1010,7 +1010,7 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             return pa.RecordBatch.from_arrays(arrays, names=self._names)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def _pad(self, s: _Side, parts: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    def _pad(self, s: _IntervalSide, parts: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
         out = []
         for p in parts:
             n = p.num_rows
@@ -1023,7 +1023,7 @@ class IntervalJoinLogic(TwoSidedJoinLogic):
             out.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
         return out
 
-    def _check_budget(self, s: _Side, batch: pa.RecordBatch, times: np.ndarray) -> int:
+    def _check_budget(self, s: _IntervalSide, batch: pa.RecordBatch, times: np.ndarray) -> int:
         """With a budget: the bytes ``batch`` will take, or :class:`StateError` before it is
         stored. Without one: ``-1`` (the side counts the batch when next asked)."""
         budget = self.spec.state_budget
