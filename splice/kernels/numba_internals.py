@@ -84,4 +84,4 @@ def stale_index_is_a_miss(self: Any) -> dict[Any, Any]:
         return {}
 
 
-setattr(caching.IndexDataCacheFile, "_load_index", stale_index_is_a_miss)
+caching.IndexDataCacheFile._load_index = stale_index_is_a_miss  # type: ignore[method-assign]
