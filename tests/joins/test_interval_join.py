@@ -17,7 +17,7 @@ from splice.core.records import Data, End, Watermark
 from splice.joins.common.key_codec import KeyCodec
 from splice.joins.temporal._interval_kernels import band_pairs, hash_band_pairs
 from splice.joins.temporal._key_index import KeyIndex
-from splice.joins.temporal.interval_join import IntervalJoin, IntervalJoinLogic, _Side
+from splice.joins.temporal.interval_join import IntervalJoin, IntervalJoinLogic, _IntervalSide
 from splice.joins.temporal.matcher import Matcher
 from splice.kernels.hashing import hash_bytes
 from splice.testing import OperatorHarness, check_operator, rows_of, run_operator
@@ -282,13 +282,13 @@ def test_large_state_indexed_equals_sql_and_unindexed(how, monkeypatch):
         records.extend(pair if i % 2 == 0 else pair[::-1])
     records.append(End())
     built: list[int] = []
-    promote = _Side.build_index
+    promote = _IntervalSide.build_index
 
-    def spy(side: _Side) -> None:
+    def spy(side: _IntervalSide) -> None:
         built.append(side.sid)
         promote(side)
 
-    monkeypatch.setattr(_Side, "build_index", spy)
+    monkeypatch.setattr(_IntervalSide, "build_index", spy)
     h = OperatorHarness(spec, {L: ls, R: rs})
     for r in records:
         h.step(r)

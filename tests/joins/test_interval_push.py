@@ -29,7 +29,7 @@ from splice.joins.temporal.interval_join import (
     IntervalJoin,
     IntervalJoinLogic,
     _column_plan,
-    _Side,
+    _IntervalSide,
     column_views,
 )
 from splice.testing import rows_of, run_operator
@@ -174,7 +174,7 @@ def test_column_plans():
 # -- derived caches against a recount ---------------------------------------------------------
 
 
-def _recount(side: _Side) -> int:
+def _recount(side: _IntervalSide) -> int:
     """The side's bytes from scratch: every retained batch, then the index."""
     total = 0
     for b in side.batches:

@@ -31,7 +31,7 @@ class _Row:
 
 
 @dataclass
-class _Side:
+class _RefSide:
     sid: int
     keys: Sequence[str]
     time: str
@@ -46,20 +46,20 @@ class _Base:
     def __init__(self, left: int, right: int, on: Sequence[str], time: str, how: str,
                  right_on: Sequence[str] | None, right_time: str | None,
                  names: tuple[Sequence[str], Sequence[str]]):
-        self.L = _Side(left, list(on), time, how in ("left", "full"), list(names[0]))
-        self.R = _Side(right, list(right_on or on), right_time or time, how in ("right", "full"),
+        self.L = _RefSide(left, list(on), time, how in ("left", "full"), list(names[0]))
+        self.R = _RefSide(right, list(right_on or on), right_time or time, how in ("right", "full"),
                        list(names[1]))
         self.out: list[tuple] = []
         self.seq = 0
 
-    def eff(self, s: _Side) -> int:
+    def eff(self, s: _RefSide) -> int:
         """The side's watermark: the one the path delivered."""
         return s.delivered
 
-    def side(self, sid: int) -> _Side:
+    def side(self, sid: int) -> _RefSide:
         return self.L if sid == self.L.sid else self.R
 
-    def pad(self, s: _Side, row: _Row) -> None:
+    def pad(self, s: _RefSide, row: _Row) -> None:
         if s is self.L:
             self.out.append(row.values + (None,) * len(self.R.names))
         else:
@@ -75,7 +75,7 @@ class _Base:
                 self.end()
         return self.out
 
-    def rows(self, s: _Side, batch: pa.RecordBatch) -> list[_Row]:
+    def rows(self, s: _RefSide, batch: pa.RecordBatch) -> list[_Row]:
         d = batch.to_pylist()
         out = []
         for r in d:
@@ -113,7 +113,7 @@ class IntervalJoinRef(_Base):
         super().__init__(left, right, on, time, how, right_on, right_time, names)
         self.lo, self.hi = lo, hi
 
-    def _hi(self, s: _Side) -> int:
+    def _hi(self, s: _RefSide) -> int:
         return self.hi if s is self.L else -self.lo
 
     def push(self, sid: int, batch: pa.RecordBatch) -> None:
