@@ -191,7 +191,10 @@ def _plan_all(statements: list[Any], tables: dict[str, _Table], definitions: dic
     planned: list[_Planned] = []
     explains: list[_Planned] = []
     selects = 0
+    settings: dict[str, str] = {}
     for st in statements:
+        if isinstance(st, SetOption):  # in force for the statements after it
+            settings[st.key] = st.value
         if isinstance(st, SelectQuery | InsertInto | Explain):
             sources = {n: SourceTable(n, t.schema, t.definition.time_column, bounded=True)
                        for n, t in tables.items() if n in _referenced(st.query)}
@@ -211,7 +214,7 @@ def _plan_all(statements: list[Any], tables: dict[str, _Table], definitions: dic
                 selects += 1
                 name = "query" if selects == 1 else f"query_{selects}"
                 target = None
-            plan = plan_query(st.query, sources, name)
+            plan = plan_query(st.query, sources, name, dict(settings))
             (explains if isinstance(st, Explain) else planned).append(_Planned(name, plan, target))
     return planned, explains
 
@@ -276,8 +279,6 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
             if st.table.name in definitions:
                 raise PlanError(f"table {st.table.name!r} is defined twice")
             definitions[st.table.name] = st.table
-        elif isinstance(st, SetOption):
-            raise PlanError(f"SET {st.key}: no settings are supported yet")
     used: set[str] = set()
     for st in statements:
         if isinstance(st, SelectQuery | InsertInto | Explain):

@@ -449,18 +449,22 @@ class Engine:
         """Deploy the SQL query ``text`` now, as :meth:`deploy` deploys a plan: it sees exactly
         the records pushed after this call.
 
-        ``text`` is one ``SELECT`` over this engine's source streams, planned onto splice's
+        ``text`` is one ``SELECT`` over this engine's source streams (after any ``SET
+        state_ttl = '10s'`` statements), planned onto splice's
         operators by :func:`splice.sql.planner.plan_query` (windows, interval and window joins,
         aggregates, filters and projections; see docs/sql.md). A time-based operator reads a
         stream's declared time column. ``name`` defaults to ``sql_1``, ``sql_2``, ...
         Returns the query's handle: read its rows with :meth:`results` or :meth:`take`.
         """
         from splice.sql.planner import SourceTable, plan_query
-        from splice.sql.statements import SelectQuery, parse_statements
+        from splice.sql.statements import SelectQuery, SetOption, parse_statements
 
         statements = parse_statements(text)
-        if len(statements) != 1 or not isinstance(statements[0], SelectQuery):
-            raise PlanError("Engine.sql takes one SELECT; define streams with define_stream")
+        settings = {st.key: st.value for st in statements[:-1] if isinstance(st, SetOption)}
+        if (not statements or not isinstance(statements[-1], SelectQuery)
+                or not all(isinstance(st, SetOption) for st in statements[:-1])):
+            raise PlanError("Engine.sql takes one SELECT, after any SET statements; define "
+                            "streams with define_stream")
         with self._lock:
             sources = {}
             for sid in self._sources:
@@ -471,7 +475,7 @@ class Engine:
                 while f"sql_{k}" in self.queries:
                     k += 1
                 name = f"sql_{k}"
-        plan = plan_query(statements[0].query, sources, name)
+        plan = plan_query(statements[-1].query, sources, name, settings)
         for source, column in plan.time_columns.items():
             declared = sources[source].time_column
             if declared is None:

@@ -47,7 +47,7 @@ from splice.ops.session_window import SessionWindowAggregate
 from splice.ops.stateless import Project, Select
 from splice.ops.updating_aggregate import OP, UpdatingAggregate
 from splice.ops.window_aggregate import WindowAggregate
-from splice.sql.statements import QueryText, WindowTable, interval_in_units
+from splice.sql.statements import QueryText, WindowTable, duration_in_units, interval_in_units
 from splice.sql.translate import literal_value, to_arrow, unalias
 
 __all__ = ["SourceTable", "SqlPlan", "plan_query", "datafusion_plan"]
@@ -207,10 +207,12 @@ def _shift_time(start: pc.Expression, t: pa.DataType, size: int) -> pc.Expressio
 
 
 class _Planner:
-    def __init__(self, sources: Mapping[str, SourceTable], query: QueryText, name: str) -> None:
+    def __init__(self, sources: Mapping[str, SourceTable], query: QueryText, name: str,
+                 settings: Mapping[str, str]) -> None:
         self.sources = sources
         self.windows = {w.alias: w for w in query.windows}
         self.hints = query.hints
+        self.settings = settings
         self.name = name
         self.nodes: list[Node] = []
         self.steps: list[str] = []
@@ -655,10 +657,12 @@ class _Planner:
         """A join on keys alone: over all rows of finite tables, or over count windows given by
         a ``/*+ WINDOW(n) */`` hint; the other terms of its condition filter its output."""
         window = self._window_hint()
+        if window is None and not self.bounded() and "state_ttl" in self.settings:
+            return self._ttl_join(left, right, pairs, filt, how)
         if window is None and not self.bounded():
             raise PlanError("SQL: a join of streams needs a bound on its state: a time band "
                             "(r.ts BETWEEN l.ts - a AND l.ts + b), two window tables joined on "
-                            "window_start, or a count window /*+ WINDOW(n) */")
+                            "window_start, a count window /*+ WINDOW(n) */ or SET state_ttl")
         if how != "inner":
             raise PlanError(f"SQL: a {how} join on keys alone is not supported yet; inner joins "
                             "are, and outer joins with a time band (interval join)")
@@ -676,6 +680,46 @@ class _Planner:
         node = self.add("equi_join", spec, (left.node, right.node), schema,
                         f"hash join (inner) on {', '.join(f'{a.column}={b.column}' for a, b in pairs)}: "
                         + reason)
+        rel = self._joined(node, schema, left, right)
+        if filt is not None:
+            out = self.add("select", Select(self.translate(rel, filt)), (rel.node,), schema,
+                           "Select: the join condition's other terms")
+            rel = _Rel(out, schema, rel.cols)
+        return rel
+
+    def _ttl_join(self, left: _Rel, right: _Rel, pairs: list[tuple[_Col, _Col]], filt: Any,
+                  how: str) -> _Rel:
+        """``SET state_ttl = D``: a join on keys over streams keeps each row for ``D`` of event
+        time, so it pairs rows with equal keys whose times differ by at most ``D`` (the hash join
+        over a time window; with nothing late, every such pair)."""
+        if how != "inner":
+            raise PlanError(f"SQL: a {how} join under state_ttl is not supported; inner joins are")
+        if not pairs:
+            raise PlanError("SQL: a join needs an equality of keys (a cross join is not supported)")
+        times = []
+        for rel in (left, right):
+            declared = self.sources[rel.source].time_column if rel.source else None
+            column = rel.time_of(declared) if declared else None
+            if column is None:
+                raise PlanError("SQL: state_ttl bounds a join by event time: both inputs must be "
+                                "streams with a time column, passed through unchanged")
+            self.need_time(rel, column, "a join under state_ttl")
+            times.append(column)
+        if times[0] != times[1]:
+            raise PlanError(f"SQL: state_ttl joins inputs whose time columns share a name; got "
+                            f"{times[0]!r} and {times[1]!r}")
+        t = left.schema.field(times[0]).type
+        ttl = duration_in_units(self.settings["state_ttl"], t, "SET state_ttl")
+        from splice.joins.common.join_windows import TimeWindow
+        from splice.joins.hash.hash_window_join import HashWindowJoin
+
+        spec = BindInputs(HashWindowJoin, {"on": [lc.column for lc, _ in pairs],
+                                           "right_on": [rc.column for _, rc in pairs],
+                                           "window": TimeWindow(ttl, times[0])})
+        schema = self._join_output(spec, left, right)
+        node = self.add("hash_join", spec, (left.node, right.node), schema,
+                        f"HashWindowJoin (inner) on {', '.join(f'{a.column}={b.column}' for a, b in pairs)}"
+                        f": state_ttl keeps each row {ttl} time units, pairs within that of each other")
         rel = self._joined(node, schema, left, right)
         if filt is not None:
             out = self.add("select", Select(self.translate(rel, filt)), (rel.node,), schema,
@@ -925,10 +969,12 @@ def _band_term(term: Any, left: _Rel, right: _Rel) -> tuple[tuple[str, str], str
     return (ca.column, cb.column), _FLIP[op], -c
 
 
-def plan_query(query: QueryText, sources: Mapping[str, SourceTable], name: str = "query") -> SqlPlan:
-    """Plan ``query`` over ``sources`` onto splice's operators (see the module docstring)."""
+def plan_query(query: QueryText, sources: Mapping[str, SourceTable], name: str = "query",
+               settings: Mapping[str, str] | None = None) -> SqlPlan:
+    """Plan ``query`` over ``sources`` onto splice's operators (see the module docstring);
+    ``settings`` are the ``SET`` values in force (``state_ttl``)."""
     root = datafusion_plan(query, sources)
-    planner = _Planner(sources, query, name)
+    planner = _Planner(sources, query, name, settings or {})
     rel = planner.plan(root)
     columns: list[str] = []
     for c in rel.cols:  # a name the result already has gets _1, _2, ... (as DuckDB names them)

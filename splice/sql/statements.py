@@ -36,6 +36,8 @@ __all__ = [
     "SetOption",
     "parse_statements",
     "interval_in_units",
+    "duration_in_units",
+    "SETTINGS",
     "DIALECT",
 ]
 
@@ -130,6 +132,27 @@ class SetOption:
 
 
 Statement = CreateTable | InsertInto | SelectQuery | Explain | SetOption
+
+
+#: what ``SET key = value`` may set
+SETTINGS = ("state_ttl",)
+
+_DURATION_UNITS = {"ns": "NANOSECOND", "us": "MICROSECOND", "ms": "MILLISECOND", "s": "SECOND",
+                   "sec": "SECOND", "m": "MINUTE", "min": "MINUTE", "h": "HOUR", "d": "DAY"}
+
+
+def duration_in_units(text: str, time_type: pa.DataType, where: str) -> int:
+    """A duration written as ``'10s'``, ``'500 ms'``, ``'2 minutes'`` (or a bare integer, in the
+    column's units) in the units of a time column of ``time_type``."""
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    if not m:
+        raise PlanError(f"{where}: cannot read the duration {text!r} (e.g. '10s', '500 ms')")
+    amount, unit = int(m.group(1)), m.group(2).lower()
+    if not unit:
+        return amount
+    name = _DURATION_UNITS.get(unit) or unit.upper().rstrip("S")
+    return interval_in_units(exp.Interval(this=exp.Literal.string(str(amount)),
+                                          unit=exp.Var(this=name)), time_type, where)
 
 
 def interval_in_units(value: Any, time_type: pa.DataType, where: str) -> int:
@@ -384,7 +407,10 @@ def parse_statements(text: str) -> list[Statement]:
                 eq = item.this
                 if not isinstance(eq, exp.EQ):
                     raise PlanError(f"SQL: expected SET key = value, got {item.sql()}")
-                out.append(SetOption(eq.this.name.lower(), _option_value(eq.expression)))
+                key = eq.this.name.lower()
+                if key not in SETTINGS:
+                    raise PlanError(f"SQL: SET {key}: unknown setting (one of {', '.join(SETTINGS)})")
+                out.append(SetOption(key, _option_value(eq.expression)))
         elif isinstance(tree, exp.Query):
             _, q = _query(piece, counter)
             out.append(SelectQuery(q))

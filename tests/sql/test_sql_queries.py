@@ -493,3 +493,29 @@ def test_session_windows_match_duckdb(tmp_path_factory, seed, n, jitter, gap, ba
         f"ORDER BY ts, rid ROWS UNBOUNDED PRECEDING) AS sid FROM o) SELECT key, min(ts), "
         f"max(ts) + {gap}, count(*), sum(payload) FROM s GROUP BY key, sid", l=on_time)
     _same(run.results["query"], want)
+
+
+@_JOBS
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 200), ttl=st.integers(0, 25),
+       batch=st.integers(1, 64))
+def test_state_ttl_bounds_a_join_of_streams_by_event_time(seed, n, ttl, batch):
+    from splice.runtime.engine import Engine
+
+    left, right = _stream(n, 5, 6, seed), _stream(n, 5, 6, seed + 1)
+    eng = Engine()
+    for name in ("l", "r"):  # disorder of 6 within the declared 12: nothing late
+        eng.define_stream(name, left.schema, "ts", max_out_of_orderness=12)
+    eng.sql(f"SET state_ttl = '{ttl}'; SELECT l.key, l.ts, r.ts AS rts FROM l JOIN r "
+            "ON l.key = r.key", name="j")
+    lb, rb = left.to_batches(max_chunksize=batch), right.to_batches(max_chunksize=batch)
+    for i in range(max(len(lb), len(rb))):
+        if i < len(lb):
+            eng.push("l", lb[i])
+        if i < len(rb):
+            eng.push("r", rb[i])
+    eng.end()
+    assert not any(t.num_rows for t in eng.late("j").values())
+    want = _duck(f"SELECT l.key, l.ts, r.ts FROM l JOIN r ON l.key = r.key AND abs(l.ts - r.ts) <= {ttl}",
+                 l=left, r=right)
+    _same(eng.results("j"), want)
+    eng.close()
