@@ -240,8 +240,10 @@ class _Stage:
         self.codecs = [codecs[spec.classes[(sid, c)]] for c in self.attrs]
         self.index: HashIndex = make_index(spec.impl, max(1, len(self.attrs)), spec.window, 1, spec.table_size)
         self.rows = RowStore(schema)
-        self.keys = np.zeros((len(self.attrs), 0), np.int64)  # by seq - keys_base
-        self.valid = np.zeros((len(self.attrs), 0), np.bool_)
+        self._codes = np.zeros((len(self.attrs), 0), np.int64)
+        self._flags = np.zeros((len(self.attrs), 0), np.bool_)
+        self.keys = self._codes  # the held rows' codes, by seq - keys_base
+        self.valid = self._flags
         self.keys_base = 0
         self.nulls = 0
 
@@ -261,8 +263,21 @@ class _Stage:
             self.rows.evict_before(self.rows.end - window)
         start = self.rows.start
         drop = start - self.keys_base
-        self.keys = np.concatenate([self.keys[:, drop:], k[: len(self.attrs)]], axis=1)
-        self.valid = np.concatenate([self.valid[:, drop:], v[: len(self.attrs)]], axis=1)
+        held = self.keys.shape[1] - drop
+        need = held + batch.num_rows
+        cap = self._codes.shape[1]
+        if drop or need > cap:
+            # the codes live in a buffer that at least doubles when it fills, so a window that
+            # keeps every row (window=None) copies each code O(1) times, not once per batch
+            size = max(need, 2 * cap) if need > cap else cap
+            codes = np.empty((len(self.attrs), size), np.int64)
+            flags = np.empty((len(self.attrs), size), np.bool_)
+            codes[:, :held] = self.keys[:, drop:]
+            flags[:, :held] = self.valid[:, drop:]
+            self._codes, self._flags = codes, flags
+        self._codes[:, held:need] = k[: len(self.attrs)]
+        self._flags[:, held:need] = v[: len(self.attrs)]
+        self.keys, self.valid = self._codes[:, :need], self._flags[:, :need]
         self.keys_base = start
 
     def key_of(self, col: str, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -367,6 +382,7 @@ class _MultiwayLogic(OperatorLogic):
             st.rows.end = sn["end"]
             k, v = st.encode(rows)
             st.keys, st.valid, st.keys_base = k[: len(st.attrs)], v[: len(st.attrs)], sn["first"]
+            st._codes, st._flags = st.keys, st.valid
             st.nulls = int(sn.get("nulls", 0))
             live = np.asarray(sn["live"], np.int64)
             if len(live):
