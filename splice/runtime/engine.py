@@ -759,7 +759,16 @@ class Engine:
             self._raise_failures()
 
     def close(self) -> None:
+        """Stop the executor's threads; results already produced stay readable."""
         self.executor.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Leaving a ``with Engine() as eng:`` block closes the engine (call :meth:`end` inside
+        the block to flush blocking operators first)."""
+        self.close()
 
     def run(self, source: Iterable[tuple[str, pa.RecordBatch]], end: bool = True) -> float:
         """Push every ``(stream, batch)`` of ``source``; return the seconds it took."""

@@ -519,3 +519,19 @@ def test_state_ttl_bounds_a_join_of_streams_by_event_time(seed, n, ttl, batch):
                  l=left, r=right)
     _same(eng.results("j"), want)
     eng.close()
+
+
+def test_the_engine_is_a_context_manager_reached_from_the_package():
+    import splice
+
+    t = _stream(50, 3, 0, 2)
+    with splice.Engine() as eng:
+        eng.define_stream("l", t.schema, "ts", max_out_of_orderness=0)
+        eng.sql("SELECT key, count(*) AS n FROM TUMBLE(l, ts, 10) GROUP BY key, window_start, "
+                "window_end", name="counts")
+        eng.push("l", t)
+        eng.end()
+        got = eng.results("counts")
+    want = _duck("SELECT key, count(*) FROM l GROUP BY key, floor(ts / 10)", l=t)
+    _same(got, want)
+    assert eng.results("counts").num_rows == got.num_rows  # still readable once closed
