@@ -680,12 +680,7 @@ class _Planner:
         node = self.add("equi_join", spec, (left.node, right.node), schema,
                         f"hash join (inner) on {', '.join(f'{a.column}={b.column}' for a, b in pairs)}: "
                         + reason)
-        rel = self._joined(node, schema, left, right)
-        if filt is not None:
-            out = self.add("select", Select(self.translate(rel, filt)), (rel.node,), schema,
-                           "Select: the join condition's other terms")
-            rel = _Rel(out, schema, rel.cols)
-        return rel
+        return self._filtered(self._joined(node, schema, left, right), filt)
 
     def _ttl_join(self, left: _Rel, right: _Rel, pairs: list[tuple[_Col, _Col]], filt: Any,
                   how: str) -> _Rel:
@@ -720,12 +715,15 @@ class _Planner:
         node = self.add("hash_join", spec, (left.node, right.node), schema,
                         f"HashWindowJoin (inner) on {', '.join(f'{a.column}={b.column}' for a, b in pairs)}"
                         f": state_ttl keeps each row {ttl} time units, pairs within that of each other")
-        rel = self._joined(node, schema, left, right)
-        if filt is not None:
-            out = self.add("select", Select(self.translate(rel, filt)), (rel.node,), schema,
-                           "Select: the join condition's other terms")
-            rel = _Rel(out, schema, rel.cols)
-        return rel
+        return self._filtered(self._joined(node, schema, left, right), filt)
+
+    def _filtered(self, rel: _Rel, filt: Any) -> _Rel:
+        """``rel`` kept where ``filt`` (the join condition's terms besides its keys) holds."""
+        if filt is None:
+            return rel
+        out = self.add("select", Select(self.translate(rel, filt)), (rel.node,), rel.schema,
+                       "Select: the join condition's other terms")
+        return _Rel(out, rel.schema, rel.cols)
 
     def _copy(self, rel: _Rel) -> _Rel:
         cols = {n: pc.field(n) for n in rel.schema.names}
