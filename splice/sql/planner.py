@@ -663,11 +663,13 @@ class _Planner:
             raise PlanError("SQL: a join of streams needs a bound on its state: a time band "
                             "(r.ts BETWEEN l.ts - a AND l.ts + b), two window tables joined on "
                             "window_start, a count window /*+ WINDOW(n) */ or SET state_ttl")
-        if how != "inner":
-            raise PlanError(f"SQL: a {how} join on keys alone is not supported yet; inner joins "
-                            "are, and outer joins with a time band (interval join)")
         if not pairs:
             raise PlanError("SQL: a join needs an equality of keys (a cross join is not supported)")
+        if window is None:
+            return self._table_join(left, right, pairs, filt, how)
+        if how != "inner":
+            raise PlanError(f"SQL: a {how} join over count windows is not supported; inner joins "
+                            "are")
 
         from splice.joins.multiway.multiway_join import equi_join
 
@@ -715,6 +717,24 @@ class _Planner:
         node = self.add("hash_join", spec, (left.node, right.node), schema,
                         f"HashWindowJoin (inner) on {', '.join(f'{a.column}={b.column}' for a, b in pairs)}"
                         f": state_ttl keeps each row {ttl} time units, pairs within that of each other")
+        return self._filtered(self._joined(node, schema, left, right), filt)
+
+    def _table_join(self, left: _Rel, right: _Rel, pairs: list[tuple[_Col, _Col]], filt: Any,
+                    how: str) -> _Rel:
+        """A join on keys of finite tables: Arrow's hash join when both have ended (every join
+        type); other terms of an inner join's condition filter its pairs."""
+        if filt is not None and how != "inner":
+            raise PlanError(f"SQL: a {how} join of finite tables may hold key equalities only; "
+                            f"{filt.canonical_name()} would change which rows pad")
+        from splice.joins.hash.table_join import TableJoin
+
+        spec = BindInputs(TableJoin, {"on": [lc.column for lc, _ in pairs],
+                                      "right_on": [rc.column for _, rc in pairs], "how": how})
+        schema = self._join_output(spec, left, right)
+        node = self.add("table_join", spec, (left.node, right.node), schema,
+                        f"TableJoin ({how}) on "
+                        f"{', '.join(f'{a.column}={b.column}' for a, b in pairs)}: every input is "
+                        "finite, so Arrow's hash join answers it when both have ended")
         return self._filtered(self._joined(node, schema, left, right), filt)
 
     def _filtered(self, rel: _Rel, filt: Any) -> _Rel:

@@ -10,9 +10,14 @@ A right column whose name the left (or an earlier right column) already has gets
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pyarrow as pa
 
-__all__ = ["pair_output_schema"]
+__all__ = ["pair_output_schema", "JoinType"]
+
+#: which unmatched rows a join keeps: none, the left's, the right's or both (null-padded)
+JoinType = Literal["inner", "left", "right", "full"]
 
 
 def pair_output_schema(left: pa.Schema, right: pa.Schema) -> tuple[pa.Schema, list[str]]:

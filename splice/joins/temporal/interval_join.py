@@ -76,7 +76,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -87,6 +87,7 @@ from splice.core.row_checks import RowCheck, not_null
 from splice.core.time import MIN_TIME, is_temporal, time_values
 from splice.joins.common._c_batches import MINE, PASS, THEIRS, TIMES, BatchAssembler
 from splice.joins.common.key_codec import KeyCodec, check_key_types, keys_equal
+from splice.joins.common.output_schema import JoinType
 from splice.joins.temporal._interval_kernels import (
     gather_bits,
     gather_var,
@@ -99,7 +100,6 @@ from splice.joins.temporal.matcher import Matcher, MatchMethod
 
 __all__ = ["IntervalJoin", "JoinType", "join_output_schema"]
 
-JoinType = Literal["inner", "left", "right", "full"]
 
 MAX_TIME = int(np.iinfo(np.int64).max)
 _MIN = int(MIN_TIME)
