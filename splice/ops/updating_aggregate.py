@@ -152,7 +152,7 @@ class _UpdatingLogic(OperatorLogic):
         return out.to_batches()
 
     def _tagged(self, rows: pa.Table, op: str) -> pa.Table:
-        ops = pa.array([op] * rows.num_rows, pa.string())
+        ops = pa.repeat(pa.scalar(op, pa.string()), rows.num_rows)
         return pa.Table.from_arrays([ops, *rows.columns], schema=self.schema)
 
     def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:

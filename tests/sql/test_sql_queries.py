@@ -240,7 +240,7 @@ def test_interval_join_exclusive_bounds_and_other_names(tmp_path):
 @pytest.mark.parametrize("how", ["INNER", "LEFT"])
 @_JOBS
 @given(seed=st.integers(0, 10_000), n=st.integers(0, 250), jitter=st.integers(0, 30),
-       size=st.sampled_from([10, 50]), delay=st.sampled_from([None, 100]))
+       size=st.sampled_from([10, 50]), delay=st.sampled_from([None, 4, 100]))
 def test_window_joins_match_duckdb(tmp_path_factory, how, seed, n, jitter, size, delay):
     tmp = tmp_path_factory.mktemp("wj")
     left, right = _stream(n, 5, jitter, seed), _stream(n, 5, jitter, seed + 7)
@@ -509,14 +509,14 @@ def test_session_windows_match_duckdb(tmp_path_factory, seed, n, jitter, gap, ba
 
 @_JOBS
 @given(seed=st.integers(0, 10_000), n=st.integers(0, 200), ttl=st.integers(0, 25),
-       batch=st.integers(1, 64))
-def test_state_ttl_bounds_a_join_of_streams_by_event_time(seed, n, ttl, batch):
+       batch=st.integers(1, 64), delay=st.sampled_from([1, 4, 12]))
+def test_state_ttl_bounds_a_join_of_streams_by_event_time(seed, n, ttl, batch, delay):
     from splice.runtime.engine import Engine
 
     left, right = _stream(n, 5, 6, seed), _stream(n, 5, 6, seed + 1)
     eng = Engine()
-    for name in ("l", "r"):  # disorder of 6 within the declared 12: nothing late
-        eng.define_stream(name, left.schema, "ts", max_out_of_orderness=12)
+    for name in ("l", "r"):  # disorder of up to 6: within the bound of 12, beyond 1 and 4
+        eng.define_stream(name, left.schema, "ts", max_out_of_orderness=delay)
     eng.sql(f"SET state_ttl = '{ttl}'; SELECT l.key, l.ts, r.ts AS rts FROM l JOIN r "
             "ON l.key = r.key", name="j")
     lb, rb = left.to_batches(max_chunksize=batch), right.to_batches(max_chunksize=batch)
@@ -526,9 +526,17 @@ def test_state_ttl_bounds_a_join_of_streams_by_event_time(seed, n, ttl, batch):
         if i < len(rb):
             eng.push("r", rb[i])
     eng.end()
-    assert not any(t.num_rows for t in eng.late("j").values())
+    late = eng.late("j")
+    kept = {}
+    for name, t in (("l", left), ("r", right)):  # a row at or behind its own watermark is late
+        ts = t.column("ts").to_numpy()
+        is_late = ts <= _met_watermarks(ts, batch, delay)
+        got = late.get(name)
+        assert (got.num_rows if got is not None else 0) == int(is_late.sum())
+        kept[name] = _on_time(t, got)
+        assert kept[name].num_rows == int((~is_late).sum())
     want = _duck(f"SELECT l.key, l.ts, r.ts FROM l JOIN r ON l.key = r.key AND abs(l.ts - r.ts) <= {ttl}",
-                 l=left, r=right)
+                 l=kept["l"], r=kept["r"])
     _same(eng.results("j"), want)
     eng.close()
 
