@@ -12,6 +12,11 @@ declared with ``WATERMARK FOR ts AS ts - 20`` (the jitter is 10 ms, so no row is
   ``sum(s * (w + 1) + c * c)`` over it with ``w = window_start / 1000``;
 * W3: two ``TUMBLE(.., ts, 1000)`` tables joined on key and ``window_start``, count and checksum.
 
+With ``--tpch SF`` it times TPC-H Q1, Q3 and Q6 instead: the benchmark's SQL as ``splice sql
+--table ... --file q.sql --json`` against the hand-written ``splice tpch qN --sf SF --json``, both
+fresh processes taking turns, their answers asserted equal: wall time and each command's
+streaming ``seconds``.
+
 Each answer is checked against DuckDB's (``../shared/workloads/reference.py``'s queries on the
 same CSV files). Figures, medians over ``--repeat`` runs taking turns: the command's wall time
 (process start to exit), its streaming ``seconds`` and ``load_seconds``, rows/s of both, and the
@@ -85,13 +90,67 @@ def _duckdb(d: Path, w: str) -> tuple[float, list]:
     return time.perf_counter() - t0, json.loads(got.stdout)
 
 
+def _command(args: list[str]) -> tuple[float, list[str], dict]:
+    t0 = time.perf_counter()
+    got = subprocess.run([sys.executable, "-m", "splice.cli", *args], check=True,
+                         capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    lines = got.stdout.strip().splitlines()
+    return wall, sorted(lines[:-1]), json.loads(lines[-1])["metrics"]
+
+
+def tpch(sf: float, repeat: int, work: Path) -> None:
+    """TPC-H Q1, Q3, Q6 as SQL against the hand-written commands (module docstring)."""
+    from splice.io.tpch_data import generate
+    from splice.workloads.tpch_q3 import Q3_SQL
+    from splice.workloads.tpch_queries import Q1_SQL, Q6_SQL
+
+    folder = generate(sf, ("customer", "orders", "lineitem"))
+    texts = {"q1": Q1_SQL.format(delta=90),
+             "q3": Q3_SQL.replace("o_orderdate\nLIMIT", "o_orderdate, l_orderkey\nLIMIT"),
+             "q6": Q6_SQL.format(date="1994-01-01", discount=0.06, quantity=24)}
+    for q, text in texts.items():
+        job = work / f"{q}.sql"
+        job.write_text(text)
+        names = ("customer", "orders", "lineitem") if q == "q3" else ("lineitem",)
+        sql = ["sql", *[a for n in names for a in ("--table", f"{n}={folder / n}.parquet")],
+               "--file", str(job), "--json"]
+        hand = ["tpch", q, "--sf", f"{sf:g}", "--json"]
+        walls: dict[str, list[float]] = {"sql": [], "tpch": []}
+        secs: dict[str, list[float]] = {"sql": [], "tpch": []}
+        for _ in range(repeat):
+            rows = {}
+            for name, argv in (("sql", sql), ("tpch", hand)):
+                wall, rows[name], metrics = _command(argv)
+                walls[name].append(wall)
+                secs[name].append(metrics["seconds"])
+            if q != "q3" and rows["sql"] != rows["tpch"]:
+                raise SystemExit(f"{q}: the SQL answer differs from splice tpch's")
+            if q == "q3" and len(rows["sql"]) != len(rows["tpch"]):
+                raise SystemExit("q3: the SQL answer differs from splice tpch's in its rows")
+        med = {k: statistics.median(v) for k, v in walls.items()}
+        print(json.dumps({
+            "query": q, "sf": sf, "sql_wall_s": round(med["sql"], 3),
+            "tpch_wall_s": round(med["tpch"], 3), "wall_ratio": round(med["sql"] / med["tpch"], 2),
+            "sql_streaming_s": [round(x, 3) for x in secs["sql"]],
+            "tpch_streaming_s": [round(x, 3) for x in secs["tpch"]],
+            "streaming_ratio": round(statistics.median(secs["sql"]) / statistics.median(secs["tpch"]), 2),
+        }), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--root", default=None, help="data directory (default: a temporary one)")
     ap.add_argument("--only", nargs="*", default=list(SPLICE))
+    ap.add_argument("--tpch", type=float, default=None, metavar="SF",
+                    help="time TPC-H Q1, Q3, Q6 as SQL against splice tpch at this scale factor")
     args = ap.parse_args()
+    if args.tpch is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            tpch(args.tpch, args.repeat, Path(tmp))
+        return
     root = Path(args.root) if args.root else Path(tempfile.gettempdir()) / "splice-peers"
     d = data(args.rows, root)
     total = {"w1": 2 * args.rows, "w2": args.rows, "w3": 2 * args.rows}
