@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any
 
 import pyarrow as pa
 
 from splice.core.errors import PlanError, SchemaError, StateError
 from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.joins.common.key_codec import common_key_types
-from splice.joins.common.output_schema import JoinType, pair_output_schema
+from splice.joins.common.output_schema import JoinType, check_pair_join, pair_output_schema
 
 __all__ = ["TableJoin"]
 
@@ -42,18 +42,7 @@ class TableJoin(OperatorSpec):
     name: str = field(default="table_join")
 
     def __post_init__(self) -> None:
-        on = (self.on,) if isinstance(self.on, str) else tuple(self.on)
-        right_on = on if self.right_on is None else (
-            (self.right_on,) if isinstance(self.right_on, str) else tuple(self.right_on))
-        object.__setattr__(self, "on", on)
-        object.__setattr__(self, "right_on", right_on)
-        if self.how not in get_args(JoinType):
-            raise PlanError(f"{self.name}: how={self.how!r}, expected one of {get_args(JoinType)}")
-        if self.left == self.right:
-            raise PlanError(f"{self.name}: left and right must be different streams")
-        if not on or len(on) != len(right_on):
-            raise PlanError(f"{self.name}: need the same non-zero number of key columns per side, "
-                            f"got {list(on)} and {list(right_on)}")
+        check_pair_join(self)
 
     def _schemas(self, inputs: InputSchemas) -> tuple[pa.Schema, pa.Schema]:
         for s in (self.left, self.right):

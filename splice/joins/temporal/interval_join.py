@@ -76,7 +76,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -87,7 +87,7 @@ from splice.core.row_checks import RowCheck, not_null
 from splice.core.time import MIN_TIME, is_temporal, time_values
 from splice.joins.common._c_batches import MINE, PASS, THEIRS, TIMES, BatchAssembler
 from splice.joins.common.key_codec import KeyCodec, check_key_types, keys_equal
-from splice.joins.common.output_schema import JoinType
+from splice.joins.common.output_schema import JoinType, check_pair_join
 from splice.joins.temporal._interval_kernels import (
     gather_bits,
     gather_var,
@@ -209,19 +209,7 @@ class IntervalJoin(OperatorSpec):
     name: str = field(default="interval_join")
 
     def __post_init__(self) -> None:
-        on = (self.on,) if isinstance(self.on, str) else tuple(self.on)
-        ron = on if self.right_on is None else (
-            (self.right_on,) if isinstance(self.right_on, str) else tuple(self.right_on))
-        object.__setattr__(self, "on", on)
-        object.__setattr__(self, "right_on", ron)
-        if self.how not in get_args(JoinType):
-            raise PlanError(f"{self.name}: how={self.how!r}, expected one of {get_args(JoinType)}")
-        if self.left == self.right:
-            raise PlanError(f"{self.name}: left and right must be different streams, "
-                            f"both are {self.left}")
-        if not on or len(on) != len(ron):
-            raise PlanError(f"{self.name}: need the same non-zero number of key columns per side, "
-                            f"got {list(on)} and {list(ron)}")
+        check_pair_join(self)
         lo, hi = self.bounds
         if lo > hi:
             raise PlanError(f"{self.name}: lower bound {self.lower} is above upper bound "

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -58,6 +58,7 @@ from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
 from splice.core.row_checks import RowCheck
 from splice.core.time import MIN_TIME, time_values
 from splice.joins.common.key_codec import KeyCodec, keys_equal
+from splice.joins.common.output_schema import check_pair_join
 from splice.joins.temporal._interval_kernels import time_range
 from splice.joins.temporal._window_kernels import arrival_windows, expand_windows, window_pairs
 from splice.joins.temporal.interval_join import (
@@ -97,21 +98,9 @@ class WindowJoin(OperatorSpec):
     name: str = field(default="window_join")
 
     def __post_init__(self) -> None:
-        on = (self.on,) if isinstance(self.on, str) else tuple(self.on)
-        ron = on if self.right_on is None else (
-            (self.right_on,) if isinstance(self.right_on, str) else tuple(self.right_on))
-        object.__setattr__(self, "on", on)
-        object.__setattr__(self, "right_on", ron)
+        check_pair_join(self)
         if self.slide is None:
             object.__setattr__(self, "slide", self.size)
-        if self.how not in get_args(JoinType):
-            raise PlanError(f"{self.name}: how={self.how!r}, expected one of {get_args(JoinType)}")
-        if self.left == self.right:
-            raise PlanError(f"{self.name}: left and right must be different streams, "
-                            f"both are {self.left}")
-        if not on or len(on) != len(ron):
-            raise PlanError(f"{self.name}: need the same non-zero number of key columns per side, "
-                            f"got {list(on)} and {list(ron)}")
         assert self.slide is not None
         if self.size < 1 or self.slide < 1:
             raise PlanError(f"{self.name}: window size and slide must be >= 1, "
