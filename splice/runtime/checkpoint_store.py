@@ -43,6 +43,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -161,6 +162,18 @@ class CheckpointStore(Protocol):
         ...
 
 
+def _newest_intact(ids: list[int], read: Callable[[int], Checkpoint],
+                   skipped: list[str]) -> Checkpoint | None:
+    """The newest checkpoint of ``ids`` that reads back intact; why each newer one did not goes
+    to ``skipped``."""
+    for cid in reversed(ids):
+        try:
+            return read(cid)
+        except StateError as exc:
+            skipped.append(str(exc))
+    return None
+
+
 @dataclass
 class LocalCheckpointStore:
     """Checkpoints as directories of Arrow IPC files with an atomic, checksummed manifest."""
@@ -235,12 +248,7 @@ class LocalCheckpointStore:
                           sum(len(v) for v in files.values()))
 
     def load_latest(self) -> Checkpoint | None:
-        for cid in reversed(self.checkpoint_ids()):
-            try:
-                return self._read(cid)
-            except StateError as exc:
-                self.skipped.append(str(exc))
-        return None
+        return _newest_intact(self.checkpoint_ids(), self._read, self.skipped)
 
 
 @dataclass
@@ -346,12 +354,7 @@ class RocksDBCheckpointStore:
                           sum(len(v) for v in files.values()))
 
     def load_latest(self) -> Checkpoint | None:
-        for cid in reversed(self.checkpoint_ids()):
-            try:
-                return self._read(cid)
-            except StateError as exc:
-                self.skipped.append(str(exc))
-        return None
+        return _newest_intact(self.checkpoint_ids(), self._read, self.skipped)
 
 
 def open_store(directory: str | Path, backend: BackendKind = "local", keep: int = 3) -> CheckpointStore:
