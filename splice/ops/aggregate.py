@@ -408,6 +408,14 @@ def _inputs_of(plan: AggPlan) -> tuple[list[_AggInput], list[int]]:
     return inputs, which
 
 
+def _slots_for(gkeys: np.ndarray, n_groups: int) -> np.ndarray:
+    """A hash table over the first ``n_groups`` rows of ``gkeys``, at most half full."""
+    cap = 16
+    while cap < 2 * n_groups + 2:
+        cap *= 2
+    return G.rehash(np.full(cap // 2, -1, dtype=np.int64), gkeys, n_groups)
+
+
 def _grow(a: np.ndarray, cap: int, fill: Any) -> np.ndarray:
     if len(a) >= cap:
         return a
@@ -458,12 +466,17 @@ class GroupAggregator:
     or ``i.fsum`` (float sum), ``i.min``/``i.max`` (running extremes, initialised to the
     type's far end). Aggregates over the same input share its state: ``sum(x)`` and ``avg(x)``
     read the same limbs, and ``count(x) = rows - x.nulls``.
+
+    ``extra_words`` adds that many int64 words to every group's key, given per row by the
+    caller (a window's index, for windowed aggregation): one table then holds the groups of
+    every open window; ``result_columns(groups)`` and :meth:`keep_groups` read and drop groups by id.
     """
 
-    def __init__(self, plan: AggPlan, state: Any = None):
+    def __init__(self, plan: AggPlan, state: Any = None, extra_words: int = 0):
         self.plan = plan
         self.inputs, self.which = _inputs_of(plan)
-        w = len(plan.keys) + 1  # key codes + a bitmask of null keys
+        self.extra_words = extra_words
+        w = len(plan.keys) + extra_words + 1  # key codes, extra words, a bitmask of null keys
         self.coders = [
             GroupKeyCoder(n, t, None if state is None else state["coders"][i])
             for i, (n, t) in enumerate(plan.keys)
@@ -498,29 +511,40 @@ class GroupAggregator:
             for k, v in state["arrays"].items():
                 self.arrays[k] = v.copy()
             self.others = dict(state["others"])
-        cap = 16
-        while cap < 2 * self.n_groups + 2:
-            cap *= 2
-        self.slots = G.rehash(np.full(cap // 2, -1, dtype=np.int64), self.gkeys, self.n_groups)
-        if not plan.keys and self.n_groups == 0:
+        self.slots = _slots_for(self.gkeys, self.n_groups)
+        if not self._keyed and self.n_groups == 0:
             self.n_groups = 1  # a global aggregate has its one group even over no rows
             self.gkeys = np.zeros((1, w), dtype=np.int64)
         self._reserve(max(len(self.gkeys), 1))
+
+    @property
+    def _keyed(self) -> bool:
+        return bool(self.plan.keys) or self.extra_words > 0
 
     def _reserve(self, cap: int) -> None:
         for k, a in self.arrays.items():
             if len(a) < cap:
                 self.arrays[k] = _grow(a, cap, self.fills[k])
 
-    def group_ids(self, batch: pa.RecordBatch, skip: np.ndarray | None = None) -> np.ndarray:
-        """Dense group id of each row of ``batch`` (new groups are created); -1 where ``skip``."""
+    def group_ids(
+        self, batch: pa.RecordBatch, skip: np.ndarray | None = None, extra: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Dense group id of each row of ``batch`` (new groups are created); -1 where ``skip``.
+
+        ``extra`` holds the rows' extra key words, shape ``(rows,)`` or ``(rows, extra_words)``.
+        """
         n = batch.num_rows
-        if not self.plan.keys:
+        if not self._keyed:
             gids = np.zeros(n, dtype=np.int64)
             if skip is not None:
                 gids[skip] = -1
             return gids
-        keys = np.empty((n, len(self.coders) + 1), dtype=np.int64)
+        keys = np.empty((n, len(self.coders) + self.extra_words + 1), dtype=np.int64)
+        if self.extra_words:
+            if extra is None:
+                raise ValueError("this aggregator's groups need extra key words per row")
+            first = len(self.coders)
+            keys[:, first : first + self.extra_words] = extra.reshape(n, -1)
         nullword: np.ndarray | None = None
         for c, coder in enumerate(self.coders):
             nulls = coder.code_into(_as_array(batch.column(coder.name)), keys, c)
@@ -534,12 +558,14 @@ class GroupAggregator:
         self.n_groups = int(ng)
         return gids
 
-    def update(self, batch: pa.RecordBatch, skip: np.ndarray | None = None) -> np.ndarray:
+    def update(
+        self, batch: pa.RecordBatch, skip: np.ndarray | None = None, extra: np.ndarray | None = None
+    ) -> np.ndarray:
         """Fold the rows of ``batch`` (except those where ``skip`` is true) into the state;
         returns each row's group id (-1 where skipped)."""
         if batch.num_rows == 0:
             return np.zeros(0, np.int64)
-        gids = self.group_ids(batch, skip)
+        gids = self.group_ids(batch, skip, extra)
         self._reserve(self.n_groups)
         self.fold(batch, gids)
         return gids
@@ -603,27 +629,68 @@ class GroupAggregator:
             if inp.sum and inp.vtype.kind != "float":
                 K.normalize128(self.arrays[f"{inp.index}.hi"], self.arrays[f"{inp.index}.lo"])
 
-    def result_columns(self) -> list[pa.Array]:
-        """Key columns then aggregate columns, one row per group in first-seen order."""
+    def extra_column(self, j: int = 0) -> np.ndarray:
+        """Extra key word ``j`` of every group, by group id."""
+        return self.gkeys[: self.n_groups, len(self.coders) + j]
+
+    def result_columns(self, groups: np.ndarray | None = None) -> list[pa.Array]:
+        """Key columns then aggregate columns, one row per group in first-seen order, or one
+        per id of ``groups`` in that order."""
         self._normalize()
-        n = self.n_groups
+        if groups is None:
+            n = self.n_groups
+            gkeys = self.gkeys[:n]
+            arrays = {k: a[:n] for k, a in self.arrays.items()}
+        else:
+            n = len(groups)
+            gkeys = self.gkeys[groups]
+            arrays = {k: a[groups] for k, a in self.arrays.items()}
         cols: list[pa.Array] = []
         if self.coders:
-            nullword = self.gkeys[:n, -1]
+            nullword = gkeys[:, -1]
             for c, coder in enumerate(self.coders):
                 nulls = ((nullword >> c) & 1).astype(bool)
-                cols.append(coder.decode(self.gkeys[:n, c], nulls))
-        rows = self.arrays["rows"][:n]
+                cols.append(coder.decode(gkeys[:, c], nulls))
+        rows = arrays["rows"]
         for a, i in zip(self.plan.aggs, self.which, strict=True):
             if i < 0:
                 cols.append(pa.array(rows, type=pa.int64()))
                 continue
             inp = self.inputs[i]
-            counts = rows - self.arrays[f"{i}.nulls"][:n]
-            cols.append(self._output(a, inp, counts, n))
+            counts = rows - arrays[f"{i}.nulls"]
+            cols.append(self._output(a, inp, counts, n, arrays, groups))
         return cols
 
-    def _output(self, a: _Resolved, inp: _AggInput, counts: np.ndarray, n: int) -> pa.Array:
+    def keep_groups(self, groups: np.ndarray) -> None:
+        """Keep only ``groups`` (ids in increasing order), renumbered ``0..len(groups)-1``.
+
+        The table keeps its capacity: the groups dropped (a window's, say) are usually
+        replaced by as many new ones.
+        """
+        m = len(groups)
+        gkeys = np.empty_like(self.gkeys)
+        gkeys[:m] = self.gkeys[groups]
+        self.gkeys = gkeys
+        for k, a in self.arrays.items():
+            kept = np.full(len(a), self.fills[k], dtype=a.dtype)
+            kept[:m] = a[groups]
+            self.arrays[k] = kept
+        self.others = {k: self._other(k, self.n_groups).take(pa.array(groups, type=pa.int64()))
+                       for k in self.others}
+        self.n_groups = m
+        self.slots = G.rehash(np.full(len(self.slots) // 2, -1, dtype=np.int64), gkeys, m)
+
+    def _other(self, key: str, n: int) -> pa.Array:
+        """The non-numeric extreme ``key`` over the first ``n`` groups (null where unset)."""
+        cur = self.others[key]
+        if len(cur) < n:
+            cur = pa.concat_arrays([cur, pa.nulls(n - len(cur), type=cur.type)])
+        return cur.slice(0, n)
+
+    def _output(
+        self, a: _Resolved, inp: _AggInput, counts: np.ndarray, n: int,
+        arrays: dict[str, np.ndarray], groups: np.ndarray | None,
+    ) -> pa.Array:
         if a.func == "count":
             return pa.array(counts, type=pa.int64())
         has = counts > 0
@@ -632,11 +699,11 @@ class GroupAggregator:
         i, kind = inp.index, inp.vtype.kind
         if a.func in ("sum", "avg"):
             if kind == "float":
-                sums = self.arrays[f"{i}.fsum"][:n]
+                sums = arrays[f"{i}.fsum"]
                 out = sums / np.maximum(counts, 1) if a.func == "avg" else sums
                 return pa.array(out, type=pa.float64(), mask=mask)
-            hi: np.ndarray = self.arrays[f"{i}.hi"][:n]
-            lo: np.ndarray = self.arrays[f"{i}.lo"][:n]
+            hi: np.ndarray = arrays[f"{i}.hi"]
+            lo: np.ndarray = arrays[f"{i}.lo"]
             if a.func == "avg":
                 avg = decimal_avg(hi, lo, counts, inp.vtype.scale, inp.sum_output)
                 return pa.array(avg, pa.float64(), mask=mask)
@@ -650,13 +717,11 @@ class GroupAggregator:
             return pa.Array.from_buffers(a.out_type, n, [_mask_buffer(valid), pa.py_buffer(words)])
         key = f"{i}.{a.func}"
         if kind == "other":
-            cur = self.others.get(key)
-            if cur is None:
-                cur = pa.array([], type=a.out_type)
-            if len(cur) < n:
-                cur = pa.concat_arrays([cur, pa.nulls(n - len(cur), type=a.out_type)])
-            return cur.slice(0, n)
-        best = self.arrays[key][:n]
+            if key not in self.others:
+                return pa.nulls(n, type=a.out_type)
+            cur = self._other(key, self.n_groups)
+            return cur if groups is None else cur.take(pa.array(groups, type=pa.int64()))
+        best = arrays[key]
         if kind == "float":
             return pa.array(best, type=pa.float64(), mask=mask).cast(a.out_type)
         return _from_int64(np.where(has, best, 0), valid, a.out_type)

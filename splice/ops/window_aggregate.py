@@ -18,8 +18,10 @@ when every window it belongs to is already complete; late rows are counted (``la
 returned by ``drain_late()``, never dropped silently. A row that arrives while some of its windows
 are complete counts only in the open ones. END flushes every remaining window.
 
-State ``WINDOWS``: one :class:`~splice.ops.aggregate.GroupAggregator` per open window start,
-bucketed by time so that a watermark frees whole windows. Aggregates are those of
+State ``WINDOWS``: one :class:`~splice.ops.aggregate.GroupAggregator` whose groups are keyed by
+the window's index (``start // slide``) and the keys, so that a batch spanning many windows is
+folded in one pass of the hash-aggregate kernels; a watermark emits the complete windows' groups as
+one batch and the table drops them once they are half of it. Aggregates are those of
 :class:`~splice.ops.aggregate.GroupBy` (exact decimals, nulls skipped).
 
 >>> import pyarrow as pa
@@ -167,82 +169,109 @@ class _WindowLogic(OperatorLogic):
         self.size = int(spec.size)
         self.slide = spec.step
         self.lateness = int(spec.allowed_lateness)
-        #: WINDOWS: window start -> per-group state of that window
-        self.windows: dict[int, GroupAggregator] = {}
         self.watermark = int(MIN_TIME)
         self.late: list[tuple[int, pa.RecordBatch]] = []
         self.late_rows = 0
         #: the columns the aggregates read (rows arrive whole, for the late side output)
         self.reads = sorted(plan.columns() | {spec.time_column})
+        groups = None
         if state is not None:
             try:
                 self.watermark = int(state["watermark"])
                 self.late_rows = int(state["late_rows"])
                 self.late = [(int(sid), b) for sid, b in state["late"]]
-                self.windows = {
-                    int(s): GroupAggregator(plan, st) for s, st in state["windows"].items()
-                }
+                groups = state["groups"]
             except (KeyError, TypeError, ValueError) as exc:
                 raise StateError(f"{spec.name}: cannot restore state: {exc}") from exc
+        #: WINDOWS: one group per (window index, keys), the window index ``start // slide``
+        #: being the group's extra key word
+        self.agg = GroupAggregator(plan, groups, extra_words=1)
+        #: groups already emitted, dropped from the table once they are half of it
+        self.emitted = np.zeros(0, dtype=bool)
 
-    def _closed(self, starts: np.ndarray) -> np.ndarray:
-        """Whether the windows starting at ``starts`` are complete under the current watermark."""
+    def _closed(self, windows: np.ndarray) -> np.ndarray:
+        """Whether the windows of index ``windows`` are complete under the current watermark."""
         if self.watermark == MIN_TIME:
-            return np.zeros(len(starts), dtype=bool)
-        return starts + (self.size - 1 + self.lateness) <= self.watermark
+            return np.zeros(len(windows), dtype=bool)
+        return windows * self.slide + (self.size - 1 + self.lateness) <= self.watermark
 
     def on_batch(self, stream_id: int, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         if batch.num_rows == 0:
             return []
         t = time_values(batch, self.spec.time_column, f"{self.spec.name} input {stream_id}")
-        last = (t // self.slide) * self.slide  # the latest window of each row
+        last = t // self.slide  # the index of each row's latest window
         late = self._closed(last)
-        if late.any():
+        any_late = bool(late.any())
+        if any_late:
             self.late.append((stream_id, batch.filter(pa.array(late))))
             self.late_rows += int(late.sum())
         if batch.num_columns > len(self.reads):
             batch = batch.select(self.reads)
-        rows_parts, start_parts = [], []
-        for j in range((self.size + self.slide - 1) // self.slide):
-            s = last - j * self.slide
-            ok = (s + self.size > t) & ~self._closed(s)
-            if ok.any():
-                rows_parts.append(np.flatnonzero(ok))
-                start_parts.append(s[ok])
-        if not rows_parts:
-            return []
-        rows = np.concatenate(rows_parts)
-        starts = np.concatenate(start_parts)
-        order = np.lexsort((rows, starts))
-        rows, starts = rows[order], starts[order]
-        cuts = np.flatnonzero(np.diff(starts)) + 1
-        bounds = np.concatenate([[0], cuts, [len(starts)]])
         try:
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-                start = int(starts[a])
-                agg = self.windows.get(start)
-                if agg is None:
-                    agg = self.windows[start] = GroupAggregator(self.plan)
-                if b - a == batch.num_rows:
-                    agg.update(batch)
-                else:
-                    agg.update(batch.take(pa.array(rows[a:b])))
+            if self.size == self.slide:
+                self.agg.update(batch, late if any_late else None, last)
+            else:
+                rows, windows = self._hops(t, last)
+                if len(rows):
+                    self.agg.update(batch.take(pa.array(rows)), None, windows)
         except SchemaError as exc:
             raise SchemaError(f"{self.spec.name} (stream {stream_id}): {exc}") from exc
         return []
 
-    def _emit(self, starts: list[int]) -> list[pa.RecordBatch]:
-        out = []
-        for s in sorted(starts):
-            agg = self.windows.pop(s)
-            cols = agg.result_columns()
-            n = agg.n_groups
-            if n == 0:
-                continue
-            st = np.full(n, s, dtype=np.int64)
-            bounds = [self._time_array(st), self._time_array(st + self.size)]
-            out.append(pa.RecordBatch.from_arrays(bounds + cols, schema=self.schema))
-        return out
+    def _hops(self, t: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each (row, open window index) pair of hopping windows, in row order so that groups
+        are first seen in the order of their rows."""
+        rows_parts, window_parts = [], []
+        for j in range((self.size + self.slide - 1) // self.slide):
+            w = last - j
+            ok = (w * self.slide + self.size > t) & ~self._closed(w)
+            rows_parts.append(np.flatnonzero(ok))
+            window_parts.append(w[ok])
+        rows = np.concatenate(rows_parts)
+        order = np.argsort(rows, kind="stable")
+        return rows[order], np.concatenate(window_parts)[order]
+
+    def _emit(self, everything: bool) -> list[pa.RecordBatch]:
+        """The complete windows' rows (every window's, with ``everything``) as one batch, in
+        window order and first-seen group order within a window."""
+        n = self.agg.n_groups
+        if n == 0:
+            return []
+        windows = self.agg.extra_column()
+        done = self._alive()
+        if not everything:
+            done &= self._closed(windows)
+        chosen = np.flatnonzero(done)
+        if len(chosen) == 0:
+            return []
+        chosen = chosen[np.argsort(windows[chosen], kind="stable")]
+        starts = windows[chosen] * self.slide
+        bounds = [self._time_array(starts), self._time_array(starts + self.size)]
+        out = pa.RecordBatch.from_arrays(bounds + self.agg.result_columns(chosen),
+                                         schema=self.schema)
+        self.emitted[chosen] = True
+        if 2 * int(self.emitted[:n].sum()) >= n:
+            self._compact()
+        return [out]
+
+    def _compact(self) -> None:
+        """Drop the emitted groups from the table."""
+        alive = self._alive()
+        if not alive.all():
+            self.agg.keep_groups(np.flatnonzero(alive))
+        self.emitted = np.zeros(0, dtype=bool)
+
+    def open_windows(self) -> list[int]:
+        """The starts of the windows holding groups not yet emitted, in order."""
+        live = self.agg.extra_column()[self._alive()]
+        return [int(w) * self.slide for w in np.unique(live)]
+
+    def _alive(self) -> np.ndarray:
+        """Whether each group is still to be emitted."""
+        n = self.agg.n_groups
+        if len(self.emitted) < n:
+            self.emitted = np.concatenate([self.emitted, np.zeros(n - len(self.emitted), bool)])
+        return ~self.emitted[:n]
 
     def _time_array(self, values: np.ndarray) -> pa.Array:
         return time_array(values, self.time_type)
@@ -251,14 +280,12 @@ class _WindowLogic(OperatorLogic):
         if time <= self.watermark:
             return []
         self.watermark = int(time)
-        if not self.windows:
-            return []
-        starts = np.fromiter(self.windows.keys(), dtype=np.int64, count=len(self.windows))
-        done = starts[self._closed(starts)]
-        return self._emit([int(s) for s in done])
+        return self._emit(everything=False)
 
     def on_end(self) -> list[pa.RecordBatch]:
-        return self._emit(list(self.windows))
+        out = self._emit(everything=True)
+        self._compact()
+        return out
 
     def drain_late(self) -> list[tuple[int, pa.RecordBatch]]:
         out, self.late = self.late, []
@@ -270,12 +297,13 @@ class _WindowLogic(OperatorLogic):
         return self.watermark - self.lateness
 
     def snapshot(self) -> Any:
+        self._compact()
         return {
             "watermark": self.watermark,
             "late_rows": self.late_rows,
             "late": tuple(self.late),
-            "windows": {s: agg.snapshot() for s, agg in self.windows.items()},
+            "groups": self.agg.snapshot(),
         }
 
     def state_bytes(self) -> int:
-        return sum(agg.nbytes() for agg in self.windows.values())
+        return self.agg.nbytes()
