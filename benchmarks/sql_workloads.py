@@ -19,7 +19,8 @@ streaming ``seconds``.
 
 Each answer is checked against DuckDB's (``../shared/workloads/reference.py``'s queries on the
 same CSV files). Figures, medians over ``--repeat`` runs taking turns: the command's wall time
-(process start to exit), its streaming ``seconds`` and ``load_seconds``, rows/s of both, and the
+(process start to exit), its streaming ``seconds``, ``load_seconds`` and ``deploy_seconds``, rows/s of
+wall and streaming time, and the
 same-run baseline: DuckDB's batch answer to the same query in a fresh process, wall time.
 """
 
@@ -156,7 +157,7 @@ def main() -> None:
     total = {"w1": 2 * args.rows, "w2": args.rows, "w3": 2 * args.rows}
     with tempfile.TemporaryDirectory() as tmp:
         for w in args.only:
-            walls, secs, loads, duck = [], [], [], []
+            walls, secs, loads, deploys, duck = [], [], [], [], []
             for _ in range(args.repeat):
                 wall, answer, metrics = _splice(d, w, Path(tmp))
                 dwall, expected = _duckdb(d, w)
@@ -165,6 +166,7 @@ def main() -> None:
                 walls.append(wall)
                 secs.append(metrics["seconds"])
                 loads.append(metrics["load_seconds"])
+                deploys.append(metrics["deploy_seconds"])
                 duck.append(dwall)
             wall, sec, dk = (statistics.median(v) for v in (walls, secs, duck))
             print(json.dumps({
@@ -172,6 +174,7 @@ def main() -> None:
                 "wall_rows_per_s": round(total[w] / wall), "streaming_s": round(sec, 3),
                 "streaming_rows_per_s": round(total[w] / sec),
                 "load_s": round(statistics.median(loads), 3),
+                "deploy_s": round(statistics.median(deploys), 3),
                 "duckdb_wall_s": round(dk, 3), "duckdb_wall_rows_per_s": round(total[w] / dk),
                 "wall_vs_duckdb": round(wall / dk, 2)}), flush=True)
 

@@ -98,6 +98,27 @@ class _Window:
     slide: int
 
 
+@dataclass(frozen=True)
+class _KeyedJoin:
+    """A join on keys over count windows as planned so far: its node, its input relations and
+    its predicates ``(input, column, input, column)`` by input position."""
+
+    node: str
+    inputs: tuple[_Rel, ...]
+    predicates: tuple[tuple[int, str, int, str], ...]
+    window: int
+    impl: str
+
+    def locate(self, column: str, schema: pa.Schema) -> tuple[int, str]:
+        """The input and input column behind ``column`` of the join's output ``schema``."""
+        p = schema.get_field_index(column)
+        for i, rel in enumerate(self.inputs):
+            if p < len(rel.schema):
+                return i, rel.schema.names[p]
+            p -= len(rel.schema)
+        raise AssertionError(f"{column} is not an output column of {self.node}")
+
+
 @dataclass
 class _Rel:
     """One planned relation: the stream or node it is read from, and its columns."""
@@ -110,6 +131,7 @@ class _Rel:
     origin: dict[str, str] = field(default_factory=dict)
     window: _Window | None = None  # a window table's rows, not yet windowed
     changelog: bool = False  # rows of an updating aggregate: the first column is ``op``
+    keyed: _KeyedJoin | None = None  # the rows of a count-window join on keys, as it outputs them
 
     def time_of(self, source_column: str) -> str | None:
         """The splice column that carries ``source_column`` of the source, if one does."""
@@ -382,6 +404,14 @@ class _Planner:
                 self.schemas[last.name] = schema
                 return _Rel(rel.node, schema, out_cols, rel.source, origin, rel.window,
                             rel.changelog)
+        if (rel.keyed is not None and last is not None and last.name == rel.node
+                and all(_field_name(e) in rel.schema.names for e in columns.values())):
+            # a projection that only picks and names a count-window join's columns stays a view
+            # of the join's output, so that a stream joined onto it joins the same multiway join
+            cols = [_Col(c.relation, c.name, _field_name(columns[c.column]), c.expr)
+                    if c.column is not None else c for c in out_cols]
+            return _Rel(rel.node, rel.schema, cols, rel.source, rel.origin, rel.window,
+                        keyed=rel.keyed)
         schema = result_types(rel.schema, list(columns.values()), list(columns), "SQL projection")
         if list(columns) == rel.schema.names and all(
                 e.equals(pc.field(n)) for n, e in columns.items()):
@@ -671,18 +701,47 @@ class _Planner:
             raise PlanError(f"SQL: a {how} join over count windows is not supported; inner joins "
                             "are")
 
-        from splice.joins.multiway.multiway_join import equi_join
+        return self._filtered(self._keyed_join(left, right, pairs, window), filt)
 
-        spec = BindInputs(equi_join, {"on": tuple(lc.column for lc, _ in pairs),
-                                      "right_on": tuple(rc.column for _, rc in pairs),
-                                      "window": window})
-        schema = self._join_output(spec, left, right)
-        reason = (f"count windows of {window} rows (WINDOW hint)" if window is not None else
-                  "every input is finite, so the join keeps all of their rows")
-        node = self.add("equi_join", spec, (left.node, right.node), schema,
-                        f"hash join (inner) on {', '.join(f'{a.column}={b.column}' for a, b in pairs)}: "
-                        + reason)
-        return self._filtered(self._joined(node, schema, left, right), filt)
+    def _keyed_join(self, left: _Rel, right: _Rel, pairs: list[tuple[_Col, _Col]],
+                    window: int) -> _Rel:
+        """An inner join on keys over count windows: a hash join (``/*+ JOIN_IMPL(fast|hbsj)
+        */``, fast by default). Joined right onto such a join (no filter between them, the same
+        window), a stream joins the same multiway join: the join keeps each input's last
+        ``window`` rows, not the last ``window`` pairs of the join below it."""
+        from splice.joins.multiway.multiway_join import keyed_join
+
+        impl = (self.hints.get("JOIN_IMPL") or "fast").lower()
+        if impl not in ("fast", "hbsj"):
+            raise PlanError(f"SQL: /*+ JOIN_IMPL({impl}) */: expected fast or hbsj")
+        below = left.keyed
+        if below is not None and (below.window, below.impl) == (window, impl) and \
+                self.nodes[-1].name == below.node:
+            self.nodes.pop()
+            self.steps.pop()
+            del self.schemas[below.node]
+            inputs, predicates = [*below.inputs, right], list(below.predicates)
+            for lc, rc in pairs:
+                predicates.append((*below.locate(str(lc.column), left.schema), len(below.inputs),
+                                   str(rc.column)))
+        else:
+            inputs = [left, right]
+            predicates = [(0, str(lc.column), 1, str(rc.column)) for lc, rc in pairs]
+        spec = BindInputs(keyed_join, {"predicates": tuple(predicates), "window": window,
+                                       "impl": impl},
+                          fields=tuple(f"in{i}" for i in range(len(inputs))))
+        ids = list(range(1, len(inputs) + 1))
+        schema = spec.bind(ids).output_schema(
+            {i: rel.schema for i, rel in zip(ids, inputs, strict=True)})
+        keys = ", ".join(f"{inputs[a].node}.{ca}={inputs[b].node}.{cb}"
+                         for a, ca, b, cb in predicates)
+        kind = "multiway hash join" if len(inputs) > 2 else "hash join"
+        node = self.add("equi_join", spec, tuple(rel.node for rel in inputs), schema,
+                        f"{kind} (inner, {impl}) on {keys}: count windows of {window} rows of "
+                        "each input (WINDOW hint)")
+        joined = self._joined(node, schema, left, right)
+        joined.keyed = _KeyedJoin(node, tuple(inputs), tuple(predicates), window, impl)
+        return joined
 
     def _ttl_join(self, left: _Rel, right: _Rel, pairs: list[tuple[_Col, _Col]], filt: Any,
                   how: str) -> _Rel:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from splice.cli.sql import run_statements
 from splice.core.errors import PlanError
+from tests.reference.multiway_join import multiway_count_join
 
 COLS = "key BIGINT, ts BIGINT, payload BIGINT"
 
@@ -384,6 +385,62 @@ def test_band_joins_over_count_windows_match_a_reference(tmp_path_factory, seed,
     hi = e if form == "abs" else e // 2
     want = _band_reference(left, right, -e, hi, w)
     assert _rows(run.results["query"]) == sorted(want, key=lambda r: tuple((v is None, v) for v in r))
+
+
+_CHAINS = {
+    # the second join's condition, and the multiway predicates (input, column, input, column)
+    "b.k = c.k": [(0, "k", 1, "k"), (1, "k", 2, "k")],
+    "a.k = c.k": [(0, "k", 1, "k"), (0, "k", 2, "k")],
+    "a.j = c.j AND b.k = c.k": [(0, "k", 1, "k"), (0, "j", 2, "j"), (1, "k", 2, "k")],
+}
+
+
+@_JOBS
+@given(seed=st.integers(0, 10_000), sizes=st.lists(st.integers(0, 12), min_size=1, max_size=12),
+       w=st.integers(1, 12), keys=st.integers(1, 6), chain=st.sampled_from(sorted(_CHAINS)),
+       impl=st.sampled_from(["fast", "hbsj"]))
+def test_streams_sharing_a_key_join_in_one_multiway_join(seed, sizes, w, keys, chain, impl):
+    """Three streams joined on keys over count windows are one multiway join: each input keeps
+    its last w rows (not the last w pairs of the join below), matched against a nested-loop
+    reference over the same interleaving of batches, with null keys that never match."""
+    from splice.runtime.engine import Engine
+
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("k", pa.int64()), ("j", pa.int64()), ("v", pa.int64())])
+    eng = Engine()
+    for name in "abc":
+        eng.define_stream(name, schema)
+    eng.sql(f"SELECT /*+ WINDOW({w}) JOIN_IMPL({impl}) */ a.v, b.v AS bv, c.v AS cv "
+            f"FROM a JOIN b ON a.k = b.k JOIN c ON {chain}", name="q")
+    arrivals: list[tuple[int, dict]] = []
+    serial = 0
+    for n in sizes:
+        side = int(rng.integers(0, 3))
+        k = rng.integers(0, keys, n)
+        batch = pa.record_batch({
+            "k": pa.array(k, mask=rng.random(n) < 0.1), "j": rng.integers(0, keys, n),
+            "v": np.arange(serial, serial + n)}, schema=schema)
+        serial += n
+        eng.push("abc"[side], batch)
+        arrivals += [(side, row) for row in batch.to_pylist()]
+    eng.end()
+    got = eng.results("q")
+    eng.close()
+    want = multiway_count_join(3, _CHAINS[chain], arrivals, w)
+    values = [[row["v"] for s, row in arrivals if s == side] for side in range(3)]
+    assert _rows(got) == sorted(tuple(values[i][seq] for i, seq in enumerate(r)) for r in want)
+
+
+def test_explain_names_the_multiway_join_and_its_implementation(tmp_path):
+    t = _stream(20, 3, 0, 1)
+    tables = [f"{n}={_write(tmp_path, n, t, 'parquet')}" for n in "abc"]
+    run = run_statements("EXPLAIN SELECT /*+ WINDOW(8) JOIN_IMPL(hbsj) */ a.key, c.ts FROM a "
+                         "JOIN b ON a.key = b.key JOIN c ON b.key = c.key", tables=tables)
+    joins = [line for line in run.explained if "hash join" in line]
+    assert len(joins) == 1 and "multiway hash join (inner, hbsj)" in joins[0], run.explained
+    with pytest.raises(PlanError, match="JOIN_IMPL"):
+        run_statements("SELECT /*+ WINDOW(8) JOIN_IMPL(nested) */ a.key FROM a "
+                       "JOIN b ON a.key = b.key", tables=tables)
 
 
 @pytest.mark.parametrize("how", ["LEFT", "RIGHT", "FULL"])

@@ -67,7 +67,7 @@ from splice.joins.multiway._q3_kernels import (
 from splice.kernels.jit import kernel_input
 from splice.kernels.team import ThreadTeam
 
-__all__ = ["MultiwayJoin", "equi_join", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_partitioned_join", "Q3FastJoin"]
+__all__ = ["MultiwayJoin", "equi_join", "keyed_join", "Predicate", "key_classes", "plan_probe_order", "q3_stream_join", "q3_partitioned_join", "Q3FastJoin"]
 
 #: ``(stream a, column of a, stream b, column of b)``: ``a.column == b.column``.
 Predicate = tuple[int, str, int, str]
@@ -228,6 +228,17 @@ def equi_join(left: int, right: int, on: tuple[str, ...], right_on: tuple[str, .
                         f"got {list(on)} and {list(right_on)}")
     return MultiwayJoin((left, right), tuple((left, a, right, b) for a, b in zip(on, right_on, strict=True)),
                         window, name=name)
+
+
+def keyed_join(predicates: tuple[tuple[int, str, int, str], ...], window: int | None,
+               impl: Impl = "fast", name: str = "equi_join", **inputs: int) -> MultiwayJoin:
+    """The inner equi-join of the streams ``inputs`` (``in0``, ``in1``, ... by position: their
+    ids, known at deployment) under ``predicates`` that name inputs by position, as one
+    :class:`MultiwayJoin` over count windows of ``window`` tuples. The factory that SQL's plans
+    bind (:class:`~splice.core.plan.BindInputs`) when several streams share a key."""
+    ids = [inputs[f"in{i}"] for i in range(len(inputs))]
+    return MultiwayJoin(tuple(ids), tuple((ids[a], ca, ids[b], cb) for a, ca, b, cb in predicates),
+                        window, impl, name=name)
 
 
 class _Stage:
