@@ -178,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     sql = sub.add_parser("sql", help="SQL over file tables: windows, interval and window joins, "
                                      "aggregates, EXPLAIN")
     _add_sql_arguments(sql)
+
+    from splice.cli import run_job
+
+    run = sub.add_parser("run", help="run a SQL job (Kafka or file sources and sinks) "
+                                     "continuously, checkpointed, until it ends or is stopped")
+    run_job.add_arguments(run)
     return parser
 
 
@@ -195,6 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise PlanError("txn --checkpoint-dir runs the generated workload, not --input")
         if args.command == "join":
             return join_command.run_join(args)
+        if args.command == "run":
+            from splice.cli.run_job import run_job
+
+            return run_job(args)
         if args.command == "sql":
             from splice.cli.sql import run_sql
 

@@ -25,6 +25,8 @@ import argparse
 import functools
 import json
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +76,73 @@ def _shorthand(spec: str) -> TableDef:
     return TableDef(name.strip(), None, {"connector": "file", "path": path.strip()})
 
 
+def _location(table: TableDef) -> str:
+    """Where a table's rows come from, for the job's fingerprint."""
+    if table.connector == "kafka":
+        return f"kafka:{table.options.get('topic')}"
+    return str(_path_of(table))
+
+
+def _kafka_option(table: TableDef, *names: str, default: str | None = None) -> str:
+    for n in names:
+        if n in table.options:
+            return table.options[n]
+    if default is None:
+        raise PlanError(f"table {table.name!r}: a Kafka table needs {names[0]} = '...'")
+    return default
+
+
+def _kafka_properties(table: TableDef) -> dict[str, str]:
+    """``'properties.X' = ...`` options: librdkafka settings ``X`` (as Flink passes them)."""
+    return {k[len("properties."):]: v for k, v in table.options.items()
+            if k.startswith("properties.") and k != "properties.bootstrap.servers"}
+
+
+def _kafka_common(table: TableDef) -> tuple[str, str]:
+    fmt = table.options.get("format", "json")
+    if fmt != "json":
+        raise PlanError(f"table {table.name!r}: Kafka format {fmt!r} is not supported (json is)")
+    return (_kafka_option(table, "topic"),
+            _kafka_option(table, "bootstrap.servers", "properties.bootstrap.servers"))
+
+
+def _kafka_source(table: _Table, time_column: str | None, batch_size: int,
+                  policy: BadInputPolicy) -> Any:
+    from splice.connectors.kafka_source import KafkaSource
+
+    d = table.definition
+    topic, servers = _kafka_common(d)
+    delay = d.watermark_delay(table.schema.field(time_column).type) if (
+        time_column is not None and d.watermark is not None) else 0
+    idle = d.options.get("scan.watermark.idle-timeout", d.options.get("idle_timeout"))
+    mode = d.options.get("scan.bounded.mode", "unbounded")
+    if mode not in ("unbounded", "latest-offset"):
+        raise PlanError(f"table {d.name!r}: scan.bounded.mode {mode!r} is not supported "
+                        "(unbounded, latest-offset)")
+    return KafkaSource(d.name, topic, servers, table.schema, time_column, delay,
+                       idle_timeout=None if idle is None else _seconds(idle, d.name),
+                       bounded=mode == "latest-offset", bad_input=policy,
+                       batch_size=batch_size, properties=_kafka_properties(d))
+
+
+def _seconds(text: str, table: str) -> float:
+    """A duration such as ``'5s'`` or ``'500 ms'`` (a bare number: milliseconds) in seconds."""
+    from splice.sql.statements import duration_in_units
+
+    where = f"table {table!r}: scan.watermark.idle-timeout"
+    return duration_in_units(text, pa.timestamp("ms"), where) / 1000
+
+
+def _kafka_sink(table: TableDef) -> Any:
+    from splice.connectors.kafka_sink import KafkaSink
+
+    topic, servers = _kafka_common(table)
+    tid = table.options.get("transactional.id")
+    props = _kafka_properties(table)
+    return lambda directory, name, schema: KafkaSink(directory, name, schema, topic, servers,
+                                                     tid, props)
+
+
 def _path_of(table: TableDef) -> Path:
     if table.connector != "file":
         raise PlanError(f"table {table.name!r}: connector {table.connector!r} is not supported "
@@ -104,6 +173,10 @@ class _Table:
 def _open_table(table: TableDef, policy: BadInputPolicy, sink: DeadLetterSink | None) -> _Table:
     from splice.io.files import read_input
 
+    if table.connector == "kafka":
+        if table.schema is None:
+            raise PlanError(f"table {table.name!r}: a Kafka table needs its column list")
+        return _Table(table, table.schema)
     path = _path_of(table)
     if table.schema is not None:
         return _Table(table, table.schema)
@@ -260,10 +333,15 @@ class SqlRun:
 
 def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 65_536,
                    bad_input: BadInputPolicy = "fail", memory_budget: int | None = None,
-                   write_sinks: bool = True) -> SqlRun:
+                   write_sinks: bool = True, checkpoint_dir: str | Path | None = None,
+                   checkpoint_interval: float = 1.0, stop: threading.Event | None = None,
+                   restart: bool = False) -> SqlRun:
     """Run the SQL statements of ``text`` (module docstring) as one job; ``tables`` are
     ``NAME=PATH`` shorthands of file tables. INSERT INTO results are written to their tables'
-    files when ``write_sinks``; SELECT results are returned."""
+    files when ``write_sinks`` (a Kafka table's, always); SELECT results are returned.
+
+    With ``checkpoint_dir`` the job checkpoints every ``checkpoint_interval`` seconds and
+    resumes from there; a job that reads Kafka runs until its sources end or ``stop`` is set."""
     if batch_size < 1:
         raise PlanError(f"--batch-size must be >= 1, got {batch_size}")
     check_policy(bad_input)
@@ -327,19 +405,43 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
     if not planned:
         return SqlRun({}, explained, {})
     budget = memory_budget if memory_budget is not None else _default_budget()
-    inputs = [_input(t, times.get(n), batch_size, budget, bad_input, sink)
-              for n, t in opened.items() if any(n in _referenced_plan(p) for p in planned)]
+    read = [n for n, t in opened.items() if any(n in _referenced_plan(p) for p in planned)]
+    kafka = [n for n in read if opened[n].definition.connector == "kafka"]
+    if kafka and len(kafka) != len(read):
+        raise PlanError(f"SQL: a job reads Kafka tables ({', '.join(kafka)}) or files, not both")
+    inputs = [] if kafka else [_input(opened[n], times.get(n), batch_size, budget, bad_input, sink)
+                               for n in read]
     load_seconds = time.perf_counter() - t0
+    scratch = None
     try:
         queries: list[Query] = [p.plan.query for p in planned]
-        job = Job([s for s in streams if s.name in {i.name for i in inputs}], queries,
-                  _turns(inputs, [times.get(i.name) for i in inputs]),
-                  fingerprint=job_fingerprint(queries, {i.name: str(_path_of(opened[i.name].definition))
-                                                        for i in inputs},
-                                              {"batch_size": batch_size}))
-        coord = CheckpointCoordinator(job, None)
+        files = {n: _location(opened[n].definition) for n in read if n not in kafka}
+        topics = {n: _location(opened[n].definition) for n in kafka}  # topics grow: by name
+        fingerprint = job_fingerprint(queries, files, {"batch_size": batch_size, "topics": topics})
+        used_streams = [s for s in streams if s.name in read]
+        kafka_sinks = {p.name: _kafka_sink(p.target) for p in planned
+                       if p.target is not None and p.target.connector == "kafka"}
+        if kafka:
+            from splice.connectors.live import KafkaSources
+
+            live = KafkaSources([_kafka_source(opened[n], times.get(n), batch_size, bad_input)
+                                 for n in kafka])
+            # a Kafka source reports its own watermarks, per partition
+            used_streams = [SourceStream(s.name, s.schema, s.time_column, bad_input=bad_input)
+                            for s in used_streams]
+            job = Job(used_streams, queries, live.source, fingerprint=fingerprint, live=live,
+                      sinks=kafka_sinks)
+        else:
+            job = Job(used_streams, queries, _turns(inputs, [times.get(i.name) for i in inputs]),
+                      fingerprint=fingerprint, sinks=kafka_sinks)
+        if checkpoint_dir is None and kafka_sinks:
+            scratch = tempfile.TemporaryDirectory(prefix="splice-job-")
+        directory = checkpoint_dir if checkpoint_dir is not None else (
+            scratch.name if scratch is not None else None)
+        coord = CheckpointCoordinator(job, directory, restart=restart,
+                                      interval_seconds=checkpoint_interval if directory else None)
         t1 = time.perf_counter()
-        outputs = coord.run(collect=True)
+        outputs = coord.run(collect=True, stop=stop)
         # the query's deployment (building operators, restoring a checkpoint) is not streaming
         deploy_seconds = coord.stats.restore_seconds
         seconds = time.perf_counter() - t1 - deploy_seconds
@@ -348,13 +450,16 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
     finally:
         for inp in inputs:
             inp.close()
+        if scratch is not None:
+            scratch.cleanup()
     results = {p.name: outputs[p.name] for p in planned}
     late = {p.name: coord.late_outputs(p.name) for p in planned}
     if write_sinks:
         for p in planned:
-            if p.target is not None:
+            if p.target is not None and p.target.connector != "kafka":
                 publish_table(results[p.name], _path_of(p.target))
-    rows = sum(i.num_rows for i in inputs)
+    rows = sum(i.num_rows for i in inputs) if inputs else sum(
+        coord.engine.rows_in.values())
     metrics: dict[str, Any] = {
         "input_rows": rows,
         "output_rows": {n: t.num_rows for n, t in results.items()} if len(results) > 1

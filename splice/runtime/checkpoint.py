@@ -51,11 +51,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -76,11 +77,43 @@ __all__ = [
     "CheckpointCoordinator",
     "CheckpointStats",
     "ReplayableSource",
+    "LiveSources",
+    "SourceEvent",
     "arrival_source",
 ]
 
-#: ``source(position)``: the job's ``(stream, batch)`` sequence from batch ``position`` on.
-ReplayableSource = Callable[[int], Iterator[tuple[str, pa.RecordBatch]]]
+@dataclass(frozen=True)
+class SourceEvent:
+    """What a live source reports besides batches: its stream's new watermark, and records it
+    set aside as bad (``(reason, record text)`` pairs, to the dead letters). An event with
+    neither is a tick: the source had nothing, and the coordinator may checkpoint or stop."""
+
+    watermark: int | None = None
+    dead_letters: tuple[tuple[str, str], ...] = ()
+
+
+#: ``source(position)``: the job's ``(stream, batch)`` sequence from batch ``position`` on (a
+#: live source also yields ``(stream, SourceEvent)``).
+ReplayableSource = Callable[[int], Iterator[tuple[str, "pa.RecordBatch | SourceEvent"]]]
+
+
+class LiveSources(Protocol):
+    """Sources whose position is not a batch count (a Kafka topic's offsets): the coordinator
+    saves :meth:`state` in each checkpoint and hands it back to :meth:`restore` on resume,
+    before it reads :attr:`Job.source`; :meth:`drain` returns what the sources fetched but have
+    not yet handed over, so that a checkpoint's position covers exactly the records pushed."""
+
+    def restore(self, state: dict[str, Any] | None) -> None: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def drain(self) -> Iterator[tuple[str, pa.RecordBatch | SourceEvent]]: ...
+
+    def close(self) -> None: ...
+
+
+#: ``factory(checkpoint directory, query name, schema)``: the sink of a query's results
+SinkFactory = Callable[[Path, str, pa.Schema], OutputSink]
 
 
 @dataclass(frozen=True)
@@ -108,6 +141,10 @@ class Job:
     queries: Sequence[Query]
     source: ReplayableSource
     fingerprint: dict[str, Any] | None = None
+    #: the sources' own positions, when they are not batch counts
+    live: LiveSources | None = None
+    #: per query, where its results go instead of the checkpoint directory's part files
+    sinks: dict[str, SinkFactory] = field(default_factory=dict)
 
 
 @dataclass
@@ -123,6 +160,7 @@ class CheckpointStats:
     skipped: list[str] = field(default_factory=list)
     batches: int = 0
     finished_before: bool = False
+    stopped: bool = False
 
 
 def _fault_point() -> tuple[str, int] | None:
@@ -196,6 +234,12 @@ class CheckpointCoordinator:
 
     # -- setup --------------------------------------------------------------------------------
     def _sink(self, name: str, schema: pa.Schema) -> OutputSink:
+        factory = self.job.sinks.get(name)
+        if factory is not None:
+            if self.directory is None:
+                raise PlanError(f"query {name!r} writes to an external sink, which commits "
+                                "with checkpoints: give a checkpoint directory")
+            return factory(self.directory, name, schema)
         if self.directory is None:
             return MemorySink(schema)
         return TransactionalSink(self.directory, name, schema)
@@ -287,11 +331,15 @@ class CheckpointCoordinator:
         eng = self.engine
         assert eng is not None
         t0 = time.perf_counter()
+        if self.job.live is not None and not finished:
+            for stream, item in self.job.live.drain():
+                self._apply(eng, stream, item)
         state = eng.snapshot() if not finished and self.store is not None else {}
         self._check_failures(eng)
         epoch = self.epoch + 1
         self._stage_outputs(eng, epoch, finished)
         meta = {"position": self.position, "epoch": epoch, "sources": eng.source_state(),
+                "live": self.job.live.state() if self.job.live is not None else None,
                 "finished": finished, "queries": [q.name for q in self.job.queries],
                 "fingerprint": self.job.fingerprint}
         nbytes = self.store.save(epoch, state, meta) if self.store is not None else 0
@@ -304,9 +352,12 @@ class CheckpointCoordinator:
         self._reach("committed")
 
     # -- the run ------------------------------------------------------------------------------
-    def run(self, collect: bool = True) -> dict[str, pa.Table]:
+    def run(self, collect: bool = True, stop: threading.Event | None = None) -> dict[str, pa.Table]:
         """Run (or resume, or republish) the job; return each query's committed output (with
-        ``collect=False`` nothing: read it with :meth:`publish` or :meth:`outputs`)."""
+        ``collect=False`` nothing: read it with :meth:`publish` or :meth:`outputs`).
+
+        The job runs until its sources end, or until ``stop`` is set: then it takes a last
+        checkpoint (not marked finished: the next run resumes there) and returns."""
         t0 = time.perf_counter()
         latest = self.store.load_latest() if self.store is not None else None
         self.stats.skipped = list(self.store.skipped) if self.store is not None else []
@@ -328,19 +379,34 @@ class CheckpointCoordinator:
         self.engine = eng
         for sink in self._all_sinks():
             sink.recover(self.epoch)
+        if self.job.live is not None and not self.stats.finished_before:
+            self.job.live.restore(latest.meta.get("live") if latest is not None else None)
         self.replay = self._published_after(self.epoch)
         self.stats.restore_seconds = time.perf_counter() - t0
         if not self.stats.finished_before:
             try:
-                self._stream(eng)
-                eng.end()
-                self._check_failures(eng)
-                self.checkpoint(finished=True)
+                if self._stream(eng, stop):
+                    self.stats.stopped = True
+                    self.checkpoint()
+                else:
+                    eng.end()
+                    self._check_failures(eng)
+                    self.checkpoint(finished=True)
             finally:
                 eng.close()
+                self._close()
         else:
             eng.close()
+            self._close()
         return self.outputs() if collect else {}
+
+    def _close(self) -> None:
+        if self.job.live is not None:
+            self.job.live.close()
+        for sink in self._all_sinks():
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
 
     def _check_same_job(self, meta: dict[str, Any]) -> None:
         """Refuse a checkpoint that another job wrote (see :class:`Job`)."""
@@ -383,18 +449,35 @@ class CheckpointCoordinator:
         """Query ``query``'s committed late rows, per input."""
         return {label: sink.committed() for label, sink in self.late_sinks[query].items()}
 
-    def _stream(self, eng: Engine) -> None:
+    def _apply(self, eng: Engine, stream: str, item: pa.RecordBatch | SourceEvent) -> None:
+        """Push a batch, or apply a live source's watermark and set-aside records."""
+        if isinstance(item, SourceEvent):
+            if item.watermark is not None:
+                eng.watermark(stream, item.watermark)
+            by_reason: dict[str, list[str]] = {}
+            for reason, record in item.dead_letters:
+                by_reason.setdefault(reason, []).append(record)
+            for reason, records in by_reason.items():
+                eng.dead_letters.add(stream, reason, records)
+            return
+        eng.push(stream, item)
+        self.position += 1
+        self.stats.batches += 1
+
+    def _stream(self, eng: Engine, stop: threading.Event | None = None) -> bool:
+        """Push the source through ``eng``, checkpointing as due; True when ``stop`` ended it."""
         last = time.monotonic()
         since = 0
         # epochs an earlier run published end where they ended then (the last at END), and no
         # other checkpoint comes between them
         pending = list(self.replay)
         for stream, batch in self.job.source(self.position):
-            eng.push(stream, batch)
-            self.position += 1
-            self.stats.batches += 1
-            since += 1
-            self._reach("batch")
+            if stop is not None and stop.is_set():
+                return True
+            self._apply(eng, stream, batch)
+            if not isinstance(batch, SourceEvent):
+                since += 1
+                self._reach("batch")
             if self.state_budget is not None:
                 self._check_budget(eng)
             if pending:
@@ -414,6 +497,7 @@ class CheckpointCoordinator:
             raise StateError(f"checkpoint directory {str(self.directory)!r}: epochs were "
                              f"published up to position {pending[-1][1]}, but the source ended at "
                              f"{self.position}: the input changed since")
+        return False
 
     def publish(self, query: str, out: str | Path) -> pa.Table:
         """Write query ``query``'s committed output to ``out`` atomically."""
