@@ -447,13 +447,15 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
         seconds = time.perf_counter() - t1 - deploy_seconds
         assert coord.engine is not None
         figures = coord.engine.metrics()["queries"]
+        late = {p.name: coord.late_outputs(p.name) for p in planned}
+        committed_letters = coord.dead_letters()
+        written = {name: getattr(s, "rows_written", None) for name, s in coord.sinks.items()}
     finally:
         for inp in inputs:
             inp.close()
         if scratch is not None:
             scratch.cleanup()
     results = {p.name: outputs[p.name] for p in planned}
-    late = {p.name: coord.late_outputs(p.name) for p in planned}
     if write_sinks:
         for p in planned:
             if p.target is not None and p.target.connector != "kafka":
@@ -462,8 +464,8 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
         coord.engine.rows_in.values())
     metrics: dict[str, Any] = {
         "input_rows": rows,
-        "output_rows": {n: t.num_rows for n, t in results.items()} if len(results) > 1
-        else next(iter(results.values())).num_rows,
+        "output_rows": {n: _rows_out(t, written[n]) for n, t in results.items()}
+        if len(results) > 1 else _rows_out(*next((t, written[n]) for n, t in results.items())),
         "seconds": round(seconds, 6),
         "load_seconds": round(load_seconds, 6),
         "deploy_seconds": round(deploy_seconds, 6),
@@ -472,9 +474,14 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
     }
     letters = None
     if sink is not None:
-        letters = pa.concat_tables([sink.table(), coord.dead_letters()])
+        letters = pa.concat_tables([sink.table(), committed_letters])
         metrics["dead_letter_rows"] = letters.num_rows
     return SqlRun(results, explained, metrics, letters, late)
+
+
+def _rows_out(table: pa.Table, written: int | None) -> int:
+    """Result rows of a query: those it kept, or those its sink wrote to Kafka."""
+    return table.num_rows if written is None else written
 
 
 def run_sql(args: argparse.Namespace) -> int:

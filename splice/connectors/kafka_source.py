@@ -162,13 +162,14 @@ class KafkaSource:
         from confluent_kafka import KafkaError, Message
 
         msgs = self._consumer.consume(self.batch_size, self.poll_timeout)
+        eof: dict[int, int] = {}
         if not msgs:
-            return []
+            return [[], None, None, eof]
         errors = [m for m in msgs if m.error() is not None]
         if errors:
             for m in errors:
                 if m.error().code() == KafkaError._PARTITION_EOF:
-                    self._eof[m.partition()] = max(self._eof.get(m.partition(), -1), m.offset())
+                    eof[m.partition()] = max(eof.get(m.partition(), -1), m.offset())
                 else:
                     raise PlanError(f"Kafka source {self.name!r} (topic {self.topic!r}): "
                                     f"{m.error().str()}")
@@ -178,15 +179,15 @@ class KafkaSource:
             msgs = [m for m in msgs if m.offset() < ends[m.partition()]]
         return [list(map(Message.value, msgs)),
                 np.fromiter(map(Message.partition, msgs), np.int64, len(msgs)),
-                np.fromiter(map(Message.offset, msgs), np.int64, len(msgs))]
+                np.fromiter(map(Message.offset, msgs), np.int64, len(msgs)), eof]
 
     def _decode(self, fetched: list[Any]) -> _Decoded:
-        values, parts, offsets = fetched
+        values, parts, offsets, eof = fetched
         batch, bad = decode_json(values, self.schema)
         times = None
         if self.time_column is not None and batch.num_rows:
             times = time_values(batch, self.time_column, f"Kafka source {self.name!r}")
-        return _Decoded(batch, bad, parts, offsets, times, values)
+        return _Decoded(batch, bad, parts, offsets, times, values, eof)
 
     def poll(self) -> Iterator[pa.RecordBatch | SourceEvent]:
         """The next batch (when records arrived) and then a :class:`SourceEvent` with the
@@ -197,9 +198,12 @@ class KafkaSource:
         if self._pending is not None:
             ready = self._pending.result()
             self._pending = None
-        if fetched and fetched[0]:
+        if fetched[0]:
             self._pending = self._pool.submit(self._decode, fetched)
-        yield from self._deliver(ready)
+            yield from self._deliver(ready)
+        else:
+            # an end of partition takes effect once the records fetched before it are delivered
+            yield from self._deliver(ready, fetched[3])
 
     def drain(self) -> Iterator[pa.RecordBatch | SourceEvent]:
         """What a decode still holds: every record fetched so far is returned (before a
@@ -209,7 +213,8 @@ class KafkaSource:
             self._pending = None
             yield from self._deliver(ready)
 
-    def _deliver(self, ready: _Decoded | None) -> Iterator[pa.RecordBatch | SourceEvent]:
+    def _deliver(self, ready: _Decoded | None, eof: dict[int, int] | None = None
+                 ) -> Iterator[pa.RecordBatch | SourceEvent]:
         now = time.monotonic()
         dead: list[tuple[str, str]] = []
         if ready is not None:
@@ -217,6 +222,8 @@ class KafkaSource:
             self._advance(ready, now)
             if ready.batch.num_rows:
                 yield ready.batch
+        for p, offset in (eof or {}).items():
+            self._eof[p] = max(self._eof.get(p, -1), offset)
         watermark = self._source_watermark(now)
         if dead or watermark is not None:
             yield SourceEvent(watermark, tuple(dead))
@@ -236,6 +243,8 @@ class KafkaSource:
     def _advance(self, ready: _Decoded, now: float) -> None:
         """Move each partition's next offset and largest time past the decoded records."""
         parts, offsets, times, bad = ready.parts, ready.offsets, ready.times, ready.bad
+        for p, offset in ready.eof.items():
+            self._eof[p] = max(self._eof.get(p, -1), offset)
         if not len(parts):
             return
         order = np.argsort(parts, kind="stable")
@@ -293,6 +302,8 @@ class _Decoded:
     offsets: np.ndarray
     times: np.ndarray | None
     values: list[bytes | None]
+    #: partitions whose end this fetch reached, and at which offset
+    eof: dict[int, int]
 
 
 def _text(value: bytes | None) -> str:
