@@ -18,11 +18,15 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from splice.core.dead_letters import BadInputPolicy
 from splice.core.errors import PlanError
 
-__all__ = ["add_arguments", "run_job"]
+if TYPE_CHECKING:
+    from splice.cli.sql import SqlRun
+
+__all__ = ["add_arguments", "run_job", "run_sql_job"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,33 +45,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the metrics line as JSON")
 
 
-def run_job(args: argparse.Namespace) -> int:
+def run_sql_job(text: str, *, checkpoint_dir: str | Path | None = None,
+                checkpoint_interval: float = 1.0, batch_size: int = 65_536,
+                bad_input: BadInputPolicy = "fail", restart: bool = False,
+                stop: threading.Event | None = None) -> SqlRun:
+    """Run the SQL job ``text`` until its sources end, ``stop`` is set, or (called from the
+    main thread) SIGINT or SIGTERM arrives; then it takes a last checkpoint and returns.
+    ``splice.run_job`` is this function."""
     from splice.cli.sql import run_statements
 
-    if args.checkpoint_interval <= 0:
-        raise PlanError(f"--checkpoint-interval must be > 0, got {args.checkpoint_interval}")
-    text = Path(args.job).read_text()
-    policy: BadInputPolicy = "dead_letter" if args.bad_input == "dead-letter" else "fail"
-    stop = threading.Event()
+    if checkpoint_interval <= 0:
+        raise PlanError(f"checkpoint interval must be > 0 seconds, got {checkpoint_interval}")
+    stop = stop if stop is not None else threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            print(f"splice: {signal.Signals(signum).name}: stopping after a last checkpoint",
+                  file=sys.stderr)
+            stop.set()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        print(f"splice: {signal.Signals(signum).name}: stopping after a last checkpoint",
-              file=sys.stderr)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        run = run_statements(text, batch_size=args.batch_size, bad_input=policy,
-                             checkpoint_dir=args.checkpoint_dir,
-                             checkpoint_interval=args.checkpoint_interval, stop=stop,
-                             restart=args.restart)
+        run = run_statements(text, batch_size=batch_size, bad_input=bad_input,
+                             checkpoint_dir=checkpoint_dir,
+                             checkpoint_interval=checkpoint_interval, stop=stop, restart=restart)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    metrics = dict(run.metrics)
-    metrics["stopped"] = stop.is_set()
+    run.metrics["stopped"] = stop.is_set()
+    return run
+
+
+def run_job(args: argparse.Namespace) -> int:
+    """``splice run``: the job of ``args.job``; prints the metrics line."""
+    policy: BadInputPolicy = "dead_letter" if args.bad_input == "dead-letter" else "fail"
+    run = run_sql_job(Path(args.job).read_text(), checkpoint_dir=args.checkpoint_dir,
+                      checkpoint_interval=args.checkpoint_interval, batch_size=args.batch_size,
+                      bad_input=policy, restart=args.restart)
     if args.json:
-        print(json.dumps({"metrics": metrics}))
+        print(json.dumps({"metrics": run.metrics}))
     else:
-        print(" ".join(f"{k}={v}" for k, v in metrics.items()), file=sys.stderr)
+        print(" ".join(f"{k}={v}" for k, v in run.metrics.items()), file=sys.stderr)
     return 0

@@ -54,7 +54,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, SupportsIndex
 
@@ -95,6 +95,19 @@ class ResultBatches(list[pa.RecordBatch]):
         super().__init__(batches)
         self.rows = sum(b.num_rows for b in self)
         self.edits = 0
+        #: the query these are the results of (its failure is raised by a call)
+        self.owner: QueryResult | None = None
+
+    def __call__(self) -> Iterator[pa.RecordBatch]:
+        """The batches produced since the last call, in order, each handed over once and then
+        no longer kept: ``for batch in handle.batches(): ...``. Raises the query's failure."""
+        owner = self.owner
+        if owner is not None and owner.error is not None:
+            raise StateError(f"query {owner.name!r} failed: {owner.error}") from owner.error
+        n = len(self)
+        out = self[:n]
+        del self[:n]  # batches appended meanwhile stay for the next call
+        return iter(out)
 
     def _recount(self) -> None:
         self.rows = sum(b.num_rows for b in self)
@@ -140,6 +153,29 @@ class ResultBatches(list[pa.RecordBatch]):
         self._recount()
 
 
+def _as_arrow(data: Any, schema: pa.Schema, stream: str) -> pa.RecordBatch | pa.Table:
+    """What :meth:`Engine.push` was given, as Arrow."""
+    if isinstance(data, pa.RecordBatch | pa.Table):
+        return data
+    if isinstance(data, Mapping):
+        columns = dict(data)
+        if list(columns) == schema.names:
+            try:
+                return pa.Table.from_pydict(columns, schema=schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+                raise SchemaError(f"stream {stream!r}: the pushed columns do not convert to "
+                                  f"the stream's schema: {exc}") from exc
+        return pa.table(columns)  # the schema check names what differs
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.table(data)
+    if hasattr(data, "__arrow_c_array__"):
+        return pa.record_batch(data)
+    raise TypeError(f"stream {stream!r}: push takes a pyarrow Table or RecordBatch, an object "
+                    "with the Arrow PyCapsule interface (__arrow_c_stream__ or "
+                    "__arrow_c_array__: pandas, polars, ...), or a dict of columns; got "
+                    f"{type(data).__name__}")
+
+
 def _held(batches: list[pa.RecordBatch]) -> int:
     return batches.rows if isinstance(batches, ResultBatches) else sum(b.num_rows for b in batches)
 
@@ -171,6 +207,10 @@ class QueryResult:
     #: late rows produced so far, per input
     late_counts: dict[str, int] = field(default_factory=dict)
     _cache: tuple[int, int, pa.Table, int] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.batches, ResultBatches):
+            self.batches.owner = self
 
     @property
     def rows(self) -> int:
@@ -572,12 +612,16 @@ class Engine:
             del self.queries[result.name]
 
     # -- data --------------------------------------------------------------------------------
-    def push(self, stream: str, batch: pa.RecordBatch | pa.Table) -> None:
-        """Push one batch of source stream ``stream``; a mismatching schema is refused whole."""
+    def push(self, stream: str, batch: Any) -> None:
+        """Push rows of source stream ``stream``: a pyarrow ``RecordBatch`` or ``Table``, any
+        object with the Arrow PyCapsule interface (``__arrow_c_stream__`` or
+        ``__arrow_c_array__``: pandas >= 2.2 and polars data frames, other Arrow libraries), or
+        a dict of columns (name -> list or array). A mismatching schema is refused whole."""
         with self._lock:
             if self._ended:
                 raise PlanError(f"stream {stream!r}: the engine has ended, no more input")
             src = self._source(stream)
+            batch = _as_arrow(batch, src.schema, stream)
             if isinstance(batch, pa.Table):
                 for b in batch.combine_chunks().to_batches():
                     self.push(stream, b)
