@@ -80,6 +80,8 @@ def _location(table: TableDef) -> str:
     """Where a table's rows come from, for the job's fingerprint."""
     if table.connector == "kafka":
         return f"kafka:{table.options.get('topic')}"
+    if "source.monitor-interval" in table.options:
+        return f"directory:{table.options.get('path')}"
     return str(_path_of(table))
 
 
@@ -106,14 +108,29 @@ def _kafka_common(table: TableDef) -> tuple[str, str]:
             _kafka_option(table, "bootstrap.servers", "properties.bootstrap.servers"))
 
 
-def _kafka_source(table: _Table, time_column: str | None, batch_size: int,
-                  policy: BadInputPolicy) -> Any:
+def _is_live(table: TableDef) -> bool:
+    return table.connector == "kafka" or "source.monitor-interval" in table.options
+
+
+def _live_source(table: _Table, time_column: str | None, batch_size: int,
+                 policy: BadInputPolicy) -> Any:
+    """The table as a source of a live job: a Kafka topic, or a file or directory read in
+    order (tailed with ``source.monitor-interval``)."""
+    from splice.connectors.file_source import FileSource
     from splice.connectors.kafka_source import KafkaSource
 
     d = table.definition
-    topic, servers = _kafka_common(d)
     delay = d.watermark_delay(table.schema.field(time_column).type) if (
         time_column is not None and d.watermark is not None) else 0
+    if d.connector != "kafka":
+        path = d.options.get("path")
+        if not path:
+            raise PlanError(f"table {d.name!r}: the file connector needs path = '...'")
+        interval = d.options.get("source.monitor-interval")
+        return FileSource(d.name, path, table.schema, time_column, delay,
+                          None if interval is None else _seconds(interval, d.name),
+                          policy, batch_size)
+    topic, servers = _kafka_common(d)
     idle = d.options.get("scan.watermark.idle-timeout", d.options.get("idle_timeout"))
     mode = d.options.get("scan.bounded.mode", "unbounded")
     if mode not in ("unbounded", "latest-offset"):
@@ -129,7 +146,7 @@ def _seconds(text: str, table: str) -> float:
     """A duration such as ``'5s'`` or ``'500 ms'`` (a bare number: milliseconds) in seconds."""
     from splice.sql.statements import duration_in_units
 
-    where = f"table {table!r}: scan.watermark.idle-timeout"
+    where = f"table {table!r}: a duration option"
     return duration_in_units(text, pa.timestamp("ms"), where) / 1000
 
 
@@ -141,6 +158,17 @@ def _kafka_sink(table: TableDef) -> Any:
     props = _kafka_properties(table)
     return lambda directory, name, schema: KafkaSink(directory, name, schema, topic, servers,
                                                      tid, props)
+
+
+def _parts_sink(table: TableDef) -> Any:
+    """A file table written by a live job: the directory ``path`` gets a part per epoch."""
+    from splice.runtime.sinks import FilePartsSink
+
+    path = table.options.get("path")
+    if not path:
+        raise PlanError(f"table {table.name!r}: the file connector needs path = '...'")
+    fmt = table.options.get("format", "parquet").replace("jsonl", "json")
+    return lambda directory, name, schema: FilePartsSink(directory, name, schema, path, fmt)
 
 
 def _path_of(table: TableDef) -> Path:
@@ -173,9 +201,10 @@ class _Table:
 def _open_table(table: TableDef, policy: BadInputPolicy, sink: DeadLetterSink | None) -> _Table:
     from splice.io.files import read_input
 
-    if table.connector == "kafka":
+    if _is_live(table):
         if table.schema is None:
-            raise PlanError(f"table {table.name!r}: a Kafka table needs its column list")
+            raise PlanError(f"table {table.name!r}: a Kafka table or a tailed directory needs "
+                            "its column list")
         return _Table(table, table.schema)
     path = _path_of(table)
     if table.schema is not None:
@@ -269,7 +298,8 @@ def _plan_all(statements: list[Any], tables: dict[str, _Table], definitions: dic
         if isinstance(st, SetOption):  # in force for the statements after it
             settings[st.key] = st.value
         if isinstance(st, SelectQuery | InsertInto | Explain):
-            sources = {n: SourceTable(n, t.schema, t.definition.time_column, bounded=True)
+            sources = {n: SourceTable(n, t.schema, t.definition.time_column,
+                                      bounded=t.definition.connector != "kafka")
                        for n, t in tables.items() if n in _referenced(st.query)}
             missing = _referenced(st.query) - set(tables)
             if missing:
@@ -406,27 +436,30 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
         return SqlRun({}, explained, {})
     budget = memory_budget if memory_budget is not None else _default_budget()
     read = [n for n, t in opened.items() if any(n in _referenced_plan(p) for p in planned)]
-    kafka = [n for n in read if opened[n].definition.connector == "kafka"]
-    if kafka and len(kafka) != len(read):
-        raise PlanError(f"SQL: a job reads Kafka tables ({', '.join(kafka)}) or files, not both")
-    inputs = [] if kafka else [_input(opened[n], times.get(n), batch_size, budget, bad_input, sink)
-                               for n in read]
+    # a job that reads Kafka or tails a directory runs live: every source reports its position
+    live_job = any(_is_live(opened[n].definition) for n in read)
+    inputs = [] if live_job else [_input(opened[n], times.get(n), batch_size, budget, bad_input,
+                                         sink) for n in read]
     load_seconds = time.perf_counter() - t0
     scratch = None
     try:
         queries: list[Query] = [p.plan.query for p in planned]
-        files = {n: _location(opened[n].definition) for n in read if n not in kafka}
-        topics = {n: _location(opened[n].definition) for n in kafka}  # topics grow: by name
-        fingerprint = job_fingerprint(queries, files, {"batch_size": batch_size, "topics": topics})
+        growing = {n for n in read if _is_live(opened[n].definition)}
+        files = {n: _location(opened[n].definition) for n in read if n not in growing}
+        # topics and tailed directories grow: they are known by name
+        names = {n: _location(opened[n].definition) for n in sorted(growing)}
+        fingerprint = job_fingerprint(queries, files, {"batch_size": batch_size, "growing": names})
         used_streams = [s for s in streams if s.name in read]
-        kafka_sinks = {p.name: _kafka_sink(p.target) for p in planned
-                       if p.target is not None and p.target.connector == "kafka"}
-        if kafka:
-            from splice.connectors.live import KafkaSources
+        # a live job's file sink writes a part per checkpoint epoch, as the epoch commits
+        kafka_sinks = {p.name: _kafka_sink(p.target) if p.target.connector == "kafka"
+                       else _parts_sink(p.target) for p in planned
+                       if p.target is not None and (live_job or p.target.connector == "kafka")}
+        if live_job:
+            from splice.connectors.live import PolledSources
 
-            live = KafkaSources([_kafka_source(opened[n], times.get(n), batch_size, bad_input)
-                                 for n in kafka])
-            # a Kafka source reports its own watermarks, per partition
+            live = PolledSources([_live_source(opened[n], times.get(n), batch_size, bad_input)
+                                  for n in read])
+            # a live source reports its own watermarks (a Kafka source's, per partition)
             used_streams = [SourceStream(s.name, s.schema, s.time_column, bad_input=bad_input)
                             for s in used_streams]
             job = Job(used_streams, queries, live.source, fingerprint=fingerprint, live=live,
@@ -458,7 +491,7 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
     results = {p.name: outputs[p.name] for p in planned}
     if write_sinks:
         for p in planned:
-            if p.target is not None and p.target.connector != "kafka":
+            if p.target is not None and p.name not in kafka_sinks:
                 publish_table(results[p.name], _path_of(p.target))
     rows = sum(i.num_rows for i in inputs) if inputs else sum(
         coord.engine.rows_in.values())

@@ -1,4 +1,5 @@
-"""Several live sources (Kafka topics) as one job source for the checkpoint coordinator.
+"""Several live sources (Kafka topics, files, tailed directories) as one job source for the
+checkpoint coordinator.
 
 The sources are polled in turn; each poll hands over what it decoded and the source's watermark
 when it moved. A round in which no source had anything yields a tick (an empty
@@ -9,21 +10,39 @@ bounded reads end).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 
-from splice.connectors.kafka_source import KafkaSource
 from splice.runtime.checkpoint import SourceEvent
 
-__all__ = ["KafkaSources"]
+__all__ = ["PolledSources", "PolledSource"]
 
 
-class KafkaSources:
+class PolledSource(Protocol):
+    """One live source: :class:`~splice.connectors.kafka_source.KafkaSource`,
+    :class:`~splice.connectors.file_source.FileSource`."""
+
+    name: str
+
+    def open(self, state: Mapping[str, Any] | None = None) -> None: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def poll(self) -> Iterator[pa.RecordBatch | SourceEvent]: ...
+
+    def drain(self) -> Iterator[pa.RecordBatch | SourceEvent]: ...
+
+    def ended(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class PolledSources:
     """``sources`` as a job's live sources (:class:`~splice.runtime.checkpoint.LiveSources`)."""
 
-    def __init__(self, sources: Sequence[KafkaSource]) -> None:
+    def __init__(self, sources: Sequence[PolledSource]) -> None:
         self.sources = list(sources)
         self._open = False
 

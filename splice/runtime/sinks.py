@@ -35,6 +35,7 @@ the one an uninterrupted run publishes, byte for byte.
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -49,7 +50,8 @@ import pyarrow.parquet as pq
 from splice.core.errors import StateError
 from splice.runtime.checkpoint_store import _fsync_dir
 
-__all__ = ["TransactionalSink", "MemorySink", "OutputSink", "publish_table", "write_table"]
+__all__ = ["TransactionalSink", "FilePartsSink", "MemorySink", "OutputSink", "publish_table",
+           "write_table"]
 
 _EPOCH = re.compile(r"^(?:epoch|part)-(\d+)\.arrow$")
 #: where a part records the source position its epoch ended at, and whether it was the last
@@ -57,11 +59,17 @@ _POSITION, _FINAL = b"splice.position", b"splice.final"
 
 
 def write_table(table: pa.Table, path: str | Path) -> None:
-    """Write ``table`` as Parquet (``.parquet``) or CSV (``.csv``), by the path's suffix."""
+    """Write ``table`` as Parquet (``.parquet``), CSV (``.csv``) or JSON lines (``.jsonl``), by
+    the path's suffix."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    if p.suffix.lower() == ".csv":
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
         pacsv.write_csv(table, p)
+    elif suffix in (".jsonl", ".ndjson", ".json"):
+        with open(p, "w") as f:
+            for row in table.to_pylist():
+                f.write(json.dumps(row, default=str) + "\n")
     else:
         pq.write_table(table, p)
 
@@ -231,3 +239,46 @@ class TransactionalSink:
         table = self.committed()
         publish_table(table, out)
         return table
+
+
+_PART_SUFFIX = {"parquet": ".parquet", "csv": ".csv", "json": ".jsonl"}
+
+
+@dataclass
+class FilePartsSink(TransactionalSink):
+    """A query's results as one file per committed epoch, ``part-<epoch>.<suffix>`` in the
+    directory ``target`` (Parquet, CSV or JSON lines by ``fmt``), for jobs that run until
+    stopped: a reader sees whole parts only, each written under a temporary name and renamed
+    once its epoch's checkpoint is saved, exactly once across crashes (the two phases of
+    :class:`TransactionalSink`, whose committed part each file is exported from)."""
+
+    target: str | Path = ""
+    fmt: str = "parquet"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.fmt not in _PART_SUFFIX:
+            raise StateError(f"sink {self.name!r}: format {self.fmt!r} is not one of "
+                             f"{', '.join(_PART_SUFFIX)}")
+        Path(self.target).mkdir(parents=True, exist_ok=True)
+
+    def _export(self, epoch: int) -> None:
+        out = Path(self.target) / f"part-{epoch:012d}{_PART_SUFFIX[self.fmt]}"
+        part = self._part(epoch)
+        if out.exists() or not part.exists():
+            return
+        with pa.memory_map(str(part)) as source:
+            table = pa.ipc.open_file(source).read_all()
+        if table.num_rows:
+            publish_table(table, out)
+
+    def commit(self, epoch: int) -> None:
+        super().commit(epoch)
+        self._export(epoch)
+
+    def recover(self, checkpoint_epoch: int) -> None:
+        super().recover(checkpoint_epoch)
+        for p in sorted(self.committed_dir.iterdir()):  # committed, the export cut short
+            e = _epoch_of(p)
+            if e is not None:
+                self._export(e)
