@@ -100,10 +100,11 @@ def _kafka_properties(table: TableDef) -> dict[str, str]:
             if k.startswith("properties.") and k != "properties.bootstrap.servers"}
 
 
-def _kafka_common(table: TableDef) -> tuple[str, str]:
+def _kafka_common(table: TableDef, formats: tuple[str, ...] = ("json",)) -> tuple[str, str]:
     fmt = table.options.get("format", "json")
-    if fmt != "json":
-        raise PlanError(f"table {table.name!r}: Kafka format {fmt!r} is not supported (json is)")
+    if fmt not in formats:
+        raise PlanError(f"table {table.name!r}: Kafka format {fmt!r} is not supported here "
+                        f"({', '.join(formats)} are)")
     return (_kafka_option(table, "topic"),
             _kafka_option(table, "bootstrap.servers", "properties.bootstrap.servers"))
 
@@ -130,7 +131,7 @@ def _live_source(table: _Table, time_column: str | None, batch_size: int,
         return FileSource(d.name, path, table.schema, time_column, delay,
                           None if interval is None else _seconds(interval, d.name),
                           policy, batch_size)
-    topic, servers = _kafka_common(d)
+    topic, servers = _kafka_common(d, ("json", "avro", "avro-confluent"))
     idle = d.options.get("scan.watermark.idle-timeout", d.options.get("idle_timeout"))
     mode = d.options.get("scan.bounded.mode", "unbounded")
     if mode not in ("unbounded", "latest-offset"):
@@ -139,7 +140,8 @@ def _live_source(table: _Table, time_column: str | None, batch_size: int,
     return KafkaSource(d.name, topic, servers, table.schema, time_column, delay,
                        idle_timeout=None if idle is None else _seconds(idle, d.name),
                        bounded=mode == "latest-offset", bad_input=policy,
-                       batch_size=batch_size, properties=_kafka_properties(d))
+                       batch_size=batch_size, properties=_kafka_properties(d),
+                       format=d.options.get("format", "json"))
 
 
 def _seconds(text: str, table: str) -> float:

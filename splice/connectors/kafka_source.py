@@ -1,10 +1,11 @@
-"""A Kafka topic as a source stream: JSON records decoded into Arrow batches, a watermark per
-partition, offsets kept in splice's checkpoints.
+"""A Kafka topic as a source stream: JSON or Avro records decoded into Arrow batches, a watermark
+per partition, offsets kept in splice's checkpoints.
 
 The consumer is assigned every partition of the topic (no consumer group rebalancing: the
 checkpoint, not Kafka, owns the offsets, and nothing is ever committed to Kafka). Each
-:meth:`KafkaSource.poll` takes up to ``batch_size`` records and decodes them with Arrow's JSON
-reader (:mod:`splice.connectors.json_records`) on a worker thread while the next poll runs, so
+:meth:`KafkaSource.poll` takes up to ``batch_size`` records and decodes them, JSON with Arrow's
+JSON reader (:mod:`splice.connectors.json_records`), Avro with a numba kernel
+(:mod:`splice.connectors.avro_records`), on a worker thread while the next poll runs, so
 parsing overlaps the consumer's own work.
 
 Event time and watermarks, as Flink's Kafka source keeps them: each partition tracks the largest
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from splice.connectors.avro_records import avro_kinds, decode_avro
 from splice.connectors.json_records import decode_json
 from splice.core.dead_letters import BadInputPolicy, check_policy
 from splice.core.errors import PlanError, SchemaError
@@ -76,9 +78,17 @@ class KafkaSource:
     batch_size: int = 65_536
     poll_timeout: float = 0.1
     properties: Mapping[str, Any] = field(default_factory=dict)
+    #: ``json``, ``avro`` (binary records of the columns' schema) or ``avro-confluent`` (the
+    #: same after Confluent's 5-byte header)
+    format: str = "json"
 
     def __post_init__(self) -> None:
         check_policy(self.bad_input)
+        if self.format not in ("json", "avro", "avro-confluent"):
+            raise PlanError(f"Kafka source {self.name!r}: format {self.format!r} is not one of "
+                            "json, avro, avro-confluent")
+        if self.format != "json":
+            avro_kinds(self.schema)  # every column has an Avro type
         if self.time_column is not None and self.time_column not in self.schema.names:
             raise PlanError(f"Kafka source {self.name!r}: time column {self.time_column!r} is "
                             f"not a column (columns: {', '.join(self.schema.names)})")
@@ -183,7 +193,10 @@ class KafkaSource:
 
     def _decode(self, fetched: list[Any]) -> _Decoded:
         values, parts, offsets, eof = fetched
-        batch, bad = decode_json(values, self.schema)
+        if self.format == "json":
+            batch, bad = decode_json(values, self.schema)
+        else:
+            batch, bad = decode_avro(values, self.schema, self.format == "avro-confluent")
         times = None
         if self.time_column is not None and batch.num_rows:
             times = time_values(batch, self.time_column, f"Kafka source {self.name!r}")

@@ -217,3 +217,32 @@ INSERT INTO totals SELECT key, count(*) AS n, sum(v) AS s FROM events GROUP BY k
     assert all(c in (0, 1) for c in answer.values())
     want = {int(k): (int((key == k).sum()), int(v[key == k].sum())) for k in np.unique(key)}
     assert final == want
+
+
+def test_avro_records_with_the_schema_of_the_ddl(kafka):
+    fastavro = pytest.importorskip("fastavro")
+    import io
+
+    import pyarrow as pa
+
+    from splice.connectors.avro_records import avro_schema
+
+    schema = pa.schema([("key", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
+    parsed = fastavro.parse_schema(avro_schema(schema))
+    n = 4_000
+    ts, key, v = _events(n, 9, 0.0)
+    records = []
+    for i in range(n):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, {"key": int(key[i]), "ts": int(ts[i]),
+                                                 "v": int(v[i])})
+        records.append((i % 4, buf.getvalue()))
+    _produce(kafka, "avro-in", records + [(1, b"\x02\x02")])  # the last one is cut short
+    run = run_statements(_job(kafka, "avro-in", "avro-out",
+                              ", 'scan.bounded.mode' = 'latest-offset'").replace(
+                                  "format = 'json'", "format = 'avro'", 1),
+                         bad_input="dead_letter")
+    got = _as_counter(_read_committed(kafka, "avro-out"))
+    assert got == _windows(ts, key, v, np.ones(n, dtype=bool))
+    assert run.dead_letters is not None and run.dead_letters.num_rows == 1
+    assert "Avro" in run.dead_letters.column("reason")[0].as_py()
