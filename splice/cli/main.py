@@ -52,6 +52,16 @@ def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
                         help="discard what --checkpoint-dir holds of an earlier job, then run")
 
 
+def _add_serve_options(parser: argparse.ArgumentParser, flag: bool) -> None:
+    """``--serve`` (when ``flag``), ``--host`` and ``--port`` of the web page."""
+    if flag:
+        parser.add_argument("--serve", action="store_true",
+                            help="serve a web page of the running engine (see --host, --port)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address the web page listens on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8080, help="port of the web page (default 8080)")
+
+
 def _add_sql_arguments(sql: argparse.ArgumentParser) -> None:
     """The options of ``splice sql`` (:mod:`splice.cli.sql`)."""
     sql.add_argument("query", nargs="?", default=None,
@@ -80,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
     demo.add_argument("--batch-size", type=_positive_int, default=16_384, help="rows per batch (default 16,384)")
     demo.add_argument("--json", action="store_true", help="print machine-readable results")
+    _add_serve_options(demo, flag=True)
+    demo.add_argument("--pace", type=float, default=0.02,
+                      help="with --serve: seconds between batches of the looping feed")
 
     tpch = sub.add_parser("tpch", help="TPC-H queries as streams")
     tpch.add_argument("query", choices=["q1", "q3", "q6"], help="which TPC-H query")
@@ -184,6 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a SQL job (Kafka or file sources and sinks) "
                                      "continuously, checkpointed, until it ends or is stopped")
     run_job.add_arguments(run)
+    _add_serve_options(run, flag=True)
+    serve = sub.add_parser("serve", help="an engine with a web page: the demo's feed, or a job")
+    serve.add_argument("jobs", nargs="*", help="a SQL job file (none: the demo's lineitem feed)")
+    run_job.add_arguments(serve, positional=False)
+    _add_serve_options(serve, flag=False)
+    serve.add_argument("--sf", type=float, default=0.1, help="the demo feed's TPC-H scale factor")
+    serve.add_argument("--pace", type=float, default=0.02,
+                       help="seconds between the demo feed's batches (default 0.02)")
     return parser
 
 
@@ -201,6 +222,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise PlanError("txn --checkpoint-dir runs the generated workload, not --input")
         if args.command == "join":
             return join_command.run_join(args)
+        if args.command == "serve" or (args.command == "demo" and args.serve):
+            from splice.cli.serve import run_serve, serve_demo
+
+            if args.command == "demo":
+                return serve_demo(args.sf, args.batch_size, args.host, args.port, args.pace)
+            return run_serve(args)
         if args.command == "run":
             from splice.cli.run_job import run_job
 

@@ -16,9 +16,10 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from splice.core.dead_letters import BadInputPolicy
 from splice.core.errors import PlanError
@@ -29,8 +30,9 @@ if TYPE_CHECKING:
 __all__ = ["add_arguments", "run_job", "run_sql_job"]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", help="a file of SQL statements separated by ';'")
+def add_arguments(parser: argparse.ArgumentParser, positional: bool = True) -> None:
+    if positional:
+        parser.add_argument("job", help="a file of SQL statements separated by ';'")
     parser.add_argument("--checkpoint-dir", default=None,
                         help="checkpoint here and resume from here (exactly-once sinks)")
     parser.add_argument("--checkpoint-interval", type=float, default=1.0,
@@ -48,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_sql_job(text: str, *, checkpoint_dir: str | Path | None = None,
                 checkpoint_interval: float = 1.0, batch_size: int = 65_536,
                 bad_input: BadInputPolicy = "fail", restart: bool = False,
-                stop: threading.Event | None = None) -> SqlRun:
+                stop: threading.Event | None = None,
+                observe: Callable[[Any], None] | None = None) -> SqlRun:
     """Run the SQL job ``text`` until its sources end, ``stop`` is set, or (called from the
     main thread) SIGINT or SIGTERM arrives; then it takes a last checkpoint and returns.
     ``splice.run_job`` is this function."""
@@ -68,7 +71,8 @@ def run_sql_job(text: str, *, checkpoint_dir: str | Path | None = None,
     try:
         run = run_statements(text, batch_size=batch_size, bad_input=bad_input,
                              checkpoint_dir=checkpoint_dir,
-                             checkpoint_interval=checkpoint_interval, stop=stop, restart=restart)
+                             checkpoint_interval=checkpoint_interval, stop=stop, restart=restart,
+                             observe=observe)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -79,9 +83,19 @@ def run_sql_job(text: str, *, checkpoint_dir: str | Path | None = None,
 def run_job(args: argparse.Namespace) -> int:
     """``splice run``: the job of ``args.job``; prints the metrics line."""
     policy: BadInputPolicy = "dead_letter" if args.bad_input == "dead-letter" else "fail"
-    run = run_sql_job(Path(args.job).read_text(), checkpoint_dir=args.checkpoint_dir,
-                      checkpoint_interval=args.checkpoint_interval, batch_size=args.batch_size,
-                      bad_input=policy, restart=args.restart)
+    observe, stop_page = None, None
+    if getattr(args, "serve", False):
+        from splice.cli.serve import serve_job
+
+        observe, stop_page = serve_job(args.host, args.port)
+    try:
+        run = run_sql_job(Path(args.job).read_text(), checkpoint_dir=args.checkpoint_dir,
+                          checkpoint_interval=args.checkpoint_interval,
+                          batch_size=args.batch_size, bad_input=policy, restart=args.restart,
+                          observe=observe)
+    finally:
+        if stop_page is not None:
+            stop_page()
     if args.json:
         print(json.dumps({"metrics": run.metrics}))
     else:

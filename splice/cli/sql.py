@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -367,7 +367,8 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
                    bad_input: BadInputPolicy = "fail", memory_budget: int | None = None,
                    write_sinks: bool = True, checkpoint_dir: str | Path | None = None,
                    checkpoint_interval: float = 1.0, stop: threading.Event | None = None,
-                   restart: bool = False) -> SqlRun:
+                   restart: bool = False,
+                   observe: Callable[[CheckpointCoordinator], None] | None = None) -> SqlRun:
     """Run the SQL statements of ``text`` (module docstring) as one job; ``tables`` are
     ``NAME=PATH`` shorthands of file tables. INSERT INTO results are written to their tables'
     files when ``write_sinks`` (a Kafka table's, always); SELECT results are returned.
@@ -475,6 +476,8 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
             scratch.name if scratch is not None else None)
         coord = CheckpointCoordinator(job, directory, restart=restart,
                                       interval_seconds=checkpoint_interval if directory else None)
+        if observe is not None:  # the web page watches the job's engine
+            observe(coord)
         t1 = time.perf_counter()
         outputs = coord.run(collect=True, stop=stop)
         # the query's deployment (building operators, restoring a checkpoint) is not streaming

@@ -192,7 +192,7 @@ class QueryResult:
 
     name: str
     schema: pa.Schema
-    batches: list[pa.RecordBatch] = field(default_factory=ResultBatches)
+    batches: ResultBatches = field(default_factory=ResultBatches)
     #: late rows by the input they came on (a source stream, or a node of the query)
     late: dict[str, list[pa.RecordBatch]] = field(default_factory=dict)
     error: BaseException | None = None
