@@ -83,19 +83,19 @@ def run_sql_job(text: str, *, checkpoint_dir: str | Path | None = None,
 def run_job(args: argparse.Namespace) -> int:
     """``splice run``: the job of ``args.job``; prints the metrics line."""
     policy: BadInputPolicy = "dead_letter" if args.bad_input == "dead-letter" else "fail"
-    observe, stop_page = None, None
+    page = None
     if getattr(args, "serve", False):
-        from splice.cli.serve import serve_job
+        from splice.cli.serve import JobPage
 
-        observe, stop_page = serve_job(args.host, args.port)
+        page = JobPage(args.host, args.port)
     try:
         run = run_sql_job(Path(args.job).read_text(), checkpoint_dir=args.checkpoint_dir,
                           checkpoint_interval=args.checkpoint_interval,
                           batch_size=args.batch_size, bad_input=policy, restart=args.restart,
-                          observe=observe)
+                          observe=None if page is None else page.observe)
     finally:
-        if stop_page is not None:
-            stop_page()
+        if page is not None:
+            page.stop()
     if args.json:
         print(json.dumps({"metrics": run.metrics}))
     else:

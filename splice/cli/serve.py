@@ -14,11 +14,16 @@ import argparse
 import signal
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["run_serve", "serve_demo", "serve_job"]
+if TYPE_CHECKING:
+    from splice.runtime.checkpoint import CheckpointCoordinator
+    from splice.web.server import WebServer
+
+__all__ = ["JobPage", "run_serve", "serve_demo"]
 
 
 def _stop_on_signals(stop: threading.Event) -> dict:
@@ -101,20 +106,22 @@ def run_serve(args: argparse.Namespace) -> int:
     return run_job(args)
 
 
-def serve_job(host: str, port: int):  # type: ignore[no-untyped-def]
-    """An observer for :func:`splice.cli.sql.run_statements` that serves the page of the job's
-    engine; returns ``(observe, stop)``."""
-    from splice.web.server import start_server
-    from splice.web.service import EngineService
+class JobPage:
+    """The web page of a SQL job's engine: pass :meth:`observe` to
+    :func:`splice.cli.sql.run_statements`; the page starts when the job's coordinator exists."""
 
-    servers = []
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.servers: list[WebServer] = []
 
-    def observe(coord) -> None:  # type: ignore[no-untyped-def]
-        servers.append(start_server(EngineService(lambda: coord.engine,
-                                                  checkpoints=lambda: coord.stats), host, port))
+    def observe(self, coord: CheckpointCoordinator) -> None:
+        from splice.web.server import start_server
+        from splice.web.service import EngineService
 
-    def stop() -> None:
-        for s in servers:
+        self.servers.append(start_server(EngineService(lambda: coord.engine,
+                                                       checkpoints=lambda: coord.stats),
+                                         self.host, self.port))
+
+    def stop(self) -> None:
+        for s in self.servers:
             s.stop()
-
-    return observe, stop

@@ -107,3 +107,45 @@ def test_the_server_listens_only_on_the_address_given():
     finally:
         web.stop()
         eng.close()
+
+
+def test_the_page_of_a_sql_job_shows_its_queries_and_checkpoints(tmp_path):
+    import threading
+    import time
+
+    import httpx
+    import pyarrow.parquet as pq
+
+    from splice.cli.serve import JobPage
+    from splice.cli.sql import run_statements
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    pq.write_table(pa.table({"k": [1, 2], "ts": [1, 2], "x": [1.0, 2.0]}, schema=SCHEMA),
+                   inbox / "a.parquet")
+    job = f"""CREATE TABLE s (k BIGINT, ts BIGINT, x DOUBLE, WATERMARK FOR ts AS ts - 5)
+      WITH (connector = 'file', path = '{inbox}', 'source.monitor-interval' = '50ms');
+    SELECT k, x FROM s WHERE x > 1.5"""
+    page = JobPage("127.0.0.1", 0)
+    stop = threading.Event()
+    runner = threading.Thread(target=run_statements, args=(job,), daemon=True, kwargs={
+        "stop": stop, "checkpoint_dir": tmp_path / "ck", "checkpoint_interval": 0.1,
+        "observe": page.observe})
+    runner.start()
+    try:
+        deadline, seen = time.monotonic() + 30, {}
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            if not page.servers:
+                continue
+            base = page.servers[0].url
+            seen = {"queries": httpx.get(f"{base}api/queries").json(),
+                    "checkpoints": httpx.get(f"{base}api/checkpoints").json()}
+            if seen["checkpoints"]["count"] > 0 and seen["queries"]:
+                break
+        assert seen["queries"][0]["name"] == "query" and seen["queries"][0]["rows_in"] == 2
+        assert seen["checkpoints"]["enabled"] and seen["checkpoints"]["count"] > 0
+    finally:
+        stop.set()
+        runner.join(30)
+        page.stop()
