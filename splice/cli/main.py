@@ -77,6 +77,10 @@ def _add_sql_arguments(sql: argparse.ArgumentParser) -> None:
     sql.add_argument("--bad-input", choices=["fail", "dead-letter"], default="fail",
                      help="a row that cannot be read: stop with an error (default) or set it aside")
     sql.add_argument("--dead-letter", default=None, help="file for the rows set aside")
+    sql.add_argument("--workers", type=_positive_int, default=None,
+                     help="run each query's keyed stage on this many Ray workers (local Ray)")
+    sql.add_argument("--ray-address", default=None,
+                     help="with --workers: the Ray cluster to run on (default: start one here)")
     sql.add_argument("--memory-budget", type=int, default=None,
                      help="bytes a table may take while it is ordered by time; larger tables are "
                           "sorted in runs on disk (default: a quarter of the machine's memory)")
