@@ -161,6 +161,8 @@ class CheckpointStats:
     batches: int = 0
     finished_before: bool = False
     stopped: bool = False
+    failures: int = 0
+    last_failure: str | None = None
 
 
 def _fault_point() -> tuple[str, int] | None:
@@ -327,7 +329,16 @@ class CheckpointCoordinator:
 
     def checkpoint(self, finished: bool = False) -> None:
         """Take checkpoint ``epoch + 1`` now: snapshot, stage outputs, store, commit (without a
-        checkpoint directory: only hand the outputs to the in-memory sinks)."""
+        checkpoint directory: only hand the outputs to the in-memory sinks). A checkpoint that
+        fails is counted (``stats.failures``, ``stats.last_failure``) and stops the job."""
+        try:
+            self._checkpoint(finished)
+        except Exception as exc:
+            self.stats.failures += 1
+            self.stats.last_failure = f"{type(exc).__name__}: {exc}"
+            raise
+
+    def _checkpoint(self, finished: bool) -> None:
         eng = self.engine
         assert eng is not None
         t0 = time.perf_counter()

@@ -133,7 +133,7 @@ class EngineService:
         return {"enabled": True, "count": stats.checkpoints, "resumed_from": stats.resumed_from,
                 "last_seconds": stats.checkpoint_seconds[last] if last >= 0 else None,
                 "last_bytes": stats.checkpoint_bytes[last] if last >= 0 else None,
-                "failures": getattr(stats, "failures", 0)}
+                "failures": stats.failures, "last_failure": stats.last_failure}
 
     # -- changes ------------------------------------------------------------------------------
     def deploy(self, sql: str, name: str | None = None) -> str:

@@ -149,3 +149,19 @@ def test_the_page_of_a_sql_job_shows_its_queries_and_checkpoints(tmp_path):
         stop.set()
         runner.join(30)
         page.stop()
+
+
+def test_a_failed_checkpoint_is_counted_and_named():
+    from splice.runtime.checkpoint import CheckpointStats
+
+    stats = CheckpointStats(checkpoints=2, checkpoint_seconds=[0.1, 0.2],
+                            checkpoint_bytes=[10, 20], failures=1,
+                            last_failure="OSError: no space left on device")
+    eng = Engine()
+    try:
+        client = TestClient(make_app(EngineService(eng, checkpoints=lambda: stats), TOKEN))
+        got = client.get("/api/checkpoints").json()
+    finally:
+        eng.close()
+    assert got["count"] == 2 and got["last_seconds"] == 0.2 and got["last_bytes"] == 20
+    assert got["failures"] == 1 and "no space" in got["last_failure"]
