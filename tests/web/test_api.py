@@ -112,7 +112,6 @@ def test_the_server_listens_only_on_the_address_given():
 def test_the_page_of_a_sql_job_shows_its_queries_and_checkpoints(tmp_path):
     import threading
     import time
-
     import urllib.request
 
     import pyarrow.parquet as pq
