@@ -539,7 +539,7 @@ def _on_workers(planned: list[_Planned], job: Job, inputs: list[JoinInput], work
     seconds, late, exchanged = 0.0, 0, 0
     try:
         for p in planned:
-            run = run_on_ray(p.plan.query, defs, job.source(0), workers, ray_address)
+            run = run_on_ray(p.plan.query, defs, job.source, workers, ray_address)
             results[p.name] = run.result
             seconds += run.seconds
             late += run.late_rows

@@ -9,7 +9,8 @@ numbered so the subtask checks the order; at most ``max_in_flight`` calls per ch
 outstanding (backpressure), and Arrow batches travel through Ray's object store (zero-copy
 reads on one node). Watermarks are the sources' (the largest time read minus the bound), sent to
 every subtask, as Flink's sources broadcast theirs; the end goes to every subtask. What each
-subtask produces comes back with the call's reply and feeds the final stage.
+subtask produces comes back with the call's reply and feeds the final stage. Checkpoint barriers
+and the recovery from a dead worker are described at :func:`run_on_ray`.
 
 ``run_on_ray`` starts a local Ray (``ray.init(num_cpus=...)``, no dashboard) unless one is
 running or ``address`` names a cluster.
@@ -17,8 +18,9 @@ running or ``address`` names a cluster.
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,7 @@ from splice.cluster.stages import StagePlan, cut
 from splice.core.errors import PlanError, StateError
 from splice.core.plan import Query
 from splice.core.time import MIN_TIME, BoundedOutOfOrderness, time_values
+from splice.runtime.checkpoint import ReplayableSource
 from splice.runtime.engine import Engine
 
 __all__ = ["Subtask", "RayChannel", "ClusterRun", "run_on_ray", "StreamDef"]
@@ -50,31 +53,47 @@ class Subtask:
     :meth:`receive` takes messages in sequence order and returns the stage's new output batches
     and late rows."""
 
-    def __init__(self, index: int, streams: list[StreamDef], query: Query) -> None:
+    def __init__(self, index: int, streams: list[StreamDef], query: Query,
+                 state: dict[str, Any] | None = None, die_at: int | None = None) -> None:
         self.index = index
         self.name = query.name
         self.engine = Engine()
         for s in streams:
             self.engine.define_stream(s.name, s.schema, s.time_column)
-        self.engine.deploy(query)
+        self.engine.deploy(query, None if state is None else state["query"])
+        self.late = 0 if state is None else int(state["late"])
         self.next_seq = 0
         self.rows_in = 0
+        #: tests: the process exits when this many messages have arrived (a worker that dies)
+        self.die_at = die_at
 
-    def receive(self, messages: list[Message]) -> tuple[list[pa.RecordBatch], int]:
+    def receive(self, messages: list[Message]) -> tuple[list[pa.RecordBatch], int,
+                                                         dict[str, Any] | None]:
+        """Apply ``messages``; return the new output batches, the late rows so far, and the
+        state snapshot taken at a barrier among them (at most one barrier per call)."""
+        snapshot = None
+        out: list[pa.RecordBatch] = []
         for m in messages:
             if m.seq != self.next_seq:
                 raise StateError(f"subtask {self.index}: message {m.seq} arrived, expected "
                                  f"{self.next_seq}: the channel lost its order")
             self.next_seq += 1
+            if self.die_at is not None and self.next_seq >= self.die_at:
+                os._exit(1)
             if m.kind == "batch":
                 self.engine.push(m.stream, m.payload)
                 self.rows_in += m.payload.num_rows
             elif m.kind == "watermark":
                 self.engine.watermark(m.stream, int(m.payload))
+            elif m.kind == "barrier":
+                # what came before the barrier goes out with it, the state after it is saved
+                out.extend(self.engine.take(self.name))
+                late = sum(self.engine.queries[self.name].late_rows.values())
+                snapshot = {"query": self.engine.snapshot()[self.name], "late": late}
             elif m.kind == "end":
                 self.engine.end()
-        late = sum(self.engine.queries[self.name].late_rows.values())
-        return list(self.engine.take(self.name)), late
+        out.extend(self.engine.take(self.name))
+        return out, sum(self.engine.queries[self.name].late_rows.values()), snapshot
 
     def ping(self) -> int:
         return self.index
@@ -97,7 +116,8 @@ class RayChannel:
 
     def send(self, message: Message) -> None:
         self.pending.append(message)
-        if message.kind == "batch" and len(self.pending) >= self.coalesce:
+        if message.kind == "barrier" or (message.kind == "batch"
+                                          and len(self.pending) >= self.coalesce):
             self._call()
 
     def _call(self) -> None:
@@ -135,6 +155,7 @@ class ClusterRun:
     wait_seconds: float
     seconds: float
     stage_plan: StagePlan = field(repr=False)
+    restarts: int = 0
 
 
 def _start_ray(workers: int, address: str | None) -> None:
@@ -149,10 +170,34 @@ def _start_ray(workers: int, address: str | None) -> None:
                  configure_logging=False)
 
 
-def run_on_ray(query: Query, streams: list[StreamDef],
-               source: Iterable[tuple[str, pa.RecordBatch]], workers: int,
-               address: str | None = None, max_in_flight: int = 4) -> ClusterRun:
-    """Run ``query`` over ``source`` with its keyed stage on ``workers`` subtasks."""
+@dataclass
+class _Checkpoint:
+    """The job at a barrier: the source position, each subtask's state, the final stage's,
+    the watermark generators and what the final stage was sent."""
+
+    position: int = 0
+    subtasks: list[dict[str, Any] | None] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+    max_times: dict[str, int] = field(default_factory=dict)
+    reported: dict[str, int] = field(default_factory=dict)
+    #: the query's result batches so far (the final stage's, or the keyed stage's without one)
+    collected: list[pa.RecordBatch] = field(default_factory=list)
+
+
+def run_on_ray(query: Query, streams: list[StreamDef], source: ReplayableSource, workers: int,
+               address: str | None = None, max_in_flight: int = 4,
+               checkpoint_batches: int | None = 64, restarts: int = 3,
+               die_at: tuple[int, int] | None = None) -> ClusterRun:
+    """Run ``query`` over the replayable ``source`` with its keyed stage on ``workers``
+    subtasks.
+
+    Every ``checkpoint_batches`` source batches a barrier goes down every channel: each subtask
+    snapshots its state when the barrier reaches it (one input channel per subtask, so nothing
+    to align), and with every subtask's snapshot in, the driver keeps the checkpoint (the source
+    position, the states, the final stage's state). When a worker dies, every subtask is started
+    again from the last checkpoint and the source replays from its position, up to ``restarts``
+    times. ``die_at=(subtask, message)`` makes that subtask's process exit when that message
+    arrives (tests)."""
     import ray
 
     if workers < 1:
@@ -169,54 +214,103 @@ def run_on_ray(query: Query, streams: list[StreamDef],
         types = [schemas[stream].field(c).type for c in cols]
         key_types = key_types or types
     _start_ray(workers, address)
-    actor_class: Any = ray.remote(num_cpus=0)(Subtask)
-    actors = [actor_class.remote(i, streams, plan.keyed) for i in range(workers)]
-    ray.get([a.ping.remote() for a in actors])  # started before the clock
-
-    final = Engine()
-    final.define_stream(plan.keyed_output, keyed_schema)
-    if plan.final is not None:
-        final.deploy(plan.final)
-    out_name = query.name if plan.final is not None else None
-    collected: list[pa.RecordBatch] = []
-    late = [0] * workers
-
-    def on_reply(index: int, reply: tuple[list[pa.RecordBatch], int]) -> None:
-        batches, late_rows = reply
-        late[index] = late_rows
-        for b in batches:
-            if out_name is not None:
-                final.push(plan.keyed_output, b)
-            else:
-                collected.append(b)
-
-    channels = [RayChannel(a, on_reply, i, max_in_flight) for i, a in enumerate(actors)]
-    exchange = Exchange(channels, plan.keys, key_types)
-    marks = {s.name: BoundedOutOfOrderness(int(s.max_out_of_orderness or 0))
-             for s in streams if s.time_column is not None}
-    times = {s.name: s.time_column for s in streams}
-    reported = {name: int(MIN_TIME) for name in marks}
+    actor_class: Any = ray.remote(num_cpus=0, max_restarts=0)(Subtask)
+    saved = _Checkpoint(subtasks=[None] * workers)
+    attempts = 0
     t0 = time.perf_counter()
-    for stream, batch in source:
-        if stream not in plan.keys:
-            continue  # the query does not read it
-        exchange.send_batch(stream, batch)
-        gen = marks.get(stream)
-        if gen is not None and batch.num_rows:
-            gen.observe(time_values(batch, str(times[stream]), stream))
-            if gen.current() > reported[stream]:
-                reported[stream] = gen.current()
-                exchange.broadcast("watermark", stream, gen.current())
-    exchange.broadcast("end")
-    exchange.flush()
-    final.end()
-    seconds = time.perf_counter() - t0
-    if out_name is not None:
-        result = final.results(out_name)
-    else:
-        result = pa.Table.from_batches(collected, schema=keyed_schema)
-    final.close()
-    for a in actors:
-        ray.kill(a)
-    return ClusterRun(result, sum(late), exchange.rows_sent, sum(c.calls for c in channels),
-                      sum(c.wait_seconds for c in channels), seconds, plan)
+    while True:
+        try:
+            run = _attempt(plan, streams, source, workers, keyed_schema, key_types, actor_class,
+                           max_in_flight, checkpoint_batches, saved,
+                           die_at if attempts == 0 else None)
+            run.seconds = time.perf_counter() - t0
+            run.restarts = attempts
+            return run
+        except ray.exceptions.RayActorError as exc:
+            attempts += 1
+            if attempts > restarts:
+                raise StateError(f"scale-out: a worker died {attempts} times; the last: {exc}") from exc
+
+
+def _attempt(plan: StagePlan, streams: list[StreamDef], source: ReplayableSource, workers: int,
+             keyed_schema: pa.Schema, key_types: list[pa.DataType], actor_class: Any,
+             max_in_flight: int, checkpoint_batches: int | None, saved: _Checkpoint,
+             die_at: tuple[int, int] | None) -> ClusterRun:
+    """One run from the checkpoint ``saved`` (updated at every barrier)."""
+    import ray
+
+    actors = [actor_class.remote(i, streams, plan.keyed, saved.subtasks[i],
+                                 die_at[1] if die_at is not None and die_at[0] == i else None)
+              for i in range(workers)]
+    try:
+        ray.get([a.ping.remote() for a in actors])
+        final = Engine()
+        final.define_stream(plan.keyed_output, keyed_schema)
+        if plan.final is not None:
+            final.deploy(plan.final, None if saved.final is None else saved.final[plan.final.name])
+        collected = list(saved.collected)
+        late = [0] * workers
+        barrier: list[dict[str, Any] | None] = [None] * workers
+
+        def on_reply(index: int, reply: tuple[list[pa.RecordBatch], int, Any]) -> None:
+            batches, late_rows, snapshot = reply
+            late[index] = late_rows
+            if snapshot is not None:
+                barrier[index] = snapshot
+            for b in batches:
+                if plan.final is not None:
+                    final.push(plan.keyed_output, b)
+                else:
+                    collected.append(b)
+
+        channels = [RayChannel(a, on_reply, i, max_in_flight) for i, a in enumerate(actors)]
+        exchange = Exchange(channels, plan.keys, key_types)
+        marks = {s.name: BoundedOutOfOrderness(int(s.max_out_of_orderness or 0))
+                 for s in streams if s.time_column is not None}
+        for name, t in saved.max_times.items():
+            marks[name].max_time = t
+        times = {s.name: s.time_column for s in streams}
+        reported = {name: saved.reported.get(name, int(MIN_TIME)) for name in marks}
+        position = saved.position
+        since = 0
+        for stream, batch in source(position):
+            position += 1
+            if not isinstance(batch, pa.RecordBatch):
+                continue  # a finite job's sources report nothing else
+            if stream in plan.keys:  # a stream the query does not read is passed over
+                exchange.send_batch(stream, batch)
+                gen = marks.get(stream)
+                if gen is not None and batch.num_rows:
+                    gen.observe(time_values(batch, str(times[stream]), stream))
+                    if gen.current() > reported[stream]:
+                        reported[stream] = gen.current()
+                        exchange.broadcast("watermark", stream, gen.current())
+            since += 1
+            if checkpoint_batches is not None and since >= checkpoint_batches:
+                since = 0
+                barrier[:] = [None] * workers
+                exchange.broadcast("barrier")
+                exchange.flush()
+                assert all(b is not None for b in barrier)
+                saved.subtasks = list(barrier)
+                if plan.final is not None:
+                    collected.extend(final.take(plan.final.name))
+                    saved.final = final.snapshot()
+                saved.position = position
+                saved.max_times = {n: int(g.max_time) for n, g in marks.items()}
+                saved.reported = dict(reported)
+                saved.collected = list(collected)
+        exchange.broadcast("end")
+        exchange.flush()
+        final.end()
+        schema = keyed_schema
+        if plan.final is not None:
+            collected.extend(final.take(plan.final.name))
+            schema = final.queries[plan.final.name].schema
+        result = pa.Table.from_batches(collected, schema=schema)
+        final.close()
+        return ClusterRun(result, sum(late), exchange.rows_sent, sum(c.calls for c in channels),
+                          sum(c.wait_seconds for c in channels), 0.0, plan)
+    finally:
+        for a in actors:
+            ray.kill(a)

@@ -61,3 +61,35 @@ def test_two_workers_give_the_single_process_answer(local_ray, tmp_path, workloa
 def test_a_query_without_a_key_to_partition_by_is_refused(local_ray, tmp_path):
     with pytest.raises(PlanError, match="no operator keyed by columns"):
         run_statements(_tables(tmp_path) + "SELECT count(*) AS n FROM l", workers=2)
+
+
+@pytest.mark.parametrize("workload", sorted(QUERIES))
+def test_a_worker_that_dies_mid_run_gives_the_same_answer(local_ray, tmp_path, workload):
+    """Subtask 1's process exits at its 7th message (after a checkpoint or two); every subtask
+    restarts from the last checkpoint, the source replays from its position, and the answer
+    (with its late rows) is the uninterrupted one."""
+    from splice.cluster.ray_runner import StreamDef, run_on_ray
+    from splice.core.ordered_merge import batch_turns
+    from splice.sql.planner import SourceTable, plan_query
+    from splice.sql.statements import parse_statements
+
+    ddl = _tables(tmp_path)
+    one = run_statements(ddl + QUERIES[workload], batch_size=1024)  # lateness depends on batches
+    tables = {n: pq.read_table(tmp_path / f"{n}.parquet") for n in ("l", "r")}
+    schema = tables["l"].schema
+    plan = plan_query(parse_statements(QUERIES[workload])[-1].query,
+                      {n: SourceTable(n, schema, "ts", True) for n in tables}, "query")
+    batches = [tables[n].to_batches(max_chunksize=1024) for n in ("l", "r")]
+
+    def source(position: int):
+        for i, (side, b) in enumerate(batch_turns(batches, ["ts", "ts"], ["l", "r"])):
+            if i >= position:
+                yield "lr"[side], b
+
+    streams = [StreamDef(n, schema, "ts", 20) for n in ("l", "r")]
+    run = run_on_ray(plan.query, streams, source, 2, checkpoint_batches=4, die_at=(1, 7))
+    want = one.results["query"]
+    key = [(c, "ascending") for c in want.column_names]
+    assert run.restarts == 1
+    assert run.result.sort_by(key).equals(want.sort_by(key))
+    assert run.late_rows == sum(sum(v.values()) for v in one.metrics["late_rows"].values())
