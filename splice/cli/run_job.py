@@ -45,13 +45,18 @@ def add_arguments(parser: argparse.ArgumentParser, positional: bool = True) -> N
                         help="a record that cannot be read: stop with an error naming it "
                              "(default) or set it aside with its reason")
     parser.add_argument("--json", action="store_true", help="print the metrics line as JSON")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="run each query's keyed stage on this many Ray workers (file jobs)")
+    parser.add_argument("--ray-address", default=None,
+                        help="with --workers: the Ray cluster to run on (default: start one here)")
 
 
 def run_sql_job(text: str, *, checkpoint_dir: str | Path | None = None,
                 checkpoint_interval: float = 1.0, batch_size: int = 65_536,
                 bad_input: BadInputPolicy = "fail", restart: bool = False,
                 stop: threading.Event | None = None,
-                observe: Callable[[Any], None] | None = None) -> SqlRun:
+                observe: Callable[[Any], None] | None = None,
+                workers: int | None = None, ray_address: str | None = None) -> SqlRun:
     """Run the SQL job ``text`` until its sources end, ``stop`` is set, or (called from the
     main thread) SIGINT or SIGTERM arrives; then it takes a last checkpoint and returns.
     ``splice.run_job`` is this function."""
@@ -72,7 +77,7 @@ def run_sql_job(text: str, *, checkpoint_dir: str | Path | None = None,
         run = run_statements(text, batch_size=batch_size, bad_input=bad_input,
                              checkpoint_dir=checkpoint_dir,
                              checkpoint_interval=checkpoint_interval, stop=stop, restart=restart,
-                             observe=observe)
+                             observe=observe, workers=workers, ray_address=ray_address)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -92,7 +97,9 @@ def run_job(args: argparse.Namespace) -> int:
         run = run_sql_job(Path(args.job).read_text(), checkpoint_dir=args.checkpoint_dir,
                           checkpoint_interval=args.checkpoint_interval,
                           batch_size=args.batch_size, bad_input=policy, restart=args.restart,
-                          observe=None if page is None else page.observe)
+                          observe=None if page is None else page.observe,
+                          workers=getattr(args, "workers", None),
+                          ray_address=getattr(args, "ray_address", None))
     finally:
         if page is not None:
             page.stop()
