@@ -89,6 +89,9 @@ def run_job(args: argparse.Namespace) -> int:
     """``splice run``: the job of ``args.job``; prints the metrics line."""
     policy: BadInputPolicy = "dead_letter" if args.bad_input == "dead-letter" else "fail"
     page = None
+    if getattr(args, "serve", False) and getattr(args, "workers", None):
+        raise PlanError("--serve shows the engine of one process; with --workers there is no "
+                        "page yet")
     if getattr(args, "serve", False):
         from splice.cli.serve import JobPage
 
