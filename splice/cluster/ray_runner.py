@@ -172,57 +172,68 @@ def _start_ray(workers: int, address: str | None) -> None:
 
 @dataclass
 class _Checkpoint:
-    """The job at a barrier: the source position, each subtask's state, the final stage's,
-    the watermark generators and what the final stage was sent."""
+    """The job at a barrier: the source position, each stage's subtask states, the final
+    stage's state, the watermark generators, and the query's results so far."""
 
     position: int = 0
-    subtasks: list[dict[str, Any] | None] = field(default_factory=list)
+    subtasks: list[list[dict[str, Any] | None]] = field(default_factory=list)
     final: dict[str, Any] | None = None
     max_times: dict[str, int] = field(default_factory=dict)
     reported: dict[str, int] = field(default_factory=dict)
-    #: the query's result batches so far (the final stage's, or the keyed stage's without one)
     collected: list[pa.RecordBatch] = field(default_factory=list)
+
+
+def _stage_streams(plan: StagePlan, streams: list[StreamDef]) -> list[list[StreamDef]]:
+    """The streams each keyed stage defines: the sources it reads, the stage before it (by its
+    output's name and schema, probed on an engine here)."""
+    by_name = {s.name: s for s in streams}
+    out: list[list[StreamDef]] = []
+    previous: StreamDef | None = None
+    for stage in plan.stages:
+        defs = [by_name[n] for n in stage.keys if n in by_name]
+        if previous is not None:
+            defs.append(previous)
+        probe = Engine()
+        for d in defs:
+            probe.define_stream(d.name, d.schema, d.time_column)
+        previous = StreamDef(stage.output, probe.deploy(stage.query).schema)
+        probe.close()
+        out.append(defs)
+    out.append([previous] if previous is not None else [])
+    return out
 
 
 def run_on_ray(query: Query, streams: list[StreamDef], source: ReplayableSource, workers: int,
                address: str | None = None, max_in_flight: int = 4,
                checkpoint_batches: int | None = 64, restarts: int = 3,
                die_at: tuple[int, int] | None = None) -> ClusterRun:
-    """Run ``query`` over the replayable ``source`` with its keyed stage on ``workers``
-    subtasks.
+    """Run ``query`` over the replayable ``source`` with each keyed stage on ``workers``
+    subtasks (a plan keyed by two different keys, as TPC-H Q3's joins are, has two stages; the
+    driver forwards one stage's output through the next exchange).
 
-    Every ``checkpoint_batches`` source batches a barrier goes down every channel: each subtask
+    Every ``checkpoint_batches`` source batches a barrier goes down every channel of the first
+    stage, then, once the first stage's replies are forwarded, of the next: each subtask
     snapshots its state when the barrier reaches it (one input channel per subtask, so nothing
-    to align), and with every subtask's snapshot in, the driver keeps the checkpoint (the source
-    position, the states, the final stage's state). When a worker dies, every subtask is started
-    again from the last checkpoint and the source replays from its position, up to ``restarts``
-    times. ``die_at=(subtask, message)`` makes that subtask's process exit when that message
-    arrives (tests)."""
+    to align), and with every snapshot in, the driver keeps the checkpoint (the source position,
+    the states, the final stage's state and the results so far). When a worker dies, every
+    subtask is started again from the last checkpoint and the source replays from its position,
+    up to ``restarts`` times. ``die_at=(subtask, message)`` makes that subtask of the first
+    stage exit its process when that message arrives (tests)."""
     import ray
 
     if workers < 1:
         raise PlanError(f"--workers must be >= 1, got {workers}")
-    schemas = {s.name: s.schema for s in streams}
-    plan = cut(query, schemas)
-    probe = Engine()
-    for s in streams:
-        probe.define_stream(s.name, s.schema, s.time_column)
-    keyed_schema = probe.deploy(plan.keyed).schema
-    probe.close()
-    key_types: list[pa.DataType] = []
-    for stream, cols in plan.keys.items():
-        types = [schemas[stream].field(c).type for c in cols]
-        key_types = key_types or types
+    plan = cut(query, {s.name: s.schema for s in streams})
+    defs = _stage_streams(plan, streams)
     _start_ray(workers, address)
     actor_class: Any = ray.remote(num_cpus=0, max_restarts=0)(Subtask)
-    saved = _Checkpoint(subtasks=[None] * workers)
+    saved = _Checkpoint(subtasks=[[None] * workers for _ in plan.stages])
     attempts = 0
     t0 = time.perf_counter()
     while True:
         try:
-            run = _attempt(plan, streams, source, workers, keyed_schema, key_types, actor_class,
-                           max_in_flight, checkpoint_batches, saved,
-                           die_at if attempts == 0 else None)
+            run = _attempt(plan, defs, source, workers, actor_class, max_in_flight,
+                           checkpoint_batches, saved, die_at if attempts == 0 else None)
             run.seconds = time.perf_counter() - t0
             run.restarts = attempts
             return run
@@ -232,67 +243,87 @@ def run_on_ray(query: Query, streams: list[StreamDef], source: ReplayableSource,
                 raise StateError(f"scale-out: a worker died {attempts} times; the last: {exc}") from exc
 
 
-def _attempt(plan: StagePlan, streams: list[StreamDef], source: ReplayableSource, workers: int,
-             keyed_schema: pa.Schema, key_types: list[pa.DataType], actor_class: Any,
-             max_in_flight: int, checkpoint_batches: int | None, saved: _Checkpoint,
+def _attempt(plan: StagePlan, defs: list[list[StreamDef]], source: ReplayableSource,
+             workers: int, actor_class: Any, max_in_flight: int,
+             checkpoint_batches: int | None, saved: _Checkpoint,
              die_at: tuple[int, int] | None) -> ClusterRun:
     """One run from the checkpoint ``saved`` (updated at every barrier)."""
     import ray
 
-    actors = [actor_class.remote(i, streams, plan.keyed, saved.subtasks[i],
-                                 die_at[1] if die_at is not None and die_at[0] == i else None)
-              for i in range(workers)]
+    n_stages = len(plan.stages)
+    actors = [[actor_class.remote(i, defs[k], plan.stages[k].query, saved.subtasks[k][i],
+                                  die_at[1] if die_at is not None and k == 0 and die_at[0] == i
+                                  else None)
+               for i in range(workers)] for k in range(n_stages)]
     try:
-        ray.get([a.ping.remote() for a in actors])
+        ray.get([a.ping.remote() for per_stage in actors for a in per_stage])
+        last = defs[-1][0]
         final = Engine()
-        final.define_stream(plan.keyed_output, keyed_schema)
+        final.define_stream(last.name, last.schema)
         if plan.final is not None:
             final.deploy(plan.final, None if saved.final is None else saved.final[plan.final.name])
         collected = list(saved.collected)
-        late = [0] * workers
-        barrier: list[dict[str, Any] | None] = [None] * workers
+        late = [[0] * workers for _ in range(n_stages)]
+        barrier: list[list[dict[str, Any] | None]] = [[None] * workers for _ in range(n_stages)]
+        exchanges: list[Exchange] = []
 
-        def on_reply(index: int, reply: tuple[list[pa.RecordBatch], int, Any]) -> None:
-            batches, late_rows, snapshot = reply
-            late[index] = late_rows
-            if snapshot is not None:
-                barrier[index] = snapshot
-            for b in batches:
-                if plan.final is not None:
-                    final.push(plan.keyed_output, b)
-                else:
-                    collected.append(b)
+        def replies(k: int) -> Callable[[int, Any], None]:
+            def on_reply(index: int, reply: tuple[list[pa.RecordBatch], int, Any]) -> None:
+                batches, late_rows, snapshot = reply
+                late[k][index] = late_rows
+                if snapshot is not None:
+                    barrier[k][index] = snapshot
+                for b in batches:
+                    if k + 1 < n_stages:
+                        exchanges[k + 1].send_batch(plan.stages[k].output, b)
+                    elif plan.final is not None:
+                        final.push(last.name, b)
+                    else:
+                        collected.append(b)
+            return on_reply
 
-        channels = [RayChannel(a, on_reply, i, max_in_flight) for i, a in enumerate(actors)]
-        exchange = Exchange(channels, plan.keys, key_types)
-        marks = {s.name: BoundedOutOfOrderness(int(s.max_out_of_orderness or 0))
-                 for s in streams if s.time_column is not None}
+        channels = [[RayChannel(a, replies(k), i, max_in_flight) for i, a in enumerate(per_stage)]
+                    for k, per_stage in enumerate(actors)]
+        for k, stage in enumerate(plan.stages):
+            schemas = {d.name: d.schema for d in defs[k]}
+            first = next(iter(stage.keys))
+            types = [schemas[first].field(c).type for c in stage.keys[first]]
+            exchanges.append(Exchange(channels[k], stage.keys, types))
+        reader = {name: k for k, stage in enumerate(plan.stages) for name in stage.keys}
+        sources = {d.name: d for stage_defs in defs[:-1] for d in stage_defs}
+        marks = {name: BoundedOutOfOrderness(int(d.max_out_of_orderness or 0))
+                 for name, d in sources.items() if d.time_column is not None}
         for name, t in saved.max_times.items():
             marks[name].max_time = t
-        times = {s.name: s.time_column for s in streams}
         reported = {name: saved.reported.get(name, int(MIN_TIME)) for name in marks}
+
+        def everywhere(kind: str) -> None:
+            for k in range(n_stages):  # a stage's replies reach the next before it is told
+                exchanges[k].broadcast(kind)
+                exchanges[k].flush()
+
         position = saved.position
         since = 0
         for stream, batch in source(position):
             position += 1
-            if not isinstance(batch, pa.RecordBatch):
-                continue  # a finite job's sources report nothing else
-            if stream in plan.keys:  # a stream the query does not read is passed over
-                exchange.send_batch(stream, batch)
-                gen = marks.get(stream)
-                if gen is not None and batch.num_rows:
-                    gen.observe(time_values(batch, str(times[stream]), stream))
-                    if gen.current() > reported[stream]:
-                        reported[stream] = gen.current()
-                        exchange.broadcast("watermark", stream, gen.current())
             since += 1
+            if not isinstance(batch, pa.RecordBatch) or stream not in reader:
+                continue  # a stream the query does not read is passed over
+            exchange = exchanges[reader[stream]]
+            exchange.send_batch(stream, batch)
+            gen = marks.get(stream)
+            if gen is not None and batch.num_rows:
+                gen.observe(time_values(batch, str(sources[stream].time_column), stream))
+                if gen.current() > reported[stream]:
+                    reported[stream] = gen.current()
+                    exchange.broadcast("watermark", stream, gen.current())
             if checkpoint_batches is not None and since >= checkpoint_batches:
                 since = 0
-                barrier[:] = [None] * workers
-                exchange.broadcast("barrier")
-                exchange.flush()
-                assert all(b is not None for b in barrier)
-                saved.subtasks = list(barrier)
+                for per in barrier:
+                    per[:] = [None] * workers
+                everywhere("barrier")
+                assert all(b is not None for per in barrier for b in per)
+                saved.subtasks = [list(per) for per in barrier]
                 if plan.final is not None:
                     collected.extend(final.take(plan.final.name))
                     saved.final = final.snapshot()
@@ -300,17 +331,18 @@ def _attempt(plan: StagePlan, streams: list[StreamDef], source: ReplayableSource
                 saved.max_times = {n: int(g.max_time) for n, g in marks.items()}
                 saved.reported = dict(reported)
                 saved.collected = list(collected)
-        exchange.broadcast("end")
-        exchange.flush()
+        everywhere("end")
         final.end()
-        schema = keyed_schema
+        schema = last.schema
         if plan.final is not None:
             collected.extend(final.take(plan.final.name))
             schema = final.queries[plan.final.name].schema
         result = pa.Table.from_batches(collected, schema=schema)
         final.close()
-        return ClusterRun(result, sum(late), exchange.rows_sent, sum(c.calls for c in channels),
-                          sum(c.wait_seconds for c in channels), 0.0, plan)
+        return ClusterRun(result, sum(map(sum, late)), exchanges[0].rows_sent,
+                          sum(c.calls for per in channels for c in per),
+                          sum(c.wait_seconds for per in channels for c in per), 0.0, plan)
     finally:
-        for a in actors:
-            ray.kill(a)
+        for per_stage in actors:
+            for a in per_stage:
+                ray.kill(a)

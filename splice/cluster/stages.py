@@ -21,15 +21,38 @@ __all__ = ["StagePlan", "cut"]
 
 
 @dataclass(frozen=True)
-class StagePlan:
-    """The keyed stage (its query, and each source stream's key columns), and the final stage
-    (``None`` when the keyed operator is the query's last), which reads the keyed stage's
-    output as the stream named :attr:`keyed_output`."""
+class KeyedStage:
+    """One keyed stage: its operators, the key columns of each stream it reads (a source, or the
+    stage before it, by its output's name), and the operator whose rows leave it."""
 
-    keyed: Query
+    query: Query
     keys: dict[str, list[str]]
-    keyed_output: str
+    output: str
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """The keyed stages in order (each reads sources and the stage before it), and the final
+    stage (``None`` when the last keyed stage ends the query), which reads the last keyed
+    stage's output as the stream named by its ``output``."""
+
+    stages: tuple[KeyedStage, ...]
     final: Query | None
+
+    @property
+    def keyed(self) -> Query:
+        return self.stages[0].query
+
+    @property
+    def keys(self) -> dict[str, list[str]]:
+        return self.stages[0].keys
+
+    @property
+    def keyed_output(self) -> str:
+        return self.stages[-1].output
+
+
+_AGGREGATIONS = ("GroupBy", "WindowAggregate", "UpdatingAggregate", "SessionWindowAggregate")
 
 
 def _keys_of(node: Node) -> list[list[str]] | None:
@@ -44,36 +67,69 @@ def _keys_of(node: Node) -> list[list[str]] | None:
         right = on if right is None else ([right] if isinstance(right, str) else list(right))
         return [on, right][: len(node.inputs)]
     keys = getattr(spec, "keys", None)
-    if keys:
+    if keys and type(spec).__name__ in _AGGREGATIONS:
         return [list(keys)]
     return None
+
+
+def _stateless(node: Node) -> bool:
+    return bool(getattr(node.spec, "stateless", False))
 
 
 def cut(query: Query, sources: Mapping[str, pa.Schema]) -> StagePlan:
     """The stages of ``query`` over source streams ``sources`` (module docstring)."""
     nodes = list(query.nodes)
-    for i, node in enumerate(nodes):
-        keys = _keys_of(node)
-        if keys is None:
-            continue
+    stages: list[KeyedStage] = []
+    external = set(sources)  # streams a stage may read: sources, the previous stage's output
+    start = 0
+    while True:
+        k = next((i for i in range(start, len(nodes)) if _keys_of(nodes[i]) is not None), None)
+        if k is None:
+            break
+        members = nodes[start: k + 1]
+        names = {n.name for n in members}
+        keyed = nodes[k]
         by_stream: dict[str, list[str]] = {}
-        for inp, cols in zip(node.inputs, keys, strict=True):
+        for inp, cols in zip(keyed.inputs, _keys_of(keyed) or [], strict=True):
             stream = inp
-            while stream not in sources:  # stateless operators between source and key
-                before = next((n for n in nodes[:i] if n.name == stream), None)
-                if before is None or len(before.inputs) != 1:
-                    raise PlanError(f"scale-out: {node.name} reads {inp}, which is not a chain "
-                                    "of operators from one source stream")
+            while stream in names:  # stateless operators between a stream and the key
+                before = next(n for n in members if n.name == stream)
+                if len(before.inputs) != 1 or not _stateless(before):
+                    raise PlanError(f"scale-out: {keyed.name} reads {inp}, which is not a chain "
+                                    "of stateless operators from one stream")
                 stream = before.inputs[0]
-            missing = [c for c in cols if c not in sources[stream].names]
-            if missing:
-                raise PlanError(f"scale-out: {node.name}'s key {missing} is not a column of "
-                                f"stream {stream!r}: the key must reach it unchanged")
+            if stream not in external:
+                raise PlanError(f"scale-out: {keyed.name} reads {stream!r}, which is neither a "
+                                "source nor the stage before it")
+            if stream in sources:
+                missing = [c for c in cols if c not in sources[stream].names]
+                if missing:
+                    raise PlanError(f"scale-out: {keyed.name}'s key {missing} is not a column of "
+                                    f"stream {stream!r}: the key must reach it unchanged")
             if by_stream.setdefault(stream, cols) != cols:
                 raise PlanError(f"scale-out: stream {stream!r} is keyed two ways")
-        keyed = Query(query.name, tuple(nodes[: i + 1]), query.compose)
-        rest = nodes[i + 1:]
-        final = Query(query.name, tuple(rest)) if rest else None
-        return StagePlan(keyed, by_stream, node.name, final)
-    raise PlanError(f"scale-out: query {query.name!r} has no operator keyed by columns to "
-                    "partition by (a join on keys, an aggregation by keys)")
+        # operators after it that need no other partitioning stay in the stage: stateless ones,
+        # and aggregations whose keys hold one input's whole key
+        end = k + 1
+        while end < len(nodes):
+            nxt = nodes[end]
+            if len(nxt.inputs) != 1 or nxt.inputs[0] != nodes[end - 1].name:
+                break
+            keys = _keys_of(nxt)
+            if not (_stateless(nxt) or (keys is not None and any(
+                    set(cols) <= set(keys[0]) for cols in by_stream.values()))):
+                break
+            end += 1
+        members = nodes[start:end]
+        stages.append(KeyedStage(Query(query.name, tuple(members), query.compose), by_stream,
+                                 members[-1].name))
+        external = set(sources) | {members[-1].name}
+        start = end
+    if not stages:
+        raise PlanError(f"scale-out: query {query.name!r} has no operator keyed by columns to "
+                        "partition by (a join on keys, an aggregation by keys)")
+    rest = nodes[start:]
+    if any(inp not in {n.name for n in rest} | {stages[-1].output} for n in rest for inp in n.inputs):
+        raise PlanError(f"scale-out: the operators after {stages[-1].output} read more than its "
+                        "output")
+    return StagePlan(tuple(stages), Query(query.name, tuple(rest)) if rest else None)

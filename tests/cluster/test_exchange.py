@@ -71,6 +71,29 @@ def test_the_plan_is_cut_at_its_keyed_operator():
                     Node("join", join, ("sel", "r")),
                     Node("post", Select(pc.field("x") > 1), ("join",))))
     plan = cut(q, {"l": schema, "r": schema})
-    assert [n.name for n in plan.keyed.nodes] == ["sel", "join"]
-    assert plan.keys == {"l": ["key"], "r": ["key"]} and plan.keyed_output == "join"
-    assert plan.final is not None and [n.name for n in plan.final.nodes] == ["post"]
+    # the stateless operator after the join needs no other partitioning: it stays in the stage
+    assert [n.name for n in plan.keyed.nodes] == ["sel", "join", "post"]
+    assert plan.keys == {"l": ["key"], "r": ["key"]} and plan.keyed_output == "post"
+    assert plan.final is None
+
+
+def test_a_plan_keyed_two_ways_is_cut_into_two_stages():
+    from splice.ops import Agg, GroupBy, TopK
+
+    a = pa.schema([("ak", pa.int64()), ("x", pa.int64())])
+    b = pa.schema([("ak", pa.int64()), ("bk", pa.int64())])
+    c = pa.schema([("bk", pa.int64()), ("y", pa.int64())])
+    q = Query("q", (
+        Node("j1", BindInputs(IntervalJoin, {"on": ["ak"], "right_on": ["ak"], "time": "x",
+                                             "right_time": "bk", "lower": 0, "upper": 0}),
+             ("a", "b")),
+        Node("j2", BindInputs(IntervalJoin, {"on": ["bk"], "right_on": ["bk"], "time": "x",
+                                             "right_time": "y", "lower": 0, "upper": 0}),
+             ("j1", "c")),
+        Node("agg", GroupBy(["bk"], [Agg("n", "count")]), ("j2",)),
+        Node("top", TopK([("n", "descending")], 3), ("agg",))))
+    plan = cut(q, {"a": a, "b": b, "c": c})
+    assert [s.keys for s in plan.stages] == [{"a": ["ak"], "b": ["ak"]},
+                                              {"j1": ["bk"], "c": ["bk"]}]
+    assert [s.output for s in plan.stages] == ["j1", "agg"]  # the aggregation keeps bk's groups
+    assert plan.final is not None and [n.name for n in plan.final.nodes] == ["top"]

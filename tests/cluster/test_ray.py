@@ -93,3 +93,19 @@ def test_a_worker_that_dies_mid_run_gives_the_same_answer(local_ray, tmp_path, w
     assert run.restarts == 1
     assert run.result.sort_by(key).equals(want.sort_by(key))
     assert run.late_rows == sum(sum(v.values()) for v in one.metrics["late_rows"].values())
+
+
+def test_tpch_q3_on_two_workers_gives_the_single_process_answer(local_ray):
+    """Q3 joins customer and orders on the customer key, then lineitem on the order key: two
+    keyed stages, the first one's output exchanged again by order key; its top 10 is the
+    single-process top 10."""
+    from splice.io.tpch_data import generate
+    from splice.workloads.tpch_q3 import Q3_SQL
+
+    folder = generate(0.01, ("customer", "orders", "lineitem"))
+    tables = [f"{n}={folder / n}.parquet" for n in ("customer", "orders", "lineitem")]
+    text = Q3_SQL.replace("o_orderdate\nLIMIT", "o_orderdate, l_orderkey\nLIMIT")
+    one = run_statements(text, tables=tables)
+    two = run_statements(text, tables=tables, workers=2)
+    assert two.results["query"].equals(one.results["query"])
+    assert two.results["query"].num_rows == 10
