@@ -106,3 +106,32 @@ def test_a_tail_needs_a_directory_and_a_column_list(tmp_path):
     with pytest.raises(PlanError, match="only a directory can be tailed"):
         run_statements(f"CREATE TABLE ev (key BIGINT, ts BIGINT, v BIGINT) WITH (connector = "
                        f"'file', path = '{f}', 'source.monitor-interval' = '1s'); SELECT key FROM ev")
+
+
+def test_sigterm_stops_splice_run_after_a_last_checkpoint(tmp_path):
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    _drop(inbox, 0, pa.table({"key": [1, 1, 2], "ts": [1, 150, 320], "v": [1, 2, 3]},
+                             schema=SCHEMA))
+    job = tmp_path / "job.sql"
+    job.write_text(_job(inbox, out))
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "splice.cli", "run", str(job), "--checkpoint-dir",
+           str(tmp_path / "ck"), "--checkpoint-interval", "0.1", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(out.glob("part-*")):
+        time.sleep(0.2)  # running: the first windows are out
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "SIGTERM: stopping after a last checkpoint" in stderr
+    metrics = json.loads(stdout.strip().splitlines()[-1])["metrics"]
+    assert metrics["stopped"] is True and metrics["input_rows"] == 3
+    assert sum(pq.read_table(p).num_rows for p in out.glob("part-*")) == 2  # windows 0 and 100
