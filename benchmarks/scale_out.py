@@ -8,7 +8,8 @@ Run: ``python -m benchmarks.scale_out [--rows 1000000] [--repeat 3]`` (JSON line
   latency of one batch (a call awaited alone, median);
 * ``w1``-``w3``: the peers' workloads as SQL (``../shared/workloads/gen.py`` streams, Parquet),
   streaming seconds on 1 and 2 workers against one process (``run_statements`` without workers),
-  the answers asserted equal; the exchange's share is the 1-worker run over the one-process run.
+  the answers asserted equal; the exchange's share is the 1-worker run over the one-process run;
+* with ``--tpch SF``: TPC-H Q3 as SQL (two keyed stages) the same way.
 
 A local Ray with ``num_cpus=2`` (this host has 2 cores), started once, before the clocks.
 """
@@ -70,6 +71,32 @@ def channel(table: pa.Table, repeat: int) -> dict:
             "batch_latency_ms": round(1000 * statistics.median(latencies), 2)}
 
 
+def q3(sf: float, repeat: int) -> None:
+    """TPC-H Q3 as SQL over the Parquet tables on 1 and 2 workers against one process."""
+    from splice.cli.sql import run_statements
+    from splice.io.tpch_data import generate
+    from splice.workloads.tpch_q3 import Q3_SQL
+
+    folder = generate(sf, ("customer", "orders", "lineitem"))
+    tables = [f"{n}={folder / n}.parquet" for n in ("customer", "orders", "lineitem")]
+    text = Q3_SQL.replace("o_orderdate\nLIMIT", "o_orderdate, l_orderkey\nLIMIT")
+    secs: dict[str, list[float]] = {"one_process": [], "workers_1": [], "workers_2": []}
+    answer = None
+    for _ in range(repeat):
+        for label, workers in (("one_process", None), ("workers_1", 1), ("workers_2", 2)):
+            run = run_statements(text, tables=tables, workers=workers)
+            got = run.results["query"].to_pylist()
+            if answer is not None and got != answer:
+                raise SystemExit(f"q3: {label} answered differently from one process")
+            answer = got
+            secs[label].append(run.metrics["seconds"])
+    med = {k: statistics.median(v) for k, v in secs.items()}
+    print(json.dumps({"bench": "scale_out", "what": "q3", "sf": sf,
+                      **{f"{k}_s": round(v, 3) for k, v in med.items()},
+                      "two_workers_vs_one_process": round(med["one_process"] / med["workers_2"], 2)}),
+          flush=True)
+
+
 def main() -> None:
     import ray
 
@@ -78,8 +105,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tpch", type=float, default=None, metavar="SF",
+                    help="time TPC-H Q3 at this scale factor instead (two keyed stages)")
     args = ap.parse_args()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if args.tpch is not None:
+        q3(args.tpch, args.repeat)
+        ray.shutdown()
+        return
     d = data(args.rows, Path(tempfile.gettempdir()) / "splice-peers")
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("L", "R"):
