@@ -71,15 +71,11 @@ def channel(table: pa.Table, repeat: int) -> dict:
             "batch_latency_ms": round(1000 * statistics.median(latencies), 2)}
 
 
-def q3(sf: float, repeat: int) -> None:
-    """TPC-H Q3 as SQL over the Parquet tables on 1 and 2 workers against one process."""
+def medians(what: str, text: str, tables: list[str], repeat: int) -> dict[str, float]:
+    """Median streaming seconds of ``text`` in one process and on 1 and 2 workers, taking
+    turns, every answer asserted equal to the one process's."""
     from splice.cli.sql import run_statements
-    from splice.io.tpch_data import generate
-    from splice.workloads.tpch_q3 import Q3_SQL
 
-    folder = generate(sf, ("customer", "orders", "lineitem"))
-    tables = [f"{n}={folder / n}.parquet" for n in ("customer", "orders", "lineitem")]
-    text = Q3_SQL.replace("o_orderdate\nLIMIT", "o_orderdate, l_orderkey\nLIMIT")
     secs: dict[str, list[float]] = {"one_process": [], "workers_1": [], "workers_2": []}
     answer = None
     for _ in range(repeat):
@@ -87,10 +83,21 @@ def q3(sf: float, repeat: int) -> None:
             run = run_statements(text, tables=tables, workers=workers)
             got = run.results["query"].to_pylist()
             if answer is not None and got != answer:
-                raise SystemExit(f"q3: {label} answered differently from one process")
+                raise SystemExit(f"{what}: {label} answered {got}, one process {answer}")
             answer = got
             secs[label].append(run.metrics["seconds"])
-    med = {k: statistics.median(v) for k, v in secs.items()}
+    return {k: statistics.median(v) for k, v in secs.items()}
+
+
+def q3(sf: float, repeat: int) -> None:
+    """TPC-H Q3 as SQL over the Parquet tables on 1 and 2 workers against one process."""
+    from splice.io.tpch_data import generate
+    from splice.workloads.tpch_q3 import Q3_SQL
+
+    folder = generate(sf, ("customer", "orders", "lineitem"))
+    tables = [f"{n}={folder / n}.parquet" for n in ("customer", "orders", "lineitem")]
+    text = Q3_SQL.replace("o_orderdate\nLIMIT", "o_orderdate, l_orderkey\nLIMIT")
+    med = medians("q3", text, tables, repeat)
     print(json.dumps({"bench": "scale_out", "what": "q3", "sf": sf,
                       **{f"{k}_s": round(v, 3) for k, v in med.items()},
                       "two_workers_vs_one_process": round(med["one_process"] / med["workers_2"], 2)}),
@@ -99,8 +106,6 @@ def q3(sf: float, repeat: int) -> None:
 
 def main() -> None:
     import ray
-
-    from splice.cli.sql import run_statements
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -124,17 +129,7 @@ def main() -> None:
             for t in ("l", "r"))
         total = {"w1": 2 * args.rows, "w2": args.rows, "w3": 2 * args.rows}
         for w, q in SPLICE.items():
-            secs: dict[str, list[float]] = {"one_process": [], "workers_1": [], "workers_2": []}
-            answer = None
-            for _ in range(args.repeat):
-                for label, workers in (("one_process", None), ("workers_1", 1), ("workers_2", 2)):
-                    run = run_statements(ddl + q, workers=workers)
-                    got = run.results["query"].to_pylist()
-                    if answer is not None and got != answer:
-                        raise SystemExit(f"{w}: {label} answered {got}, one process {answer}")
-                    answer = got
-                    secs[label].append(run.metrics["seconds"])
-            med = {k: statistics.median(v) for k, v in secs.items()}
+            med = medians(w, ddl + q, [], args.repeat)
             print(json.dumps({
                 "bench": "scale_out", "what": w, "rows": total[w],
                 **{f"{k}_s": round(v, 3) for k, v in med.items()},
