@@ -537,9 +537,13 @@ def _on_workers(planned: list[_Planned], job: Job, inputs: list[JoinInput], work
             for s in job.streams]
     results: dict[str, pa.Table] = {}
     seconds, late, exchanged = 0.0, 0, 0
+    # on one machine the subtasks write their checkpoint states to a directory here; on a
+    # cluster they send them back with the barrier's reply (no path is shared there)
+    scratch = tempfile.TemporaryDirectory(prefix="splice-workers-") if ray_address is None else None
     try:
         for p in planned:
-            run = run_on_ray(p.plan.query, defs, job.source, workers, ray_address)
+            run = run_on_ray(p.plan.query, defs, job.source, workers, ray_address,
+                             state_dir=None if scratch is None else scratch.name)
             results[p.name] = run.result
             seconds += run.seconds
             late += run.late_rows
@@ -547,6 +551,8 @@ def _on_workers(planned: list[_Planned], job: Job, inputs: list[JoinInput], work
     finally:
         for inp in inputs:
             inp.close()
+        if scratch is not None:
+            scratch.cleanup()
     if write_sinks:
         for p in planned:
             if p.target is not None:

@@ -19,9 +19,11 @@ running or ``address`` names a cluster.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -54,12 +56,17 @@ class Subtask:
     and late rows."""
 
     def __init__(self, index: int, streams: list[StreamDef], query: Query,
-                 state: dict[str, Any] | None = None, die_at: int | None = None) -> None:
+                 state: dict[str, Any] | None = None, die_at: int | None = None,
+                 stage: int = 0, store: str | None = None) -> None:
         self.index = index
+        self.stage = stage
+        self.store = store
         self.name = query.name
         self.engine = Engine()
         for s in streams:
             self.engine.define_stream(s.name, s.schema, s.time_column)
+        if state is not None and "path" in state:
+            state = _read_state(Path(state["path"]))
         self.engine.deploy(query, None if state is None else state["query"])
         self.late = 0 if state is None else int(state["late"])
         self.next_seq = 0
@@ -90,6 +97,11 @@ class Subtask:
                 out.extend(self.engine.take(self.name))
                 late = sum(self.engine.queries[self.name].late_rows.values())
                 snapshot = {"query": self.engine.snapshot()[self.name], "late": late}
+                if self.store is not None:  # the state goes to the shared directory, its path back
+                    path = (Path(self.store) / f"checkpoint-{int(m.payload):06d}"
+                            / f"stage{self.stage}-subtask{self.index}")
+                    _write_state(path, snapshot)
+                    snapshot = {"path": str(path)}
             elif m.kind == "end":
                 self.engine.end()
         out.extend(self.engine.take(self.name))
@@ -97,6 +109,30 @@ class Subtask:
 
     def ping(self) -> int:
         return self.index
+
+
+def _write_state(path: Path, state: Any) -> None:
+    """``state`` as the snapshot codec's files in directory ``path``, renamed into place whole."""
+    from splice.state.codec import encode_state
+
+    tmp = path.with_name(path.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for name, data in encode_state(state).items():
+        (tmp / name).write_bytes(data)
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+
+
+def _read_state(path: Path) -> Any:
+    from splice.state.codec import decode_state
+
+    if not path.is_dir():
+        raise StateError(f"scale-out: the checkpoint state {str(path)!r} is not there: the "
+                         "checkpoint directory must be one every worker reaches")
+    return decode_state({p.name: p.read_bytes() for p in path.iterdir()})
 
 
 class RayChannel:
@@ -176,6 +212,7 @@ class _Checkpoint:
     stage's state, the watermark generators, and the query's results so far."""
 
     position: int = 0
+    number: int = 0
     subtasks: list[list[dict[str, Any] | None]] = field(default_factory=list)
     final: dict[str, Any] | None = None
     max_times: dict[str, int] = field(default_factory=dict)
@@ -206,7 +243,8 @@ def _stage_streams(plan: StagePlan, streams: list[StreamDef]) -> list[list[Strea
 def run_on_ray(query: Query, streams: list[StreamDef], source: ReplayableSource, workers: int,
                address: str | None = None, max_in_flight: int = 4,
                checkpoint_batches: int | None = 64, restarts: int = 3,
-               die_at: tuple[int, int] | None = None) -> ClusterRun:
+               die_at: tuple[int, int] | None = None,
+               state_dir: str | Path | None = None) -> ClusterRun:
     """Run ``query`` over the replayable ``source`` with each keyed stage on ``workers``
     subtasks (a plan keyed by two different keys, as TPC-H Q3's joins are, has two stages; the
     driver forwards one stage's output through the next exchange).
@@ -217,8 +255,11 @@ def run_on_ray(query: Query, streams: list[StreamDef], source: ReplayableSource,
     to align), and with every snapshot in, the driver keeps the checkpoint (the source position,
     the states, the final stage's state and the results so far). When a worker dies, every
     subtask is started again from the last checkpoint and the source replays from its position,
-    up to ``restarts`` times. ``die_at=(subtask, message)`` makes that subtask of the first
-    stage exit its process when that message arrives (tests)."""
+    up to ``restarts`` times. With ``state_dir`` (a directory every worker reaches: a shared
+    path, a mounted object store) each subtask writes its state there, in the snapshot codec's
+    files, and only the path travels back; without it the states travel in the replies.
+    ``die_at=(subtask, message)`` makes that subtask of the first stage exit its process when
+    that message arrives (tests)."""
     import ray
 
     if workers < 1:
@@ -233,7 +274,8 @@ def run_on_ray(query: Query, streams: list[StreamDef], source: ReplayableSource,
     while True:
         try:
             run = _attempt(plan, defs, source, workers, actor_class, max_in_flight,
-                           checkpoint_batches, saved, die_at if attempts == 0 else None)
+                           checkpoint_batches, saved, die_at if attempts == 0 else None,
+                           None if state_dir is None else str(state_dir))
             run.seconds = time.perf_counter() - t0
             run.restarts = attempts
             return run
@@ -246,14 +288,14 @@ def run_on_ray(query: Query, streams: list[StreamDef], source: ReplayableSource,
 def _attempt(plan: StagePlan, defs: list[list[StreamDef]], source: ReplayableSource,
              workers: int, actor_class: Any, max_in_flight: int,
              checkpoint_batches: int | None, saved: _Checkpoint,
-             die_at: tuple[int, int] | None) -> ClusterRun:
+             die_at: tuple[int, int] | None, store: str | None) -> ClusterRun:
     """One run from the checkpoint ``saved`` (updated at every barrier)."""
     import ray
 
     n_stages = len(plan.stages)
     actors = [[actor_class.remote(i, defs[k], plan.stages[k].query, saved.subtasks[k][i],
                                   die_at[1] if die_at is not None and k == 0 and die_at[0] == i
-                                  else None)
+                                  else None, k, store)
                for i in range(workers)] for k in range(n_stages)]
     try:
         ray.get([a.ping.remote() for per_stage in actors for a in per_stage])
@@ -297,9 +339,9 @@ def _attempt(plan: StagePlan, defs: list[list[StreamDef]], source: ReplayableSou
             marks[name].max_time = t
         reported = {name: saved.reported.get(name, int(MIN_TIME)) for name in marks}
 
-        def everywhere(kind: str) -> None:
+        def everywhere(kind: str, payload: Any = None) -> None:
             for k in range(n_stages):  # a stage's replies reach the next before it is told
-                exchanges[k].broadcast(kind)
+                exchanges[k].broadcast(kind, "", payload)
                 exchanges[k].flush()
 
         position = saved.position
@@ -321,8 +363,13 @@ def _attempt(plan: StagePlan, defs: list[list[StreamDef]], source: ReplayableSou
                 since = 0
                 for per in barrier:
                     per[:] = [None] * workers
-                everywhere("barrier")
+                saved.number += 1
+                everywhere("barrier", saved.number)
                 assert all(b is not None for per in barrier for b in per)
+                if store is not None:  # the checkpoints before this one are no longer needed
+                    for older in Path(store).glob("checkpoint-*"):
+                        if older.name != f"checkpoint-{saved.number:06d}":
+                            shutil.rmtree(older, ignore_errors=True)
                 saved.subtasks = [list(per) for per in barrier]
                 if plan.final is not None:
                     collected.extend(final.take(plan.final.name))

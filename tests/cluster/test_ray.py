@@ -87,7 +87,12 @@ def test_a_worker_that_dies_mid_run_gives_the_same_answer(local_ray, tmp_path, w
                 yield "lr"[side], b
 
     streams = [StreamDef(n, schema, "ts", 20) for n in ("l", "r")]
-    run = run_on_ray(plan.query, streams, source, 2, checkpoint_batches=4, die_at=(1, 7))
+    shared = tmp_path / "shared"  # the subtasks' states go through a directory they all reach
+    run = run_on_ray(plan.query, streams, source, 2, checkpoint_batches=4, die_at=(1, 7),
+                     state_dir=shared)
+    kept = list(shared.iterdir())  # the last checkpoint only, one state per subtask
+    assert len(kept) == 1 and kept[0].name.startswith("checkpoint-")
+    assert sorted(p.name for p in kept[0].iterdir()) == ["stage0-subtask0", "stage0-subtask1"]
     want = one.results["query"]
     key = [(c, "ascending") for c in want.column_names]
     assert run.restarts == 1
