@@ -67,6 +67,7 @@ __all__ = [
     "decimal_avg",
     "skip_mask",
     "filtered_plan",
+    "freeze_keys_and_aggregates",
 ]
 
 AggFunc = Literal["count", "sum", "avg", "min", "max"]
@@ -864,6 +865,15 @@ class BackedGroupAggregator:
 _BACKENDS = ("memory", "rocksdb")
 
 
+def freeze_keys_and_aggregates(spec: Any) -> None:
+    """Make a grouping spec's ``keys`` and ``aggregates`` tuples (a frozen dataclass's fields),
+    refusing one string given as the keys."""
+    if isinstance(spec.keys, str):
+        raise PlanError(f"{spec.name}: keys must be a list of column names, got {spec.keys!r}")
+    object.__setattr__(spec, "keys", tuple(spec.keys))
+    object.__setattr__(spec, "aggregates", tuple(spec.aggregates))
+
+
 def _single_input(inputs: InputSchemas, name: str) -> tuple[int, pa.Schema]:
     if len(inputs) != 1:
         raise PlanError(f"{name} takes exactly one input stream, got {len(inputs)}")
@@ -894,10 +904,7 @@ class GroupBy(OperatorSpec):
     state_dir: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.keys, str):
-            raise PlanError(f"{self.name}: keys must be a list of column names, got {self.keys!r}")
-        object.__setattr__(self, "keys", tuple(self.keys))
-        object.__setattr__(self, "aggregates", tuple(self.aggregates))
+        freeze_keys_and_aggregates(self)
         if not self.aggregates and not self.keys:
             raise PlanError(f"{self.name}: needs at least one key or aggregate")
         for a in self.aggregates:

@@ -32,7 +32,7 @@ re-sessioned at each watermark with one sort; aggregates are those of
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,17 +41,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from splice.core.errors import PlanError, SchemaError, StateError
-from splice.core.operator import InputSchemas, OperatorLogic, OperatorSpec
-from splice.core.row_checks import RowCheck, not_null
+from splice.core.operator import InputSchemas, OperatorLogic
 from splice.core.time import MIN_TIME, time_values
 from splice.ops.aggregate import (
     Agg,
-    AggPlan,
     GroupAggregator,
-    decimal_checks,
+    freeze_keys_and_aggregates,
     plan_aggregates,
 )
-from splice.ops.window_aggregate import time_array, timed_input, window_bounds_schema
+from splice.ops.window_aggregate import TimedAggregateSpec, time_array
 
 __all__ = ["SessionWindowAggregate"]
 
@@ -60,7 +58,7 @@ _RESERVED = ("window_start", "window_end", _SESSION)
 
 
 @dataclass(frozen=True)
-class SessionWindowAggregate(OperatorSpec):
+class SessionWindowAggregate(TimedAggregateSpec):
     """Group-by aggregation per session of ``keys`` on ``time_column`` (module docstring)."""
 
     time_column: str
@@ -70,32 +68,12 @@ class SessionWindowAggregate(OperatorSpec):
     name: str = "session_window"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "keys", tuple(self.keys))
-        object.__setattr__(self, "aggregates", tuple(self.aggregates))
+        freeze_keys_and_aggregates(self)
         if isinstance(self.gap, bool) or not isinstance(self.gap, int) or self.gap < 1:
             raise PlanError(f"{self.name}: gap must be an integer >= 1, got {self.gap!r}")
         for k in _RESERVED:
             if k in self.keys or any(a.name == k for a in self.aggregates):
                 raise PlanError(f"{self.name}: {k!r} is reserved for the session bounds")
-
-    def _schema(self, inputs: InputSchemas) -> tuple[int, pa.Schema]:
-        return timed_input(inputs, self.time_column, self.name)
-
-    def plan(self, inputs: InputSchemas) -> AggPlan:
-        _, schema = self._schema(inputs)
-        return plan_aggregates(schema, self.keys, self.aggregates, self.name)
-
-    def output_schema(self, inputs: InputSchemas) -> pa.Schema:
-        _, schema = self._schema(inputs)
-        return window_bounds_schema(schema, self.time_column, self.plan(inputs))
-
-    def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]] | None:
-        return None  # whole rows: a late row goes to the late side output as it arrived
-
-    def input_checks(self, inputs: InputSchemas) -> Mapping[int, Sequence[RowCheck]]:
-        sid, schema = self._schema(inputs)
-        return {sid: [not_null(self.time_column, "event time"),
-                      *decimal_checks(schema, self.plan(inputs).columns())]}
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         _, schema = self._schema(inputs)

@@ -44,6 +44,7 @@ from splice.ops.aggregate import (
     GroupAggregator,
     decimal_checks,
     filtered_plan,
+    freeze_keys_and_aggregates,
     skip_mask,
 )
 from splice.ops.expressions import expression_columns
@@ -72,10 +73,7 @@ class UpdatingAggregate(OperatorSpec):
     name: str = "updating_aggregate"
 
     def __post_init__(self) -> None:
-        if isinstance(self.keys, str):
-            raise PlanError(f"{self.name}: keys must be a list of column names, got {self.keys!r}")
-        object.__setattr__(self, "keys", tuple(self.keys))
-        object.__setattr__(self, "aggregates", tuple(self.aggregates))
+        freeze_keys_and_aggregates(self)
         if not self.aggregates and not self.keys:
             raise PlanError(f"{self.name}: needs at least one key or aggregate")
         if OP in self.keys or any(a.name == OP for a in self.aggregates):

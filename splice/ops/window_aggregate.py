@@ -56,10 +56,11 @@ from splice.ops.aggregate import (
     GroupAggregator,
     _from_int64,
     decimal_checks,
+    freeze_keys_and_aggregates,
     plan_aggregates,
 )
 
-__all__ = ["WindowAggregate", "timed_input", "window_bounds_schema", "time_array"]
+__all__ = ["WindowAggregate", "TimedAggregateSpec", "timed_input", "window_bounds_schema", "time_array"]
 
 
 def timed_input(inputs: InputSchemas, time_column: str, name: str) -> tuple[int, pa.Schema]:
@@ -92,8 +93,39 @@ def time_array(values: np.ndarray, time_type: pa.DataType) -> pa.Array:
     return _from_int64(values, None, time_type)
 
 
+class TimedAggregateSpec(OperatorSpec):
+    """What the windowed aggregations share: one input with an event-time column, aggregates
+    planned over it, ``window_start``/``window_end`` before the groups, whole rows in (a late
+    row goes to the late side output as it arrived). Subclasses are frozen dataclasses with
+    ``time_column``, ``keys``, ``aggregates`` and ``name``."""
+
+    time_column: str
+    keys: Sequence[str]
+    aggregates: Sequence[Agg]
+    name: str
+
+    def _schema(self, inputs: InputSchemas) -> tuple[int, pa.Schema]:
+        return timed_input(inputs, self.time_column, self.name)
+
+    def plan(self, inputs: InputSchemas) -> AggPlan:
+        _, schema = self._schema(inputs)
+        return plan_aggregates(schema, self.keys, self.aggregates, self.name)
+
+    def output_schema(self, inputs: InputSchemas) -> pa.Schema:
+        _, schema = self._schema(inputs)
+        return window_bounds_schema(schema, self.time_column, self.plan(inputs))
+
+    def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]] | None:
+        return None  # whole rows: a late row goes to the late side output as it arrived
+
+    def input_checks(self, inputs: InputSchemas) -> Mapping[int, Sequence[RowCheck]]:
+        sid, schema = self._schema(inputs)
+        return {sid: [not_null(self.time_column, "event time"),
+                      *decimal_checks(schema, self.plan(inputs).columns())]}
+
+
 @dataclass(frozen=True)
-class WindowAggregate(OperatorSpec):
+class WindowAggregate(TimedAggregateSpec):
     """Group-by aggregation per tumbling (``slide=None``) or hopping window of ``time_column``.
 
     See the module docstring for the semantics. ``size``, ``slide`` and ``allowed_lateness`` are
@@ -110,10 +142,7 @@ class WindowAggregate(OperatorSpec):
     name: str = "window_aggregate"
 
     def __post_init__(self) -> None:
-        if isinstance(self.keys, str):
-            raise PlanError(f"{self.name}: keys must be a list of column names, got {self.keys!r}")
-        object.__setattr__(self, "keys", tuple(self.keys))
-        object.__setattr__(self, "aggregates", tuple(self.aggregates))
+        freeze_keys_and_aggregates(self)
         for label, v in (("size", self.size), ("allowed_lateness", self.allowed_lateness)):
             if not isinstance(v, int | np.integer) or isinstance(v, bool):
                 raise PlanError(f"{self.name}: {label} must be an integer, got {v!r}")
@@ -135,26 +164,6 @@ class WindowAggregate(OperatorSpec):
     @property
     def step(self) -> int:
         return int(self.slide if self.slide is not None else self.size)
-
-    def _schema(self, inputs: InputSchemas) -> tuple[int, pa.Schema]:
-        return timed_input(inputs, self.time_column, self.name)
-
-    def plan(self, inputs: InputSchemas) -> AggPlan:
-        _, schema = self._schema(inputs)
-        return plan_aggregates(schema, self.keys, self.aggregates, self.name)
-
-    def output_schema(self, inputs: InputSchemas) -> pa.Schema:
-        _, schema = self._schema(inputs)
-        return window_bounds_schema(schema, self.time_column, self.plan(inputs))
-
-    def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]] | None:
-        # whole rows: a late row goes to the late side output as it arrived
-        return None
-
-    def input_checks(self, inputs: InputSchemas) -> Mapping[int, Sequence[RowCheck]]:
-        sid, schema = self._schema(inputs)
-        return {sid: [not_null(self.time_column, "event time"),
-                      *decimal_checks(schema, self.plan(inputs).columns())]}
 
     def build(self, inputs: InputSchemas, state: Any = None) -> OperatorLogic:
         return _WindowLogic(self, self.plan(inputs), self.output_schema(inputs), state)
