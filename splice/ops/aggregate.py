@@ -68,6 +68,7 @@ __all__ = [
     "skip_mask",
     "filtered_plan",
     "freeze_keys_and_aggregates",
+    "grouping_columns",
 ]
 
 AggFunc = Literal["count", "sum", "avg", "min", "max"]
@@ -874,6 +875,16 @@ def freeze_keys_and_aggregates(spec: Any) -> None:
     object.__setattr__(spec, "aggregates", tuple(spec.aggregates))
 
 
+def grouping_columns(spec: Any, inputs: InputSchemas) -> dict[int, set[str]]:
+    """The columns a grouping spec (``plan``, ``where``, ``name``) reads of its one input: its
+    aggregates' and keys', and its filter's."""
+    sid, schema = _single_input(inputs, spec.name)
+    cols = spec.plan(inputs).columns()
+    if spec.where is not None:
+        cols |= expression_columns(spec.where, schema.names)
+    return {sid: cols}
+
+
 def _single_input(inputs: InputSchemas, name: str) -> tuple[int, pa.Schema]:
     if len(inputs) != 1:
         raise PlanError(f"{name} takes exactly one input stream, got {len(inputs)}")
@@ -924,11 +935,7 @@ class GroupBy(OperatorSpec):
         return pa.schema(self.plan(inputs).output_fields())
 
     def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]]:
-        sid, schema = _single_input(inputs, self.name)
-        cols = self.plan(inputs).columns()
-        if self.where is not None:
-            cols |= expression_columns(self.where, schema.names)
-        return {sid: cols}
+        return grouping_columns(self, inputs)
 
     @property
     def blocking(self) -> bool:

@@ -49,7 +49,7 @@ from splice.ops.aggregate import (
     freeze_keys_and_aggregates,
     plan_aggregates,
 )
-from splice.ops.window_aggregate import TimedAggregateSpec, time_array
+from splice.ops.window_aggregate import TimedAggregateSpec, WindowEmitter, time_array
 
 __all__ = ["SessionWindowAggregate"]
 
@@ -88,7 +88,7 @@ def _changes(col: pa.Array) -> np.ndarray:
     return np.asarray(pc.or_(diff, nulls).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-class _SessionLogic(OperatorLogic):
+class _SessionLogic(WindowEmitter):
     def __init__(self, spec: SessionWindowAggregate, schema: pa.Schema, out: pa.Schema, state: Any):
         self.spec = spec
         self.schema = out
@@ -167,18 +167,8 @@ class _SessionLogic(OperatorLogic):
                                            schema=self.schema)]
 
 
-    def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
-        if time <= self.watermark:
-            return []
-        self.watermark = int(time)
-        return self._emit(everything=False)
-
     def on_end(self) -> list[pa.RecordBatch]:
         return self._emit(everything=True)
-
-    def drain_late(self) -> list[tuple[int, pa.RecordBatch]]:
-        out, self.late = self.late, []
-        return out
 
     def snapshot(self) -> Any:
         return {"watermark": self.watermark, "late_rows": self.late_rows,

@@ -45,9 +45,9 @@ from splice.ops.aggregate import (
     decimal_checks,
     filtered_plan,
     freeze_keys_and_aggregates,
+    grouping_columns,
     skip_mask,
 )
-from splice.ops.expressions import expression_columns
 
 __all__ = ["UpdatingAggregate", "OP"]
 
@@ -86,11 +86,7 @@ class UpdatingAggregate(OperatorSpec):
         return pa.schema([pa.field(OP, pa.string(), False), *self.plan(inputs).output_fields()])
 
     def columns_used(self, inputs: InputSchemas) -> Mapping[int, set[str]]:
-        sid, schema = _single_input(inputs, self.name)
-        cols = self.plan(inputs).columns()
-        if self.where is not None:
-            cols |= expression_columns(self.where, schema.names)
-        return {sid: cols}
+        return grouping_columns(self, inputs)
 
     def input_checks(self, inputs: InputSchemas) -> Mapping[int, Sequence[RowCheck]]:
         sid, schema = _single_input(inputs, self.name)

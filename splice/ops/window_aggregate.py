@@ -60,7 +60,7 @@ from splice.ops.aggregate import (
     plan_aggregates,
 )
 
-__all__ = ["WindowAggregate", "TimedAggregateSpec", "timed_input", "window_bounds_schema", "time_array"]
+__all__ = ["WindowAggregate", "TimedAggregateSpec", "WindowEmitter", "timed_input", "window_bounds_schema", "time_array"]
 
 
 def timed_input(inputs: InputSchemas, time_column: str, name: str) -> tuple[int, pa.Schema]:
@@ -169,7 +169,28 @@ class WindowAggregate(TimedAggregateSpec):
         return _WindowLogic(self, self.plan(inputs), self.output_schema(inputs), state)
 
 
-class _WindowLogic(OperatorLogic):
+class WindowEmitter(OperatorLogic):
+    """What the windowed aggregations' logic shares: a watermark emits the windows it completes
+    (``_emit``), and the late rows wait in ``late`` for :meth:`drain_late`."""
+
+    watermark: int
+    late: list[tuple[int, pa.RecordBatch]]
+
+    def _emit(self, everything: bool) -> list[pa.RecordBatch]:
+        raise NotImplementedError
+
+    def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
+        if time <= self.watermark:
+            return []
+        self.watermark = int(time)
+        return self._emit(everything=False)
+
+    def drain_late(self) -> list[tuple[int, pa.RecordBatch]]:
+        out, self.late = self.late, []
+        return out
+
+
+class _WindowLogic(WindowEmitter):
     def __init__(self, spec: WindowAggregate, plan: AggPlan, schema: pa.Schema, state: Any):
         self.spec = spec
         self.plan = plan
@@ -285,19 +306,9 @@ class _WindowLogic(OperatorLogic):
     def _time_array(self, values: np.ndarray) -> pa.Array:
         return time_array(values, self.time_type)
 
-    def on_watermark(self, stream_id: int, time: int) -> list[pa.RecordBatch]:
-        if time <= self.watermark:
-            return []
-        self.watermark = int(time)
-        return self._emit(everything=False)
-
     def on_end(self) -> list[pa.RecordBatch]:
         out = self._emit(everything=True)
         self._compact()
-        return out
-
-    def drain_late(self) -> list[tuple[int, pa.RecordBatch]]:
-        out, self.late = self.late, []
         return out
 
     def output_watermark(self) -> int | None:
