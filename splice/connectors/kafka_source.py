@@ -175,21 +175,28 @@ class KafkaSource:
         eof: dict[int, int] = {}
         if not msgs:
             return [[], None, None, eof]
-        errors = [m for m in msgs if m.error() is not None]
-        if errors:
-            for m in errors:
-                if m.error().code() == KafkaError._PARTITION_EOF:
+        errors = list(map(Message.error, msgs))
+        if any(errors):  # the error path: end-of-partition events, faults
+            for m, err in zip(msgs, errors, strict=True):
+                if err is None:
+                    continue
+                if err.code() == KafkaError._PARTITION_EOF:
                     eof[m.partition()] = max(eof.get(m.partition(), -1), m.offset())
                 else:
                     raise PlanError(f"Kafka source {self.name!r} (topic {self.topic!r}): "
-                                    f"{m.error().str()}")
-            msgs = [m for m in msgs if m.error() is None]
-        if self._ends is not None:  # a bounded read stops at its end offsets
-            ends = self._ends
-            msgs = [m for m in msgs if m.offset() < ends[m.partition()]]
-        return [list(map(Message.value, msgs)),
-                np.fromiter(map(Message.partition, msgs), np.int64, len(msgs)),
-                np.fromiter(map(Message.offset, msgs), np.int64, len(msgs)), eof]
+                                    f"{err.str()}")
+            msgs = [m for m, err in zip(msgs, errors, strict=True) if err is None]
+        parts = np.fromiter(map(Message.partition, msgs), np.int64, len(msgs))
+        offsets = np.fromiter(map(Message.offset, msgs), np.int64, len(msgs))
+        values = list(map(Message.value, msgs))
+        if self._ends is not None and len(msgs):  # a bounded read stops at its end offsets
+            ends = np.array([self._ends.get(p, 0) for p in range(int(parts.max()) + 1)])
+            keep = offsets < ends[parts]
+            if not keep.all():
+                rows = np.flatnonzero(keep)
+                values = [values[i] for i in rows.tolist()]
+                parts, offsets = parts[rows], offsets[rows]
+        return [values, parts, offsets, eof]
 
     def _decode(self, fetched: list[Any]) -> _Decoded:
         values, parts, offsets, eof = fetched
