@@ -78,7 +78,7 @@ def _add_sql_arguments(sql: argparse.ArgumentParser) -> None:
                      help="a row that cannot be read: stop with an error (default) or set it aside")
     sql.add_argument("--dead-letter", default=None, help="file for the rows set aside")
     sql.add_argument("--workers", type=_positive_int, default=None,
-                     help="run each query's keyed stage on this many Ray workers (local Ray)")
+                     help="run each query's keyed stages on this many Ray workers each")
     sql.add_argument("--ray-address", default=None,
                      help="with --workers: the Ray cluster to run on (default: start one here)")
     sql.add_argument("--memory-budget", type=int, default=None,

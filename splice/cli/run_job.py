@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser, positional: bool = True) -> N
                              "(default) or set it aside with its reason")
     parser.add_argument("--json", action="store_true", help="print the metrics line as JSON")
     parser.add_argument("--workers", type=int, default=None,
-                        help="run each query's keyed stage on this many Ray workers (file jobs)")
+                        help="run each query's keyed stages on this many Ray workers each")
     parser.add_argument("--ray-address", default=None,
                         help="with --workers: the Ray cluster to run on (default: start one here)")
 

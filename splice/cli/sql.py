@@ -376,8 +376,9 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
 
     With ``checkpoint_dir`` the job checkpoints every ``checkpoint_interval`` seconds and
     resumes from there; a job that reads Kafka runs until its sources end or ``stop`` is set.
-    With ``workers`` each query's keyed stage runs on that many Ray subtasks
-    (:mod:`splice.cluster`), on a local Ray or the cluster at ``ray_address``."""
+    With ``workers`` each query's keyed stages run on that many Ray subtasks each
+    (:mod:`splice.cluster`), on a local Ray or the cluster at ``ray_address``; the rest of the
+    job (sources, checkpoints, sinks) is the same."""
     if batch_size < 1:
         raise PlanError(f"--batch-size must be >= 1, got {batch_size}")
     check_policy(bad_input)
@@ -454,12 +455,20 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
         files = {n: _location(opened[n].definition) for n in read if n not in growing}
         # topics and tailed directories grow: they are known by name
         names = {n: _location(opened[n].definition) for n in sorted(growing)}
-        fingerprint = job_fingerprint(queries, files, {"batch_size": batch_size, "growing": names})
+        options: dict[str, Any] = {"batch_size": batch_size, "growing": names}
+        if workers is not None:  # a checkpoint of subtasks resumes on as many subtasks
+            options["workers"] = workers
+        fingerprint = job_fingerprint(queries, files, options)
         used_streams = [s for s in streams if s.name in read]
         # a live job's file sink writes a part per checkpoint epoch, as the epoch commits
         kafka_sinks = {p.name: _kafka_sink(p.target) if p.target.connector == "kafka"
                        else _parts_sink(p.target) for p in planned
                        if p.target is not None and (live_job or p.target.connector == "kafka")}
+        cluster = None
+        if workers is not None:
+            from splice.cluster import RayCluster
+
+            cluster = RayCluster(workers, ray_address)
         if live_job:
             from splice.connectors.live import PolledSources
 
@@ -469,13 +478,10 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
             used_streams = [SourceStream(s.name, s.schema, s.time_column, bad_input=bad_input)
                             for s in used_streams]
             job = Job(used_streams, queries, live.source, fingerprint=fingerprint, live=live,
-                      sinks=kafka_sinks)
+                      sinks=kafka_sinks, cluster=cluster)
         else:
             job = Job(used_streams, queries, _turns(inputs, [times.get(i.name) for i in inputs]),
-                      fingerprint=fingerprint, sinks=kafka_sinks)
-        if workers is not None:
-            return _on_workers(planned, job, inputs, workers, ray_address, load_seconds,
-                               write_sinks, live_job or checkpoint_dir is not None or bool(kafka_sinks))
+                      fingerprint=fingerprint, sinks=kafka_sinks, cluster=cluster)
         if checkpoint_dir is None and kafka_sinks:
             scratch = tempfile.TemporaryDirectory(prefix="splice-job-")
         directory = checkpoint_dir if checkpoint_dir is not None else (
@@ -516,55 +522,16 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
         "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
         "late_rows": {n: dict(m.get("late_rows", {})) for n, m in figures.items()},
     }
+    if workers is not None:
+        metrics["workers"] = workers
+        on_cluster = [m["operators"]["cluster"] for m in figures.values()]
+        metrics["exchanged_rows"] = sum(c["exchanged_rows"] for c in on_cluster)
+        metrics["worker_restarts"] = sum(c["restarts"] for c in on_cluster)
     letters = None
     if sink is not None:
         letters = pa.concat_tables([sink.table(), committed_letters])
         metrics["dead_letter_rows"] = letters.num_rows
     return SqlRun(results, explained, metrics, letters, late)
-
-
-def _on_workers(planned: list[_Planned], job: Job, inputs: list[JoinInput], workers: int,
-                ray_address: str | None, load_seconds: float, write_sinks: bool,
-                unsupported: bool) -> SqlRun:
-    """Each query of a finite file job with its keyed stage on Ray workers."""
-    from splice.cluster.ray_runner import StreamDef, run_on_ray
-
-    if unsupported:
-        raise PlanError("--workers runs jobs over finite file tables, without --checkpoint-dir "
-                        "or Kafka, for now")
-    defs = [StreamDef(s.name, s.schema, s.time_column,
-                      s.watermark.max_out_of_orderness if s.watermark is not None else None)
-            for s in job.streams]
-    results: dict[str, pa.Table] = {}
-    seconds, late, exchanged = 0.0, 0, 0
-    # on one machine the subtasks write their checkpoint states to a directory here; on a
-    # cluster they send them back with the barrier's reply (no path is shared there)
-    scratch = tempfile.TemporaryDirectory(prefix="splice-workers-") if ray_address is None else None
-    try:
-        for p in planned:
-            run = run_on_ray(p.plan.query, defs, job.source, workers, ray_address,
-                             state_dir=None if scratch is None else scratch.name)
-            results[p.name] = run.result
-            seconds += run.seconds
-            late += run.late_rows
-            exchanged += sum(run.rows_per_subtask)
-    finally:
-        for inp in inputs:
-            inp.close()
-        if scratch is not None:
-            scratch.cleanup()
-    if write_sinks:
-        for p in planned:
-            if p.target is not None:
-                publish_table(results[p.name], _path_of(p.target))
-    rows = sum(i.num_rows for i in inputs)
-    metrics: dict[str, Any] = {
-        "input_rows": rows, "output_rows": {n: t.num_rows for n, t in results.items()}
-        if len(results) > 1 else next(iter(results.values())).num_rows,
-        "seconds": round(seconds, 6), "load_seconds": round(load_seconds, 6),
-        "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
-        "workers": workers, "exchanged_rows": exchanged, "late_rows": late}
-    return SqlRun(results, [], metrics)
 
 
 def _rows_out(table: pa.Table, written: int | None) -> int:

@@ -1,7 +1,12 @@
-"""Scale-out on Ray: a query's keyed stage as subtasks on workers, rows exchanged by key group.
+"""Scale-out on Ray: a query's keyed stages as subtasks on workers, rows exchanged by key group.
 
-:mod:`splice.cluster.stages` cuts the plan, :mod:`splice.cluster.exchange` routes rows,
-:mod:`splice.cluster.ray_runner` runs the subtasks as Ray actors. Needs the ``ray`` extra.
+``Engine(cluster=RayCluster(workers=N))`` runs every query it deploys across workers
+(:mod:`splice.cluster.ray_cluster`): :mod:`splice.cluster.stages` cuts the plan,
+:mod:`splice.cluster.exchange` routes rows, :mod:`splice.cluster.distributed_query` drives a
+query's stages, checkpoints and recovery, :mod:`splice.cluster.ray_runner` holds the subtask
+actors and their channels. Needs the ``ray`` extra.
 """
 
-__all__: list[str] = []
+from splice.cluster.ray_cluster import RayCluster
+
+__all__ = ["RayCluster"]

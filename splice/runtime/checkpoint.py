@@ -68,6 +68,7 @@ from splice.core.time import WatermarkStrategy
 from splice.runtime.checkpoint_store import BackendKind, CheckpointStore, open_store
 from splice.runtime.engine import Engine
 from splice.runtime.fingerprint import refuse_another_job
+from splice.runtime.remote import Cluster
 from splice.runtime.sinks import MemorySink, OutputSink, TransactionalSink
 
 __all__ = [
@@ -145,6 +146,8 @@ class Job:
     live: LiveSources | None = None
     #: per query, where its results go instead of the checkpoint directory's part files
     sinks: dict[str, SinkFactory] = field(default_factory=dict)
+    #: where the queries run (``Engine(cluster=...)``); None: in this process
+    cluster: Cluster | None = None
 
 
 @dataclass
@@ -247,7 +250,7 @@ class CheckpointCoordinator:
         return TransactionalSink(self.directory, name, schema)
 
     def _build(self, state: dict[str, Any] | None, sources: dict[str, dict[str, int]] | None) -> Engine:
-        eng = Engine()
+        eng = Engine(cluster=self.job.cluster)
         for s in self.job.streams:
             eng.define_stream(s.name, s.schema, s.time_column, s.max_out_of_orderness,
                               watermark=s.watermark, bad_input=s.bad_input)
@@ -268,9 +271,8 @@ class CheckpointCoordinator:
                 raise StateError(f"query {q.name!r}: cannot restore its state from the checkpoint: {exc}") from exc
             self.sinks[q.name] = self._sink(q.name, result.schema)
             self.late_sinks[q.name] = {
-                label: self._sink(f"{q.name}.late.{label.replace('/', '~')}",
-                                  eng.catalog.by_id(sid).schema)
-                for sid, label in eng.assigner.deployed[q.name].late}
+                label: self._sink(f"{q.name}.late.{label.replace('/', '~')}", schema)
+                for label, schema in eng.late_inputs(q.name).items()}
         self.dead_letter_sink = self._sink("dead-letters", DEAD_LETTER_SCHEMA)
         if sources:
             eng.restore_source_state(sources)

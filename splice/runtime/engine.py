@@ -47,6 +47,12 @@ path (its streams, sinks and parse-table rows) is freed once the ``Uninstall`` h
 its units (they report it), without draining the path. An undeployed query's buffered results
 stay readable until :meth:`forget`; one deployed with ``on_output`` (and no buffered late rows)
 is forgotten as soon as it has left the path.
+
+On a cluster. ``Engine(cluster=c)`` (such as :class:`splice.cluster.RayCluster`) runs every
+query on ``c``'s workers (:mod:`splice.runtime.remote`): the engine checks each batch at the
+edge, generates the watermarks and buffers or hands over the results as above, and a query's
+rows arrive at each :meth:`snapshot`, at :meth:`end` and at :meth:`undeploy` (so that a worker
+restarted from its last checkpoint never delivers a row twice).
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ from splice.runtime.brick import Brick
 from splice.runtime.decomposer import ROW_ID, Decomposer
 from splice.runtime.executor import Executor, PipelinedExecutor, SerialExecutor
 from splice.runtime.naming import name_streams
+from splice.runtime.remote import Cluster, RemoteQuery, RemoteStream
 from splice.runtime.topology import Topology
 from splice.runtime.unit import KEEPS_NONE, UnitEvents, UnitStats
 
@@ -206,6 +213,9 @@ class QueryResult:
     rows_out: int = 0
     #: late rows produced so far, per input
     late_counts: dict[str, int] = field(default_factory=dict)
+
+    #: the last watermark on the query's output (what its operators promise downstream)
+    watermark: int | None = None
     _cache: tuple[int, int, pa.Table, int] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -268,6 +278,23 @@ class _Deployed:
     finished: bool = False
 
 
+@dataclass(eq=False)
+class _Remote:
+    """A query deployed on a cluster as the engine follows it: what it reads, the checks its
+    input gets at the edge, its late inputs, and where its rows go."""
+
+    result: QueryResult
+    query: RemoteQuery
+    #: source stream id -> the columns the query reads (in the stream's order)
+    reads: dict[int, list[str]]
+    checks: dict[int, list[RowCheck]]
+    late_schemas: dict[str, pa.Schema]
+    on_output: Callable[[pa.RecordBatch], None] | None
+    on_late: Callable[[str, pa.RecordBatch], None] | None
+    cut_off: bool = False
+    stopped: bool = False
+
+
 def _callable_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
@@ -283,6 +310,7 @@ class Engine:
     setting of the whole process, until :meth:`close`; by default the engine leaves it alone
     (see :class:`~splice.runtime.executor.PipelinedExecutor`). ``result_buffer_rows`` bounds the
     rows buffered per query without a sink (module docstring); ``None`` lifts the bound.
+    ``cluster`` runs the queries on a cluster's workers (module docstring).
     """
 
     def __init__(
@@ -296,6 +324,7 @@ class Engine:
         *,
         switch_interval: float | None = None,
         result_buffer_rows: int | None = RESULT_BUFFER_ROWS,
+        cluster: Cluster | None = None,
     ):
         if executor not in ("serial", "pipelined"):
             raise PlanError(f"executor must be 'serial' or 'pipelined', got {executor!r}")
@@ -335,6 +364,9 @@ class Engine:
         self._sources: set[int] = set()
         self._watermarks: dict[int, BoundedOutOfOrderness] = {}
         self._ended = False
+        self.cluster = cluster
+        #: queries running on the cluster, by name
+        self._remote: dict[str, _Remote] = {}
 
     # -- streams -----------------------------------------------------------------------------
     def define_stream(
@@ -438,6 +470,8 @@ class Engine:
         for label, fn in (("on_output", on_output), ("on_late", on_late)):
             if fn is not None and not callable(fn):
                 raise PlanError(f"query {query.name!r}: {label} must be callable, got {fn!r}")
+        if self.cluster is not None:
+            return self._deploy_remote(query, state, on_output, on_late)
         with self._lock:
             self._reap()
             if query.name in self._deployments and query.name not in self.assigner.deployed:
@@ -477,6 +511,90 @@ class Engine:
             self._reconfigure()
             self.executor.submit_all(program)
             return result
+
+    def _deploy_remote(self, query: Query, state: dict[str, Any] | None,
+                       on_output: Callable[[pa.RecordBatch], None] | None,
+                       on_late: Callable[[str, pa.RecordBatch], None] | None) -> QueryResult:
+        """Deploy ``query`` on the cluster. It is planned here once and taken off again, so that
+        it is checked as any query is and the engine learns its output schema, the checks its
+        input needs at the edge and its late inputs; then the cluster runs it."""
+        assert self.cluster is not None
+        with self._lock:
+            if query.name in self._remote or query.name in self.assigner.deployed:
+                raise PlanError(f"query {query.name!r} is already deployed")
+            if query.compose:
+                raise PlanError(f"query {query.name!r}: composing columns is not available on a "
+                                "cluster (each row travels with the columns the query reads)")
+            dep, _ = self.assigner.deploy(query, self._view, None)
+            self.assigner.undeploy(query.name)
+            assert dep.output is not None
+            schema = dep.output.schema
+            late_schemas = {label: self.catalog.by_id(sid).schema for sid, label in dep.late}
+            for s in dep.streams:
+                self.catalog.drop(s.name)
+            reads: dict[int, list[str]] = {}
+            streams = []
+            for sid, used in dep.source_columns.items():
+                src = self.catalog.by_id(sid)
+                cols = [n for n in src.schema.names
+                        if used is None or n in used or n == src.time_column]
+                reads[sid] = cols
+                streams.append(RemoteStream(src.name, pa.schema([src.schema.field(c) for c in cols]),
+                                            src.time_column))
+            result = QueryResult(query.name, schema, deployed_at=self.position)
+            remote = _Remote(result, None, reads, dep.checks, late_schemas,  # type: ignore[arg-type]
+                             on_output, on_late)
+            remote.query = self.cluster.deploy(query, streams, state,
+                                               lambda b: self._remote_output(remote, b),
+                                               lambda label, b: self._remote_late(remote, label, b))
+            self.queries[query.name] = result
+            self._remote[query.name] = remote
+            return result
+
+    def _remote_output(self, remote: _Remote, batch: pa.RecordBatch) -> None:
+        if remote.cut_off or not batch.num_rows:
+            return
+        remote.result.rows_out += batch.num_rows
+        if remote.on_output is not None:
+            self._deliver(remote, "on_output", remote.on_output, batch)
+        elif self._room(remote, batch.num_rows):
+            remote.result.batches.append(batch)
+
+    def _remote_late(self, remote: _Remote, label: str, batch: pa.RecordBatch) -> None:
+        if remote.cut_off or not batch.num_rows:
+            return
+        result = remote.result
+        if label not in remote.late_schemas:
+            self._cut_off(remote, StateError(f"its workers reported late rows of {label!r}, which "
+                                             "is not one of its inputs"))
+            return
+        result.late_counts[label] = result.late_counts.get(label, 0) + batch.num_rows
+        if remote.on_late is not None:
+            self._deliver(remote, "on_late", remote.on_late, label, batch)
+        elif self._room(remote, batch.num_rows):
+            result.late.setdefault(label, ResultBatches()).append(batch)
+
+    def _on_remote(self, remote: _Remote, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``, a call on a remote query; its failure fails the query alone."""
+        if remote.cut_off or remote.stopped:
+            return None
+        try:
+            return call(*args)
+        except Exception as exc:
+            self._cut_off(remote, exc)
+            return None
+
+    def late_inputs(self, name: str) -> dict[str, pa.Schema]:
+        """The inputs of deployed query ``name`` that can have late rows, with their schemas."""
+        with self._lock:
+            remote = self._remote.get(name)
+            if remote is not None:
+                return dict(remote.late_schemas)
+            try:
+                dep = self.assigner.deployed[name]
+            except KeyError:
+                raise PlanError(f"query {name!r} is not deployed") from None
+            return {label: self.catalog.by_id(sid).schema for sid, label in dep.late}
 
     def sql(
         self,
@@ -560,6 +678,12 @@ class Engine:
         readable until :meth:`forget`.
         """
         with self._lock:
+            remote = self._remote.pop(name, None)
+            if remote is not None:
+                self._on_remote(remote, remote.query.stop)
+                remote.stopped = True
+                remote.result.undeployed_at = self.position
+                return remote.result
             self._reap()
             dep, program = self.assigner.undeploy(name)
             deployed = self._deployments[name]
@@ -634,6 +758,12 @@ class Engine:
             before = gen.current() if gen is not None else None
             if gen is not None and src.time_column is not None:
                 gen.observe(time_values(batch, src.time_column, src.name))
+            if self._remote:
+                self._push_remote(src, batch, gen.current() if gen is not None
+                                  and gen.current() != before else None)
+            if self.cluster is not None:
+                self._raise_failures()
+                return
             numbered = self.decomposer.numbered.get(src.id, False)
             self._submit(Data(src.id, self.decomposer.split(src, batch)))
             if gen is not None and gen.current() != before:
@@ -643,6 +773,16 @@ class Engine:
                 if isinstance(self.executor, SerialExecutor) or self._since_fence >= _FENCE_EVERY:
                     self._fence()
             self._raise_failures()
+
+    def _push_remote(self, src: Stream, batch: pa.RecordBatch, watermark: int | None) -> None:
+        for remote in list(self._remote.values()):
+            cols = remote.reads.get(src.id)
+            if cols is None:
+                continue
+            part = batch if len(cols) == batch.num_columns else batch.select(cols)
+            self._on_remote(remote, remote.query.push, src.name, part)
+            if watermark is not None:
+                self._on_remote(remote, remote.query.watermark, src.name, watermark)
 
     def _fence(self) -> None:
         """Learn how far each composing query's units have got and which rows they keep: a
@@ -685,6 +825,8 @@ class Engine:
             checks.append(not_null(src.time_column, "event time"))
         for dep in self.assigner.deployed.values():
             checks.extend(dep.checks.get(src.id, ()))
+        for remote in self._remote.values():
+            checks.extend(remote.checks.get(src.id, ()))
         if not checks or not batch.num_rows:
             return batch
         bad: np.ndarray | None = None
@@ -728,7 +870,12 @@ class Engine:
         """Event time of ``stream`` reached ``time_value`` (no later row has time <= it)."""
         with self._lock:
             self._reap()
-            self._submit(Watermark(self._source(stream).id, int(time_value)))
+            src = self._source(stream)
+            for remote in list(self._remote.values()):
+                if src.id in remote.reads:
+                    self._on_remote(remote, remote.query.watermark, stream, int(time_value))
+            if self.cluster is None:
+                self._submit(Watermark(src.id, int(time_value)))
             self._raise_failures()
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
@@ -743,7 +890,12 @@ class Engine:
             self._snapshots[cid] = {name: {} for name in self.assigner.deployed}
             self._submit(Barrier(cid))
             self.executor.drain()
-            return self._snapshots.pop(cid)
+            taken = self._snapshots.pop(cid)
+            for name, remote in self._remote.items():
+                state = self._on_remote(remote, remote.query.checkpoint)
+                if state is not None:
+                    taken[name] = state
+            return taken
 
     def _on_snapshot(self, checkpoint_id: int, query: str, key: str, state: Any) -> None:
         taken = self._snapshots.get(checkpoint_id)
@@ -795,6 +947,9 @@ class Engine:
         with self._lock:
             if self._ended:
                 return
+            for remote in self._remote.values():
+                self._on_remote(remote, remote.query.end)
+                remote.result.ended = True
             self._submit(End())
             self.executor.drain()
             self._ended = True
@@ -803,7 +958,12 @@ class Engine:
             self._raise_failures()
 
     def close(self) -> None:
-        """Stop the executor's threads; results already produced stay readable."""
+        """Stop the executor's threads (and a cluster's queries); results already produced
+        stay readable."""
+        for remote in self._remote.values():
+            if not remote.stopped:
+                self._on_remote(remote, remote.query.stop)
+                remote.stopped = True
         self.executor.close()
 
     def __enter__(self) -> Engine:
@@ -834,6 +994,13 @@ class Engine:
             for q in list(self.queries.values()):
                 q.ended = True
             return
+        if isinstance(rec, Watermark):
+            sink = self._sinks.get(rec.stream_id)
+            if sink is not None and sink[1] is None:
+                result = sink[0].result
+                if result.watermark is None or rec.time > result.watermark:
+                    result.watermark = rec.time
+            return
         if not isinstance(rec, Data):
             return
         sink = self._sinks.get(rec.stream_id)
@@ -863,7 +1030,7 @@ class Engine:
         elif self._room(deployed, batch.num_rows):
             result.batches.append(batch)
 
-    def _deliver(self, deployed: _Deployed, label: str, fn: Callable[..., None], *args: Any) -> None:
+    def _deliver(self, deployed: _Deployed | _Remote, label: str, fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
         except Exception as exc:
@@ -872,7 +1039,7 @@ class Engine:
             err.__cause__ = exc
             self._cut_off(deployed, err)
 
-    def _room(self, deployed: _Deployed, rows: int) -> bool:
+    def _room(self, deployed: _Deployed | _Remote, rows: int) -> bool:
         """Whether ``rows`` more rows fit the query's buffer; fail the query when not."""
         bound = self.result_buffer_rows
         if bound is None:
@@ -886,7 +1053,7 @@ class Engine:
             "with on_output= (and on_late=) to hand its rows to a sink as they come"))
         return False
 
-    def _cut_off(self, deployed: _Deployed, err: BaseException) -> None:
+    def _cut_off(self, deployed: _Deployed | _Remote, err: BaseException) -> None:
         # the engine fails the query: the error is raised once from the caller's next call
         deployed.cut_off = True
         result = deployed.result
@@ -933,6 +1100,9 @@ class Engine:
         yield from batches
 
     def _operator_metrics(self, name: str) -> dict[str, dict[str, Any]]:
+        remote = self._remote.get(name)
+        if remote is not None:
+            return {"cluster": remote.query.metrics()}
         dep = self.assigner.deployed.get(name)
         if dep is None:
             return {}
