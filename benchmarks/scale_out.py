@@ -37,17 +37,18 @@ def channel(table: pa.Table, repeat: int) -> dict:
     import ray
 
     from splice.cluster.exchange import Exchange, Message
-    from splice.cluster.ray_runner import RayChannel, StreamDef, Subtask
+    from splice.cluster.ray_runner import RayChannel, Subtask
     from splice.ops.aggregate import Agg
     from splice.ops.window_aggregate import WindowAggregate
     from splice.runtime import Query
+    from splice.runtime.remote import RemoteStream
 
     query = Query.chain("w", "l", WindowAggregate("ts", 1000, keys=["key"],
                                                  aggregates=[Agg("c", "count")]))
     batches = table.to_batches(max_chunksize=65_536)
     rates, latencies = [], []
     for _ in range(repeat):
-        actor = ray.remote(num_cpus=0)(Subtask).remote(0, [StreamDef("l", table.schema, "ts")], query)
+        actor = ray.remote(num_cpus=0)(Subtask).remote(0, [RemoteStream("l", table.schema, "ts")], query)
         ray.get(actor.ping.remote())
         ch = RayChannel(actor, lambda i, reply: None, 0)
         ex = Exchange([ch], {"l": ["key"]}, [pa.int64()])

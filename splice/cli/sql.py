@@ -522,6 +522,8 @@ def run_statements(text: str, *, tables: Sequence[str] = (), batch_size: int = 6
         "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
         "late_rows": {n: dict(m.get("late_rows", {})) for n, m in figures.items()},
     }
+    if checkpoint_dir is not None:
+        metrics["resumed_from"] = coord.stats.resumed_from
     if workers is not None:
         metrics["workers"] = workers
         on_cluster = [m["operators"]["cluster"] for m in figures.values()]
