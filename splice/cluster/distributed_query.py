@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from splice.cluster.exchange import Exchange
 from splice.cluster.ray_runner import RayChannel, SubtaskReply
-from splice.cluster.stages import StagePlan, cut
+from splice.cluster.stages import StagePlan, cut, pre_aggregate
 from splice.core.errors import PlanError, StateError
 from splice.core.plan import Query
 from splice.runtime.engine import Engine
@@ -128,8 +128,11 @@ class DistributedQuery:
                  store: str | Path | None = None, remove_store: bool = False,
                  die_at: tuple[int, int] | None = None) -> None:
         self.name = query.name
-        self.plan = cut(query, {s.name: s.schema for s in streams})
-        self.defs = stage_streams(self.plan, streams)
+        plan = cut(query, {s.name: s.schema for s in streams})
+        self.defs = stage_streams(plan, streams)
+        self.plan = pre_aggregate(plan, self.defs[-1][0].schema)
+        if self.plan is not plan:
+            self.defs = stage_streams(self.plan, streams)
         self.reader: dict[str, int] = {}
         for k, stage in enumerate(self.plan.stages):
             for name in stage.keys:

@@ -10,14 +10,14 @@ operator's key columns on that input, which must reach it unchanged (by name).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from splice.core.errors import PlanError
+from splice.core.errors import PlanError, SchemaError
 from splice.core.plan import BindInputs, Node, Query
 
-__all__ = ["StagePlan", "cut"]
+__all__ = ["StagePlan", "cut", "pre_aggregate"]
 
 
 @dataclass(frozen=True)
@@ -133,3 +133,47 @@ def cut(query: Query, sources: Mapping[str, pa.Schema]) -> StagePlan:
         raise PlanError(f"scale-out: the operators after {stages[-1].output} read more than its "
                         "output")
     return StagePlan(tuple(stages), Query(query.name, tuple(rest)) if rest else None)
+
+
+#: how a partial aggregate's column merges: count and sum add up, min and max are kept
+_MERGE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+
+
+def pre_aggregate(plan: StagePlan, output: pa.Schema) -> StagePlan:
+    """``plan`` with a global aggregate of its final stage split in two phases, when that is
+    exact: each subtask of the last keyed stage folds its rows into one partial row, and the
+    final stage merges the partials (counts and sums added, minima and maxima kept), so that one
+    row per subtask crosses instead of every row the stage produces (the local-global
+    aggregation of Flink's table planner). ``output`` is the last keyed stage's output schema.
+
+    The split is made only for a blocking global :class:`~splice.ops.aggregate.GroupBy` of
+    count, sum, min and max whose merged result types equal the one-phase result's, over no
+    floating-point sum (whose rounding depends on the order of addition)."""
+    from splice.ops.aggregate import Agg, GroupBy
+
+    if plan.final is None:
+        return plan
+    head = plan.final.nodes[0]
+    spec = head.spec
+    if (type(spec) is not GroupBy or spec.keys or spec.state_backend != "memory"
+            or any(a.func not in _MERGE for a in spec.aggregates)):
+        return plan
+    partial = GroupBy((), spec.aggregates, spec.where, name=spec.name)
+    try:
+        partial_schema = partial.output_schema({0: output})
+        merge = GroupBy((), tuple(Agg(a.name, _MERGE[a.func], a.name) for a in spec.aggregates),
+                        name=spec.name)
+        exact = merge.output_schema({0: partial_schema}) == spec.output_schema({0: output})
+    except (PlanError, SchemaError):
+        return plan
+    if not exact or any(pa.types.is_floating(partial_schema.field(a.name).type)
+                        for a in spec.aggregates if a.func == "sum"):
+        return plan
+    last = plan.stages[-1]
+    name = f"{head.name}__partial"
+    stage_query = last.query
+    stage = KeyedStage(replace(stage_query, nodes=(*stage_query.nodes,
+                                                  Node(name, partial, (last.output,)))),
+                       last.keys, name)
+    final = replace(plan.final, nodes=(Node(head.name, merge, (name,)), *plan.final.nodes[1:]))
+    return StagePlan((*plan.stages[:-1], stage), final)

@@ -97,3 +97,33 @@ def test_a_plan_keyed_two_ways_is_cut_into_two_stages():
                                               {"j1": ["bk"], "c": ["bk"]}]
     assert [s.output for s in plan.stages] == ["j1", "agg"]  # the aggregation keeps bk's groups
     assert plan.final is not None and [n.name for n in plan.final.nodes] == ["top"]
+
+
+def test_a_global_aggregate_after_the_stage_is_split_in_two_phases_only_when_exact():
+    from splice.cluster.stages import pre_aggregate
+    from splice.ops import Agg, GroupBy
+    from splice.runtime import Engine
+
+    schema = pa.schema([("key", pa.int64()), ("ts", pa.int64()), ("x", pa.int64()),
+                        ("f", pa.float64())])
+    join = BindInputs(IntervalJoin, {"on": ["key"], "right_on": ["key"], "time": "ts",
+                                     "right_time": "ts", "lower": -1, "upper": 1})
+
+    def plan_with(*aggs: Agg):
+        q = Query("q", (Node("join", join, ("l", "r")), Node("total", GroupBy([], aggs), ("join",))))
+        plan = cut(q, {"l": schema, "r": schema})
+        probe = Engine()
+        for s in ("l", "r"):
+            probe.define_stream(s, schema)
+        out = probe.deploy(plan.keyed).schema
+        return plan, pre_aggregate(plan, out)
+
+    before, after = plan_with(Agg("n", "count"), Agg("s", "sum", "x"), Agg("lo", "min", "f"))
+    assert [n.name for n in after.keyed.nodes] == ["join", "total__partial"]
+    assert after.keyed_output == "total__partial"
+    assert after.final is not None and after.final.nodes[0].inputs == ("total__partial",)
+    assert [(a.name, a.func, str(a.input)) for a in after.final.nodes[0].spec.aggregates] == [
+        ("n", "sum", "n"), ("s", "sum", "s"), ("lo", "min", "lo")]
+    for aggs in ((Agg("s", "sum", "f"),), (Agg("m", "avg", "x"),)):  # rounding; no merge
+        before, after = plan_with(*aggs)
+        assert after is before
