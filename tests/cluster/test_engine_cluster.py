@@ -28,15 +28,6 @@ BY_GROUP = WindowAggregate("ts", 1000, keys=["g"], aggregates=[Agg("c", "count")
                                                                Agg("s", "sum", "payload")])
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-    yield
-    ray.shutdown()
-
-
 def _table(seed: int) -> pa.Table:
     """Times disordered within the bound (20), and every 500th row 300 behind: late."""
     rng = np.random.default_rng(seed)

@@ -34,15 +34,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def kafka():
     from splice.connectors.kafka_source import mock_cluster
 

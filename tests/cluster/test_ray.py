@@ -23,15 +23,6 @@ QUERIES = {
 }
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-    yield
-    ray.shutdown()
-
-
 def _tables(tmp_path, n: int = 20_000) -> str:
     ddl = []
     for seed, name in ((1, "l"), (2, "r")):
