@@ -209,17 +209,22 @@ class TxnEngine:
         self.nested_fallbacks = 0
         self.history = any(t.history > 0 for t in tables)
         self._driver: ThreadPoolExecutor | None = None
+        #: the batch :meth:`submit` left executing, with its execution
+        self._pending: tuple[_Prep, Future[tuple[Execution, str]]] | None = None
 
     def close(self) -> None:
         """Stop the executor threads."""
-        self.team.close()
         if self._driver is not None:
-            self._driver.shutdown(wait=True)
+            self._driver.shutdown(wait=True)  # a batch still executing finishes first
             self._driver = None
+        self._pending = None
+        self.team.close()
 
     # ------------------------------------------------------------------ execution
     def execute(self, batch: OpBatch, nondeterministic: NonDeterministic | None = None) -> BatchResult:
         """Run one batch (a punctuation interval) and apply its committed writes."""
+        if self._pending is not None:
+            raise PlanError("a batch handed to submit() is still executing: drain() first")
         if nondeterministic is None or nondeterministic.slot.shape[0] == 0:
             return self._execute(batch)
         if batch.objects:
@@ -299,31 +304,50 @@ class TxnEngine:
         reads its starting state only after batch k's writes are applied. With one thread, or for
         batches with non-deterministic accesses or nested groups, batches run one at a time.
         """
-        pending: tuple[_Prep, Future[tuple[Execution, str]]] | None = None
         for batch, nd in batches:
-            simple = (nd is None or nd.slot.shape[0] == 0) and not (
-                self.nested and batch.txn_group.shape[0]) and not batch.objects
-            if self.threads == 1 or self.scheduler == "serial" or not simple:
-                if pending is not None:
-                    yield self._complete(pending[0], *pending[1].result())
-                    pending = None
-                yield self.execute(batch, nd)
-                continue
-            prep = self._prepare(batch)
-            if pending is not None:
-                t_wait = time.perf_counter()
-                ex, name = pending[1].result()
-                if self.scheduler == "auto":
-                    self.exec_threads = executor_threads(
-                        self.exec_threads, self.threads, time.perf_counter() - t_wait,
-                        ex.info.get("wall_s", 0.0))
-                yield self._complete(pending[0], ex, name)
-            if self._driver is None:
-                self._driver = ThreadPoolExecutor(max_workers=1)
-            go = self._launch(prep, self.team.using(self.exec_threads))
-            pending = (prep, self._driver.submit(_timed, go))
-        if pending is not None:
-            yield self._complete(pending[0], *pending[1].result())
+            yield from self.submit(batch, nd)
+        yield from self.drain()
+
+    def submit(self, batch: OpBatch, nondeterministic: NonDeterministic | None = None
+               ) -> list[BatchResult]:
+        """The push form of :meth:`execute_many`: hand over the next batch; return the batches
+        that completed meanwhile, in order (the previous one, once this one is constructed).
+
+        The batch handed over last may still be executing: :meth:`drain` completes it (call it
+        after the last batch, and before reading the state).
+        """
+        nd = nondeterministic
+        simple = (nd is None or nd.slot.shape[0] == 0) and not (
+            self.nested and batch.txn_group.shape[0]) and not batch.objects
+        if self.threads == 1 or self.scheduler == "serial" or not simple:
+            done = self.drain()
+            done.append(self.execute(batch, nd))
+            return done
+        prep = self._prepare(batch)
+        done = []
+        if self._pending is not None:
+            t_wait = time.perf_counter()
+            before, running = self._pending
+            self._pending = None
+            ex, name = running.result()
+            if self.scheduler == "auto":
+                self.exec_threads = executor_threads(
+                    self.exec_threads, self.threads, time.perf_counter() - t_wait,
+                    ex.info.get("wall_s", 0.0))
+            done.append(self._complete(before, ex, name))
+        if self._driver is None:
+            self._driver = ThreadPoolExecutor(max_workers=1)
+        go = self._launch(prep, self.team.using(self.exec_threads))
+        self._pending = (prep, self._driver.submit(_timed, go))
+        return done
+
+    def drain(self) -> list[BatchResult]:
+        """Complete the batch :meth:`submit` left executing (none: an empty list)."""
+        if self._pending is None:
+            return []
+        prep, running = self._pending
+        self._pending = None
+        return [self._complete(prep, *running.result())]
 
     def _prepare(self, batch: OpBatch) -> _Prep:
         """Progress check and construction: everything that does not read the state."""
