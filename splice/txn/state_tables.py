@@ -185,6 +185,17 @@ class StateStore:
         ncols = len(self.tables[table].columns)
         return (np.int64(table) << CELL_SHIFT) | (k * ncols + column)
 
+    def undeclared_keys(self, table: int, keys: np.ndarray) -> np.ndarray | None:
+        """Where ``keys`` fall outside the declared table's ``0..keys-1`` (``None`` when none
+        does): columnar builders refuse those transactions (``REASON_KEY``) instead of growing
+        the table to whatever key an event names."""
+        if keys.size == 0:
+            return None
+        declared = self.tables[table].keys
+        if int(keys.min()) >= 0 and int(keys.max()) < declared:
+            return None
+        return (keys < 0) | (keys >= declared)
+
     def grow(self, table: int, keys: int) -> None:
         """Make room for keys ``< keys`` (new keys start at the table's initial value)."""
         if keys > self.caps[table]:

@@ -1,7 +1,11 @@
 """Transactional applications and their workload generators (MorphStream's parameters).
 
 Each application turns a columnar event table into batches of transactions, one batch per
-punctuation interval, built column-wise (no per-event Python):
+punctuation interval, built column-wise (no per-event Python). A builder,
+``build(engine, events, lo, hi)``, reads any mapping of column name to NumPy array, so the
+engine's transactional operator runs it unchanged (:mod:`splice.workloads.txn_jobs`). Bad input
+aborts only its event, with its reason: a non-finite amount ``REASON_OPERAND``, a key outside
+the table's declared ``0..keys-1`` ``REASON_KEY`` (a table never grows to a key an event names).
 
 * **Streaming Ledger (sl)**: tables ``accounts`` and ``book_entries``. A deposit adds to one
   account and one book entry; a transfer moves an amount between two accounts and a second amount
@@ -33,7 +37,7 @@ phases of the dynamic workload.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +50,7 @@ from splice.txn.ops import (
     ADD,
     COND_GE,
     READ,
+    REASON_KEY,
     REASON_OPERAND,
     SUM_WRITE,
     WINDOW_READ,
@@ -53,8 +58,8 @@ from splice.txn.ops import (
     OpBatch,
     OpBatchBuilder,
 )
-from splice.txn.state_tables import StateTable
-from splice.txn.txn_engine import NonDeterministic, TxnEngine
+from splice.txn.state_tables import StateStore, StateTable
+from splice.txn.txn_engine import BatchResult, NonDeterministic, TxnEngine
 
 __all__ = ["TxnWorkload", "TxnApp", "zipf_keys", "make_app", "phased_sl", "APPS", "run_app",
            "events_from_file", "EVENT_COLUMNS"]
@@ -124,6 +129,21 @@ class TxnApp:
         return int(next(iter(self.events.values())).shape[0])
 
 
+def _declared(st: StateStore, tables: Sequence[int], keys: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray | None]:
+    """``keys`` with those outside a table's declared ``0..keys-1`` replaced by 0, and where
+    they were (``None`` when every key is declared): the builder refuses their events with
+    ``REASON_KEY`` rather than grow a table to whatever key an event names."""
+    bad: np.ndarray | None = None
+    for t in tables:
+        m = st.undeclared_keys(t, keys)
+        if m is not None:
+            bad = m if bad is None else bad | m
+    if bad is None:
+        return keys, None
+    return np.where(bad, 0, keys), bad
+
+
 # ------------------------------------------------------------------ Streaming Ledger
 
 
@@ -178,18 +198,25 @@ def _sl_ops(deposit: np.ndarray, abort: np.ndarray, a_src: np.ndarray, a_dst: np
     return txn, cell, kind, opnd, cond, carg
 
 
-def _sl_build(engine: TxnEngine, ev: dict[str, np.ndarray], lo: int, hi: int) -> OpBatch:
-    """Deposits and transfers of events ``lo..hi``; a non-numeric amount aborts its event."""
+def _sl_build(engine: TxnEngine, ev: Mapping[str, np.ndarray], lo: int, hi: int) -> OpBatch:
+    """Deposits and transfers of events ``lo..hi``; a non-numeric amount aborts its event, so
+    does an account outside the declared keys (a deposit names ``src`` only)."""
     st = engine.store
-    src, dst = ev["src"][lo:hi], ev["dst"][lo:hi]
+    deposit = ev["deposit"][lo:hi]
+    src, src_bad = _declared(st, (0, 1), ev["src"][lo:hi])
+    dst, dst_bad = _declared(st, (0, 1), ev["dst"][lo:hi])
     amt, bamt = ev["amount"][lo:hi], ev["book_amount"][lo:hi]
     bad = ~(np.isfinite(amt) & np.isfinite(bamt))
     if bad.any():
         amt, bamt = np.where(bad, 0.0, amt), np.where(bad, 0.0, bamt)
     txn, cell, kind, opnd, cond, carg = _sl_ops(
-        ev["deposit"][lo:hi], ev["abort"][lo:hi], st.cells(0, src), st.cells(0, dst),
+        deposit, ev["abort"][lo:hi], st.cells(0, src), st.cells(0, dst),
         st.cells(1, src), st.cells(1, dst), amt, bamt)
     reason = np.where(bad, REASON_OPERAND, 0).astype(np.int8)
+    if src_bad is not None:
+        reason[src_bad] = REASON_KEY
+    if dst_bad is not None:
+        reason[dst_bad & ~deposit] = REASON_KEY
     return OpBatch(
         txn_ts=np.ascontiguousarray(ev["ts"][lo:hi]), op_txn=txn, op_cell=cell, op_kind=kind,
         op_operand=opnd, op_cond=cond, op_cond_arg=carg,
@@ -249,13 +276,23 @@ def _gs_events(w: TxnWorkload, rng: np.random.Generator) -> dict[str, np.ndarray
     }
 
 
-def _gs_build_fn(w: TxnWorkload) -> Any:
-    def build(engine: TxnEngine, ev: dict[str, np.ndarray], lo: int, hi: int) -> Any:
+@dataclass(frozen=True)
+class _GsBuild:
+    """GrepSum's builder: update, sum and window-read events of ``lo..hi`` as one batch (and
+    the non-deterministic keys of its sums). A key outside the declared ones aborts its event."""
+
+    window: int
+    keys: int
+
+    def __call__(self, engine: TxnEngine, ev: Mapping[str, np.ndarray], lo: int, hi: int) -> Any:
         st = engine.store
         b = OpBatchBuilder(ev["ts"][lo:hi])
-        kind, keys, nk = ev["kind"][lo:hi], ev["keys"][lo:hi], ev["nkeys"][lo:hi]
+        kind, nk = ev["kind"][lo:hi], ev["nkeys"][lo:hi]
         ab, val = ev["abort"][lo:hi], ev["value"][lo:hi]
         idx = np.arange(hi - lo, dtype=np.int64)
+        keys, bad = _declared(st, (0, 1), ev["keys"][lo:hi])
+        if bad is not None:
+            b.abort(idx[bad.any(axis=1)], REASON_KEY)
         r = keys.shape[1] - 1
         for j in range(r):  # update: write values[k_j] for j < nkeys
             m = (kind == 0) & (nk > j)
@@ -267,9 +304,11 @@ def _gs_build_fn(w: TxnWorkload) -> Any:
             b.add(idx[m], st.cells(1, ks[:, 0]), SUM_WRITE, 0.0, sources=srcs)
         m = kind == 2
         if m.any():
-            wk = ev["wkeys"][lo:hi][m]
+            wk, wbad = _declared(st, (0,), ev["wkeys"][lo:hi][m])
+            if wbad is not None:
+                b.abort(idx[m][wbad.any(axis=1)], REASON_KEY)
             cnt = wk.shape[1]
-            b.add(np.repeat(idx[m], cnt), st.cells(0, wk.reshape(-1)), WINDOW_READ, float(w.window))
+            b.add(np.repeat(idx[m], cnt), st.cells(0, wk.reshape(-1)), WINDOW_READ, float(self.window))
         if ab.any():
             b.add(idx[ab], st.cells(1, keys[ab, 0]), READ, 0.0, COND_GE, NEVER)
         batch = b.build()
@@ -284,9 +323,7 @@ def _gs_build_fn(w: TxnWorkload) -> Any:
         seed = st.cells(0, keys[batch.op_txn[ops], 1])
         return batch, NonDeterministic(
             slot=slot, seed_cell=np.repeat(seed, cnt), offset=_ranges(cnt),
-            table=np.zeros(slot.shape[0], np.int64), modulus=np.full(slot.shape[0], w.keys))
-
-    return build
+            table=np.zeros(slot.shape[0], np.int64), modulus=np.full(slot.shape[0], self.keys))
 
 
 def _ranges(counts: np.ndarray) -> np.ndarray:
@@ -300,7 +337,7 @@ def make_gs(w: TxnWorkload) -> TxnApp:
     rng = np.random.default_rng(w.seed)
     tables = [StateTable("values", w.keys, history=max(w.window, 1)),
               StateTable("sums", w.keys)]
-    return TxnApp("gs", tables, _gs_events(w, rng), _gs_build_fn(w))
+    return TxnApp("gs", tables, _gs_events(w, rng), _GsBuild(w.window, w.keys))
 
 
 # ------------------------------------------------------------------ Toll Processing
@@ -322,12 +359,17 @@ def _tp_events(w: TxnWorkload, rng: np.random.Generator) -> dict[str, np.ndarray
     }
 
 
-def _tp_build(engine: TxnEngine, ev: dict[str, np.ndarray], lo: int, hi: int) -> OpBatch:
+def _tp_build(engine: TxnEngine, ev: Mapping[str, np.ndarray], lo: int, hi: int) -> OpBatch:
+    """Position reports of ``lo..hi``: read the segment's sums, add speed and one vehicle; a
+    non-numeric speed or a segment outside the declared ones aborts its event."""
     st = engine.store
     b = OpBatchBuilder(ev["ts"][lo:hi])
     b.group[:] = ev["group"][lo:hi]
-    seg, speed, ab = ev["segment"][lo:hi], ev["speed"][lo:hi], ev["abort"][lo:hi]
+    speed, ab = ev["speed"][lo:hi], ev["abort"][lo:hi]
     idx = np.arange(hi - lo, dtype=np.int64)
+    seg, bad = _declared(st, (0,), ev["segment"][lo:hi])
+    if bad is not None:
+        b.abort(idx[bad], REASON_KEY)
     s_cells, c_cells = st.cells(0, seg, 0), st.cells(0, seg, 1)
     b.add(idx, s_cells, READ)
     b.add(idx, c_cells, READ, 0.0, COND_GE, np.where(ab, NEVER, 0.0))
@@ -366,29 +408,36 @@ def _sej_events(w: TxnWorkload, rng: np.random.Generator) -> dict[str, np.ndarra
     }
 
 
-def _sej_build_fn(w: TxnWorkload) -> Any:
-    def build(engine: TxnEngine, ev: dict[str, np.ndarray], lo: int, hi: int) -> OpBatch:
+@dataclass(frozen=True)
+class _SejBuild:
+    """The stock exchange join's builder: each event inserts its volume on its side and probes
+    the other side's window. A stock outside the declared ones aborts its event."""
+
+    window: int
+
+    def __call__(self, engine: TxnEngine, ev: Mapping[str, np.ndarray], lo: int, hi: int) -> OpBatch:
         st = engine.store
         b = OpBatchBuilder(ev["ts"][lo:hi])
-        tr, stock, vol = ev["traded"][lo:hi], ev["stock"][lo:hi], ev["volume"][lo:hi]
+        tr, vol = ev["traded"][lo:hi], ev["volume"][lo:hi]
         idx = np.arange(hi - lo, dtype=np.int64)
+        stock, bad = _declared(st, (0, 1), ev["stock"][lo:hi])
+        if bad is not None:
+            b.abort(idx[bad], REASON_KEY)
         own = np.where(tr, 0, 1)
         other = 1 - own
         for side in (0, 1):
             m = own == side
             b.add(idx[m], st.cells(side, stock[m]), WRITE, vol[m])      # insert
             m = other == side
-            b.add(idx[m], st.cells(side, stock[m]), WINDOW_READ, float(w.window))  # probe
+            b.add(idx[m], st.cells(side, stock[m]), WINDOW_READ, float(self.window))  # probe
         return b.build()
-
-    return build
 
 
 def make_sej(w: TxnWorkload) -> TxnApp:
     rng = np.random.default_rng(w.seed)
     tables = [StateTable("traded", w.keys, history=w.window),
               StateTable("quoted", w.keys, history=w.window)]
-    return TxnApp("sej", tables, _sej_events(w, rng), _sej_build_fn(w))
+    return TxnApp("sej", tables, _sej_events(w, rng), _SejBuild(w.window))
 
 
 APPS = {"sl": make_sl, "gs": make_gs, "tp": make_tp, "sej": make_sej}
@@ -410,15 +459,19 @@ def batches(app: TxnApp, punctuation: int) -> Iterator[tuple[int, int]]:
 
 
 def run_app(app: TxnApp, engine: TxnEngine, punctuation: int,
-            ranges: Sequence[tuple[int, int]] | None = None) -> dict[str, Any]:
+            ranges: Sequence[tuple[int, int]] | None = None,
+            on_result: Callable[[int, int, OpBatch, BatchResult], None] | None = None
+            ) -> dict[str, Any]:
     """Stream ``app``'s events through ``engine`` (pre-processing of the next batch overlaps the
-    current batch's execution); per-batch latency and outcome counts."""
+    current batch's execution); per-batch latency and outcome counts. ``on_result(lo, hi,
+    batch, result)`` sees each batch's outcome, in order."""
     import time
+    from collections import deque
 
     lat: list[tuple[float, int]] = []
     committed = aborted = 0
     build_s = 0.0
-    starts: list[tuple[float, int, int]] = []
+    inflight: deque[tuple[float, int, int, OpBatch]] = deque()
     t_start = time.perf_counter()
 
     def produce() -> Iterator[tuple[OpBatch, NonDeterministic | None]]:
@@ -428,13 +481,15 @@ def run_app(app: TxnApp, engine: TxnEngine, punctuation: int,
             built = app.build(engine, app.events, lo, hi)
             batch, nd = built if isinstance(built, tuple) else (built, None)
             build_s += time.perf_counter() - t0
-            starts.append((t0, lo, hi))
+            inflight.append((t0, lo, hi, batch))
             yield batch, nd
 
-    for k, res in enumerate(engine.execute_many(produce())):
-        t0, lo, hi = starts[k]
+    for res in engine.execute_many(produce()):
+        t0, lo, hi, batch = inflight.popleft()
         if app.post is not None:
             app.post(app.events, lo, hi, None, res.op_result)
+        if on_result is not None:
+            on_result(lo, hi, batch, res)
         lat.append((time.perf_counter() - t0, hi - lo))
         committed += int(res.committed.sum())
         aborted += int((~res.committed).sum())
