@@ -807,6 +807,18 @@ def sort_by_txn(
 
 
 @njit(cache=True, nogil=True)
+def txn_offsets(txn: np.ndarray, n_txn: int) -> np.ndarray:
+    """int32 offsets of ops sorted by transaction: transaction ``t``'s ops are
+    ``out[t]:out[t + 1]`` (the offsets of a list array of per-transaction results)."""
+    out = np.zeros(n_txn + 1, np.int32)
+    for i in range(txn.shape[0]):
+        out[txn[i] + 1] += 1
+    for t in range(n_txn):
+        out[t + 1] += out[t]
+    return out
+
+
+@njit(cache=True, nogil=True)
 def duplicate_writes(txn_ptr: np.ndarray, cell: np.ndarray, kind: np.ndarray) -> np.ndarray:
     """Transactions that write one cell twice (ops sorted by transaction)."""
     n_txn = txn_ptr.shape[0] - 1
