@@ -190,6 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --input: fail on bad rows (default) or route them to --dead-letter")
     txn.add_argument("--dead-letter", default=None,
                      help="JSON-lines file receiving bad input rows with their reason")
+    txn.add_argument("--engine", action="store_true",
+                     help="run the events through the engine's data path (Arrow batches into a "
+                          "transactional operator that builds each punctuation interval with the "
+                          "app's own builder) instead of driving the transaction engine directly; "
+                          "same commits, aborts and state checksum")
+    txn.add_argument("--batch-size", type=_positive_int, default=None,
+                     help="with --engine: rows per batch pushed to the engine (default 65,536)")
     _add_checkpoint_options(txn)
 
     sql = sub.add_parser("sql", help="SQL over file tables: windows, interval and window joins, "
@@ -240,6 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from splice.cli.sql import run_sql
 
             return run_sql(args)
+        if args.command == "txn" and args.engine:
+            from splice.cli.txn import run_txn_engine
+
+            return run_txn_engine(args)
         if args.command in ("tpch", "txn") and args.checkpoint_dir is not None:
             from splice.cli import checkpointed as commands
 
