@@ -182,9 +182,11 @@ class _Columns(Mapping[str, np.ndarray]):
             flat = col.flatten()
             if flat.null_count:
                 raise SchemaError(f"{self.operator}: column {name!r} holds null list items")
-            got = np.array(flat.to_numpy(zero_copy_only=False)).reshape(len(col), col.type.list_size)
+            got = flat.to_numpy(zero_copy_only=False).reshape(len(col), col.type.list_size)
         else:
-            got = np.array(col.to_numpy(zero_copy_only=False))
+            got = col.to_numpy(zero_copy_only=False)
+        if not got.flags.writeable:  # a view of Arrow's buffer
+            got = got.copy()
         self.cache[name] = got
         return got
 
@@ -288,14 +290,16 @@ class _TransactionalLogic(OperatorLogic):
         self.committed += done
         self.aborted += n - done
         offsets = txn_offsets(batch.op_txn, n)
-        results = pa.ListArray.from_buffers(
-            _RESULTS, n, [None, pa.py_buffer(offsets)],
-            children=[pa.array(res.op_result, pa.float64(), from_pandas=True)])
         if res.reason.any():
             reason = _REASON_TEXT.take(pa.array(res.reason, pa.int8()))
-        else:  # every transaction committed: n empty strings
+            # a refused transaction's operations never ran: NaN, null in the output
+            values = pa.array(res.op_result, pa.float64(), from_pandas=True)
+        else:  # every transaction committed: n empty strings, every operation ran
             reason = pa.StringArray.from_buffers(n, pa.py_buffer(np.zeros(n + 1, np.int32)),
                                                  pa.py_buffer(b""))
+            values = pa.array(res.op_result, pa.float64())
+        results = pa.ListArray.from_buffers(_RESULTS, n, [None, pa.py_buffer(offsets)],
+                                            children=[values])
         return pa.RecordBatch.from_arrays(
             [*rows.columns, pa.array(res.committed, pa.bool_()), reason, results],
             schema=self.schema)
