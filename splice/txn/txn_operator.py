@@ -183,6 +183,13 @@ class _Columns(Mapping[str, np.ndarray]):
             if flat.null_count:
                 raise SchemaError(f"{self.operator}: column {name!r} holds null list items")
             got = flat.to_numpy(zero_copy_only=False).reshape(len(col), col.type.list_size)
+        elif pa.types.is_boolean(col.type):
+            # the bitmap unpacked here: Arrow's own conversion of a large boolean array costs
+            # tens of milliseconds the first time in a process
+            data = col.buffers()[1]
+            bits = np.zeros(0, np.uint8) if data is None else np.frombuffer(data, np.uint8)
+            got = np.unpackbits(bits, count=col.offset + len(col),
+                                bitorder="little")[col.offset:].view(np.bool_)
         else:
             got = col.to_numpy(zero_copy_only=False)
         if not got.flags.writeable:  # a view of Arrow's buffer
