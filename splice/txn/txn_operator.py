@@ -384,9 +384,10 @@ class _TransactionalLogic(OperatorLogic):
 
     def snapshot(self) -> Any:
         """The tables, the last punctuation, the rows waiting for the next one (as a batch of
-        the input's schema: whatever Python values its columns hold, a checkpoint holds) and
-        the output of intervals that ran but has not left yet (a batch of the output's schema:
-        the interval executing now completes first, so the tables hold its effect)."""
+        the input's schema: whatever Python values its columns hold, a checkpoint holds), the
+        commit and abort counts, and the output of intervals that ran but has not left yet (a
+        batch of the output's schema: the interval executing now completes first, so the tables
+        hold its effect and a restored logic emits its output once)."""
         self.unsent += self._completed(self.engine.drain())
         state = {**self.engine.store.snapshot(), "last_punctuation": self.engine.last_punctuation,
                  "pending": _concat(list(self.pending), self.input_schema),
