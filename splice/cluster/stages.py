@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import pyarrow as pa
 
@@ -136,7 +137,8 @@ def cut(query: Query, sources: Mapping[str, pa.Schema]) -> StagePlan:
 
 
 #: how a partial aggregate's column merges: count and sum add up, min and max are kept
-_MERGE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+_MERGE: dict[str, Literal["sum", "min", "max"]] = {"count": "sum", "sum": "sum", "min": "min",
+                                                     "max": "max"}
 
 
 def pre_aggregate(plan: StagePlan, output: pa.Schema) -> StagePlan:
