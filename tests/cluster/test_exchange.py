@@ -127,3 +127,19 @@ def test_a_global_aggregate_after_the_stage_is_split_in_two_phases_only_when_exa
     for aggs in ((Agg("s", "sum", "f"),), (Agg("m", "avg", "x"),)):  # rounding; no merge
         before, after = plan_with(*aggs)
         assert after is before
+
+
+def test_a_slice_crosses_with_its_own_rows_only():
+    import pickle
+
+    from splice.cluster.ray_runner import compact
+
+    n = 200_000
+    table = pa.table({"k": np.arange(n), "s": pa.array([str(i) for i in range(n)]),
+                      "v": pa.array(np.where(np.arange(n) % 7 == 0, None, np.arange(n)))})
+    whole = table.combine_chunks().to_batches()[0]
+    part = whole.slice(1_000, 5_000)
+    small = compact(part)
+    assert small.equals(part)
+    assert len(pickle.dumps(small, protocol=5)) < len(pickle.dumps(part, protocol=5)) / 10
+    assert compact(whole) is whole  # nothing to cut: no copy
