@@ -135,21 +135,24 @@ class RayChannel:
     """The channel to one subtask actor (module docstring); replies go to ``on_reply``."""
 
     def __init__(self, actor: Any, on_reply: Callable[[int, SubtaskReply], None], index: int,
-                 max_in_flight: int = 4, coalesce: int = 1) -> None:
+                 max_in_flight: int = 4, call_rows: int = 65_536) -> None:
         self.actor = actor
         self.on_reply = on_reply
         self.index = index
         self.max_in_flight = max_in_flight
-        self.coalesce = coalesce
+        #: rows gathered before a call: the parts of several batches share one call
+        self.call_rows = call_rows
         self.pending: list[Message] = []
+        self.pending_rows = 0
         self.in_flight: list[Any] = []
         self.calls = 0
         self.wait_seconds = 0.0
 
     def send(self, message: Message) -> None:
         self.pending.append(message)
-        if message.kind == "barrier" or (message.kind == "batch"
-                                          and len(self.pending) >= self.coalesce):
+        if message.kind == "batch":
+            self.pending_rows += message.payload.num_rows
+        if message.kind == "barrier" or self.pending_rows >= self.call_rows:
             self._call()
 
     def _call(self) -> None:
@@ -161,6 +164,7 @@ class RayChannel:
                     for m in self.pending]
         self.in_flight.append(self.actor.receive.remote(messages))
         self.pending = []
+        self.pending_rows = 0
         self.calls += 1
         while len(self.in_flight) > self.max_in_flight:  # the oldest reply first: in order
             t0 = time.perf_counter()

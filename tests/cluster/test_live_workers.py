@@ -79,7 +79,7 @@ INSERT INTO out {QUERIES['w2']}""")
             env["SPLICE_FAULT"] = fault
         return subprocess.run([sys.executable, "-m", "splice.cli", "run", str(job), "--workers",
                                "2", "--ray-address", address, "--checkpoint-dir", str(ck),
-                               "--checkpoint-interval", "0.05", "--batch-size", "512", "--json"],
+                               "--checkpoint-interval", "0.02", "--batch-size", "128", "--json"],
                               env=env, capture_output=True, text=True, timeout=300)
 
     clean = run(tmp_path / "ck-clean", None)
