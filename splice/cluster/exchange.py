@@ -21,7 +21,7 @@ import pyarrow as pa
 from splice.cluster._exchange_kernels import split_rows
 from splice.joins.common.key_codec import KeyCodec
 
-__all__ = ["KEY_GROUPS", "Channel", "ListChannel", "Exchange", "Message"]
+__all__ = ["KEY_GROUPS", "Channel", "ListChannel", "Exchange", "Message", "take_rows"]
 
 #: key groups per job: the unit of placement (and of rescaling) of keyed state
 KEY_GROUPS = 128
@@ -58,6 +58,22 @@ class ListChannel:
         pass
 
 
+#: the types Arrow's take does not gather, and the plain types that carry their values
+_VIEWS = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
+
+
+def take_rows(batch: pa.RecordBatch, rows: np.ndarray) -> pa.RecordBatch:
+    """``batch``'s rows at ``rows``; view columns (string_view, binary_view), which Arrow's
+    take does not gather, go through their plain large types and back."""
+    idx = pa.array(rows)
+    try:
+        return batch.take(idx)
+    except pa.ArrowNotImplementedError:
+        cols = [c.take(idx) if c.type not in _VIEWS else c.cast(_VIEWS[c.type]).take(idx).cast(c.type)
+                for c in batch.columns]
+        return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
+
+
 class Exchange:
     """Routes each stream's batches by ``keys[stream]`` (its key columns) to ``channels``;
     watermarks, barriers and the end go to every channel. ``types`` are the keys' common types
@@ -90,7 +106,7 @@ class Exchange:
             if len(rows) == batch.num_rows:
                 parts.append((t, batch, group))
             elif len(rows):
-                parts.append((t, batch.take(pa.array(rows)), group[rows]))
+                parts.append((t, take_rows(batch, rows), group[rows]))
         return parts
 
     def send_batch(self, stream: str, batch: pa.RecordBatch) -> None:

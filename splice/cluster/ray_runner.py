@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from splice.cluster.exchange import Message
@@ -104,7 +103,10 @@ def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
     slice of a 6 M-row table would cross as the 6 M rows."""
     if batch.get_total_buffer_size() <= batch.nbytes + 4096:
         return batch
-    return batch.take(pa.array(np.arange(batch.num_rows)))
+    sink = pa.BufferOutputStream()  # Arrow IPC writes a slice's own ranges, of every type
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return pa.ipc.open_stream(sink.getvalue()).read_next_batch()
 
 
 def _write_state(path: Path, state: Any) -> None:

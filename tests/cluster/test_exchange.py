@@ -136,6 +136,7 @@ def test_a_slice_crosses_with_its_own_rows_only():
 
     n = 200_000
     table = pa.table({"k": np.arange(n), "s": pa.array([str(i) for i in range(n)]),
+                      "sv": pa.array([str(i) for i in range(n)]).cast(pa.string_view()),
                       "v": pa.array(np.where(np.arange(n) % 7 == 0, None, np.arange(n)))})
     whole = table.combine_chunks().to_batches()[0]
     part = whole.slice(1_000, 5_000)
@@ -143,3 +144,18 @@ def test_a_slice_crosses_with_its_own_rows_only():
     assert small.equals(part)
     assert len(pickle.dumps(small, protocol=5)) < len(pickle.dumps(part, protocol=5)) / 10
     assert compact(whole) is whole  # nothing to cut: no copy
+
+
+def test_view_columns_travel_through_the_exchange():
+    n = 1_000
+    batch = pa.record_batch({"key": np.arange(n) % 13,
+                             "sv": pa.array([f"s{i}" for i in range(n)]).cast(pa.string_view()),
+                             "bv": pa.array([b"b%d" % i for i in range(n)]).cast(pa.binary_view())})
+    channels = [ListChannel() for _ in range(3)]
+    Exchange(channels, {"s": ["key"]}, [pa.int64()]).send_batch("s", batch)
+    parts = [m.payload for c in channels for m in c.messages]
+    assert len(parts) == 3 and all(p.schema == batch.schema for p in parts)
+    got = pa.Table.from_batches(parts)
+    want = pa.Table.from_batches([batch])
+    assert sorted(got.column("sv").to_pylist()) == sorted(want.column("sv").to_pylist())
+    assert sorted(got.column("bv").to_pylist()) == sorted(want.column("bv").to_pylist())

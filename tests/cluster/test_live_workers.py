@@ -64,7 +64,7 @@ def test_a_driver_killed_after_a_checkpoint_resumes_on_new_workers(local_ray, tm
     """The driver dies (SIGKILL) right after its second checkpoint is saved, before it commits;
     its workers die with it. Run again, the job resumes from that checkpoint on new workers and
     writes exactly what an uninterrupted run writes."""
-    ddl = _tables(tmp_path)
+    ddl = _tables(tmp_path, 200_000)  # long enough for several checkpoints
     job = tmp_path / "job.sql"
     job.write_text(ddl + f"""
 CREATE TABLE out (key BIGINT, window_start BIGINT, c BIGINT, s BIGINT)
@@ -79,7 +79,7 @@ INSERT INTO out {QUERIES['w2']}""")
             env["SPLICE_FAULT"] = fault
         return subprocess.run([sys.executable, "-m", "splice.cli", "run", str(job), "--workers",
                                "2", "--ray-address", address, "--checkpoint-dir", str(ck),
-                               "--checkpoint-interval", "0.02", "--batch-size", "128", "--json"],
+                               "--checkpoint-interval", "0.02", "--batch-size", "1024", "--json"],
                               env=env, capture_output=True, text=True, timeout=300)
 
     clean = run(tmp_path / "ck-clean", None)
