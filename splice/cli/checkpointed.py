@@ -91,7 +91,8 @@ def tpch_job(tables: dict[str, pa.Table], query: str, window: int | None, order:
     from splice.workloads import tpch_queries
 
     lineitem = tables["lineitem"]
-    specs = tpch_queries.q1(state_backend=state_backend, state_dir=state_dir) if query == "q1" else tpch_queries.q6()
+    specs = (tpch_queries.q1(pushdown=True, state_backend=state_backend, state_dir=state_dir)
+             if query == "q1" else tpch_queries.q6())
     return Job([SourceStream("lineitem", lineitem.schema)], [Query.chain(query, "lineitem", *specs)],
                lambda pos: table_source("lineitem", lineitem, batch_size, skip=pos))
 

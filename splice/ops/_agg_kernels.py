@@ -66,15 +66,18 @@ def decimal_low_words(words: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray,
 
 @njit(cache=True, nogil=True)
 def max_abs_kernel(vals: np.ndarray) -> np.int64:
-    bound = np.int64(0)
-    for i in range(vals.shape[0]):
+    # a min/max pass without branches vectorizes; |INT64_MIN| does not fit: -1 says 2**63
+    if vals.shape[0] == 0:
+        return np.int64(0)
+    lo = vals[0]
+    hi = vals[0]
+    for i in range(1, vals.shape[0]):
         v = vals[i]
-        if v == _I64_MIN:
-            return np.int64(-1)  # |INT64_MIN| does not fit: the caller reads -1 as 2**63
-        a = v if v >= 0 else -v
-        if a > bound:
-            bound = a
-    return bound
+        lo = min(lo, v)
+        hi = max(hi, v)
+    if lo == _I64_MIN:
+        return np.int64(-1)
+    return max(hi, -lo)
 
 
 def max_abs(vals: np.ndarray) -> int:
