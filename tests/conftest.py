@@ -1,7 +1,8 @@
-"""Shared test settings: hypothesis profiles sized for CI."""
+"""Shared test settings: hypothesis profiles sized for CI; librdkafka's mock cluster."""
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 # CI reports a failing example as found: shrinking it can take minutes on two cores.
@@ -16,3 +17,15 @@ settings.register_profile(
     "dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(scope="module")
+def kafka():
+    """A bootstrap address of librdkafka's mock cluster (inside the confluent-kafka wheel), one
+    cluster per test module."""
+    pytest.importorskip("confluent_kafka")
+    from splice.connectors.kafka_source import mock_cluster
+
+    handle, bootstrap = mock_cluster()
+    yield bootstrap
+    del handle

@@ -33,15 +33,6 @@ from tests.connectors.test_kafka import (  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def kafka():
-    from splice.connectors.kafka_source import mock_cluster
-
-    handle, bootstrap = mock_cluster()
-    yield bootstrap
-    del handle
-
-
 def test_a_kafka_job_on_two_workers_writes_what_one_process_writes(local_ray, kafka):
     n = 20_000
     ts, key, v = _events(n, 3, 0.01)  # 1 % of the records 3 s behind: late

@@ -26,15 +26,6 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def kafka():
-    from splice.connectors.kafka_source import mock_cluster
-
-    handle, bootstrap = mock_cluster()
-    yield bootstrap
-    del handle
-
-
 def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes]]) -> None:
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "log_level": 0,
                                          "compression.type": "zstd", "linger.ms": 20,
