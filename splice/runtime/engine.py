@@ -213,7 +213,6 @@ class QueryResult:
     rows_out: int = 0
     #: late rows produced so far, per input
     late_counts: dict[str, int] = field(default_factory=dict)
-
     #: the last watermark on the query's output (what its operators promise downstream)
     watermark: int | None = None
     _cache: tuple[int, int, pa.Table, int] | None = field(default=None, repr=False, compare=False)
