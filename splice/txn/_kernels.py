@@ -59,7 +59,7 @@ class TxnColumns(NamedTuple):
 
     #: int64 (txns + 1): transaction ``t``'s ops are ``ptr[t]:ptr[t + 1]``
     ptr: np.ndarray
-    #: int64: each transaction's timestamp (strictly increasing)
+    #: int64: each transaction's timestamp (never decreasing; equal ones run in batch order)
     ts: np.ndarray
     #: bool: refused before execution (its ops are skipped)
     refused: np.ndarray

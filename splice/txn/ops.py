@@ -118,7 +118,7 @@ def is_write_kind(kind: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
 class OpBatch:
     """A batch of transactions as columns, transactions in timestamp order.
 
-    ``txn_ts[t]`` is transaction ``t``'s timestamp (strictly increasing). Operation ``i`` belongs to
+    ``txn_ts[t]`` is transaction ``t``'s timestamp (never decreasing; equal ones run in order). Operation ``i`` belongs to
     transaction ``op_txn[i]`` (non-decreasing), touches cell ``op_cell[i]`` and, for ``SUM_*`` kinds,
     sums the pre-values of cells ``src_cell[src_ptr[i]:src_ptr[i+1]]``. ``txn_reason[t]`` is non-zero
     for a transaction refused before execution (bad input): it aborts with that reason.
@@ -169,8 +169,9 @@ class OpBatchBuilder:
         self.txn_ts = np.ascontiguousarray(txn_ts, dtype=np.int64)
         if self.txn_ts.ndim != 1:
             raise PlanError("txn_ts must be one-dimensional")
-        if self.txn_ts.shape[0] > 1 and not bool(np.all(np.diff(self.txn_ts) > 0)):
-            raise PlanError("transaction timestamps in a batch must be strictly increasing")
+        if self.txn_ts.shape[0] > 1 and not bool(np.all(np.diff(self.txn_ts) >= 0)):
+            raise PlanError("transaction timestamps in a batch must not decrease (the "
+                            "transactional operator with time_column= orders each interval)")
         self.reason = np.zeros(self.txn_ts.shape[0], np.int8)
         self.group = np.zeros(self.txn_ts.shape[0], np.int32)
         self._cols: list[tuple[np.ndarray, ...]] = []

@@ -117,6 +117,10 @@ class TransactionalOperator(OperatorSpec):
     builder: IntervalBuilder | None = None
     #: transaction group -> scheduler (``TxnEngine(nested=...)``), kept as sorted pairs
     nested: tuple[tuple[int, str], ...] | Mapping[int, str] = ()
+    #: with ``builder``: the builder sees each interval's rows in the order of this column
+    #: (stable: equal times in arrival order), as a batch's transactions run in timestamp order;
+    #: the output keeps arrival order
+    time_column: str | None = None
 
     def __post_init__(self) -> None:
         if self.punctuation < 1:
@@ -136,6 +140,9 @@ class TransactionalOperator(OperatorSpec):
         if self.nested and self.builder is None:
             raise PlanError(f"{self.name}: nested schedulers need builder= (transaction groups "
                             "are set per batch)")
+        if self.time_column is not None and self.builder is None:
+            raise PlanError(f"{self.name}: time_column orders the rows a builder= sees; fn= sees "
+                            "each event in arrival order")
 
     def output_schema(self, inputs: InputSchemas) -> pa.Schema:
         if len(inputs) != 1:
@@ -144,6 +151,11 @@ class TransactionalOperator(OperatorSpec):
         clash = {f.name for f in _OUT_FIELDS} & set(schema.names)
         if clash:
             raise SchemaError(f"{self.name}: input already has columns {sorted(clash)}")
+        if self.time_column is not None and not (
+                self.time_column in schema.names
+                and pa.types.is_integer(schema.field(self.time_column).type)):
+            raise SchemaError(f"{self.name}: time_column {self.time_column!r} is not an integer "
+                              "column of the input")
         return pa.schema(list(schema) + _OUT_FIELDS)
 
     def input_checks(self, inputs: InputSchemas) -> Mapping[int, Sequence[RowCheck]]:
@@ -225,7 +237,9 @@ class _TransactionalLogic(OperatorLogic):
                                 udf=spec.udf, nested=dict(spec.nested) or None)
         self.pending: deque[pa.RecordBatch] = deque()
         self.pending_rows = 0
-        self.inflight: deque[tuple[pa.RecordBatch, OpBatch]] = deque()
+        #: intervals submitted: their rows (in the order the builder saw), batch, and the order
+        #: that sorted them by time (None when they arrived in order)
+        self.inflight: deque[tuple[pa.RecordBatch, OpBatch, np.ndarray | None]] = deque()
         self.unsent: list[pa.RecordBatch] = []
         self.checksum: str | None = None
         #: transactions committed and aborted since the stream began (kept in snapshots)
@@ -314,8 +328,13 @@ class _TransactionalLogic(OperatorLogic):
     def _completed(self, results: list[BatchResult]) -> list[pa.RecordBatch]:
         out = []
         for res in results:
-            rows, batch = self.inflight.popleft()
-            out.append(self._output(rows, batch, res))
+            rows, batch, order = self.inflight.popleft()
+            done = self._output(rows, batch, res)
+            if order is not None:  # back to arrival order
+                arrival = np.empty_like(order)
+                arrival[order] = np.arange(order.shape[0])
+                done = done.take(pa.array(arrival))
+            out.append(done)
         return out
 
     # -- intervals -------------------------------------------------------------------------------
@@ -358,10 +377,19 @@ class _TransactionalLogic(OperatorLogic):
                     out.append(self._run_rows(run.slice(lo, p)))
                 continue
             columns = _Columns(run, self.spec.name)
+            times = (None if self.spec.time_column is None
+                     else run.column(self.spec.time_column).to_numpy(zero_copy_only=False))
             for lo in range(0, run.num_rows, p):
                 hi = min(lo + p, run.num_rows)
-                batch, nd = self._built(columns, lo, hi)
-                self.inflight.append((run.slice(lo, hi - lo), batch))
+                rows, order = run.slice(lo, hi - lo), None
+                if times is not None and bool(np.any(np.diff(times[lo:hi]) < 0)):
+                    # out of order: this interval's rows sorted by time, on their own columns
+                    order = np.argsort(times[lo:hi], kind="stable")
+                    rows = rows.take(pa.array(order))
+                    batch, nd = self._built(_Columns(rows, self.spec.name), 0, hi - lo)
+                else:
+                    batch, nd = self._built(columns, lo, hi)
+                self.inflight.append((rows, batch, order))
                 out += self._completed(self.engine.submit(batch, nd))
         if force:
             out += self._completed(self.engine.drain())

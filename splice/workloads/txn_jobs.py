@@ -58,7 +58,8 @@ def app_operator(app: TxnApp, punctuation: int, threads: int = 1, scheduler: str
     """The operator that runs ``app``'s builder on each punctuation interval of its events."""
     return TransactionalOperator(tuple(app.tables), builder=app.build, punctuation=punctuation,
                                  threads=threads, scheduler=scheduler,
-                                 name=f"transactions_{app.name}", nested=dict(nested or {}))
+                                 name=f"transactions_{app.name}", nested=dict(nested or {}),
+                                 time_column="ts")
 
 
 def app_job(app: TxnApp, punctuation: int, threads: int = 1, scheduler: str = "auto",
