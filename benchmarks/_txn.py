@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
@@ -9,7 +10,8 @@ from splice.cli.txn import run_workload, warm_kernels
 from splice.txn.memory import keep_freed_memory
 from splice.workloads.txn_apps import TxnWorkload, make_app
 
-__all__ = ["measure", "measure_round_robin", "emit", "prepare", "machine_parallelism"]
+__all__ = ["measure", "measure_round_robin", "emit", "prepare", "machine_parallelism",
+           "workload_parser"]
 
 
 def prepare(app: str, threads: int, schedulers: list[str]) -> None:
@@ -48,6 +50,17 @@ def measure_round_robin(app: str, w: TxnWorkload, configs: list[tuple[str, int]]
             if (s, t) not in best or m["seconds"] < best[(s, t)]["seconds"]:
                 best[(s, t)] = m
     return [best[c] for c in configs]
+
+
+def workload_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A parser with the options every transactional benchmark shares: events, keys,
+    punctuation and the thread counts (``"1,2"``)."""
+    p = argparse.ArgumentParser(description=(doc or "").splitlines()[0] if doc else None)
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--keys", type=int, default=10_000)
+    p.add_argument("--punctuation", type=int, default=10_240)
+    p.add_argument("--threads", default="1,2")
+    return p
 
 
 def emit(record: dict[str, Any]) -> None:

@@ -17,7 +17,6 @@ loading, the run) and of the ``events_per_s`` it prints.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._txn import emit, prepare
+from benchmarks._txn import emit, prepare, workload_parser
 from splice.cli.txn import ENGINE_BATCH_ROWS, run_workload
 from splice.workloads.txn_apps import TxnWorkload, make_app
 from splice.workloads.txn_jobs import events_table, run_app_on_engine
@@ -105,11 +104,7 @@ def whole_process(events: int, repeat: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--events", type=int, default=1_000_000)
-    p.add_argument("--keys", type=int, default=10_000)
-    p.add_argument("--punctuation", type=int, default=10_240)
-    p.add_argument("--threads", default="1,2")
+    p = workload_parser(__doc__)
     p.add_argument("--batch-size", type=int, default=ENGINE_BATCH_ROWS,
                    help="rows per batch pushed to the engine (default: splice txn --engine's)")
     p.add_argument("--repeat", type=int, default=3)

@@ -9,9 +9,13 @@ Every run of one configuration must reproduce the serial run's state checksum an
 
 from __future__ import annotations
 
-import argparse
-
-from benchmarks._txn import emit, machine_parallelism, measure_round_robin, prepare
+from benchmarks._txn import (
+    emit,
+    machine_parallelism,
+    measure_round_robin,
+    prepare,
+    workload_parser,
+)
 from splice.txn.scheduler import ALL_STRATEGIES
 from splice.workloads.txn_apps import TxnWorkload
 
@@ -19,11 +23,7 @@ BASELINES = ["serial", "sstore", "tstream"]
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--events", type=int, default=1_000_000)
-    p.add_argument("--keys", type=int, default=10_000)
-    p.add_argument("--punctuation", type=int, default=10_240)
-    p.add_argument("--threads", default="1,2")
+    p = workload_parser(__doc__)
     p.add_argument("--complexity-events", type=int, default=20_000)
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--all-strategies", action="store_true", help="also every fixed strategy")
