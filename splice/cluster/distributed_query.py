@@ -235,12 +235,7 @@ class DistributedQuery:
         run = self.run
         if run is None:
             return
-        for k, per in enumerate(run.channels):
-            for i, c in enumerate(per):
-                self.calls += c.calls
-                self.wait_seconds += c.wait_seconds
-                self.rows_sent[k][i] += run.exchanges[k].rows_sent[i]
-                c.calls, c.wait_seconds, run.exchanges[k].rows_sent[i] = 0, 0.0, 0
+        self.calls, self.wait_seconds, self.rows_sent = self._figures(run)
         for stage_actors in run.actors:
             for actor in stage_actors:
                 ray.kill(actor)
@@ -373,15 +368,20 @@ class DistributedQuery:
         if self.remove_store and self.store is not None:
             shutil.rmtree(self.store, ignore_errors=True)
 
-    def metrics(self) -> dict[str, Any]:
+    def _figures(self, run: _Run | None) -> tuple[int, float, list[list[int]]]:
+        """Calls, seconds waited and rows sent per subtask: the starts before and ``run``'s."""
         calls, wait = self.calls, self.wait_seconds
         sent = [list(per) for per in self.rows_sent]
-        if self.run is not None:
-            for k, per in enumerate(self.run.channels):
-                for i, c in enumerate(per):
-                    calls += c.calls
-                    wait += c.wait_seconds
-                    sent[k][i] += self.run.exchanges[k].rows_sent[i]
+        if run is not None:
+            calls += sum(c.calls for per in run.channels for c in per)
+            wait += sum(c.wait_seconds for per in run.channels for c in per)
+            for k, exchange in enumerate(run.exchanges):
+                for i, rows in enumerate(exchange.rows_sent):
+                    sent[k][i] += rows
+        return calls, wait, sent
+
+    def metrics(self) -> dict[str, Any]:
+        calls, wait, sent = self._figures(self.run)
         return {"workers": self.workers, "stages": len(self.plan.stages),
                 "rows_per_subtask": sent[0], "exchanged_rows": sum(map(sum, sent)),
                 "calls": calls, "wait_seconds": round(wait, 6), "restarts": self.attempts,
