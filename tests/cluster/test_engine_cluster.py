@@ -162,3 +162,32 @@ def test_a_failing_query_fails_alone(local_ray):
     one.end()
     assert _sorted(eng.results("q")).equals(_sorted(one.results("q")))
     eng.close()
+
+
+def test_every_row_is_in_a_window_late_or_a_dead_letter_on_workers(local_ray):
+    """Disorder within the bound (jitter), beyond it (every 250th row 3 s behind: its window
+    has closed) and rows without a time: each input row is counted in a window, in the late rows
+    or in the dead letters, and the windows equal one process's."""
+    ts = L.column("ts").to_numpy().copy()
+    ts[::250] -= 3_000
+    ts = ts.astype(object)
+    ts[7::997] = None
+    table = L.set_column(L.schema.get_field_index("ts"), "ts", pa.array(ts, pa.int64()))
+    spec = WindowAggregate("ts", 1000, keys=["key"], aggregates=[Agg("c", "count")])
+    answers = []
+    for cluster in (None, RayCluster(2, checkpoint_batches=5)):
+        eng = Engine(cluster=cluster)
+        eng.define_stream("l", table.schema, "ts", max_out_of_orderness=20,
+                          bad_input="dead_letter")
+        eng.deploy(Query.chain("w", "l", spec))
+        for b in table.to_batches(max_chunksize=1024):
+            eng.push("l", b)
+        eng.end()
+        windows = eng.results("w")
+        late = sum(eng.queries["w"].late_rows.values())
+        letters = eng.dead_letters.total
+        assert late > 0 and letters == len(range(7, N, 997))
+        assert pa.compute.sum(windows.column("c")).as_py() + late + letters == N
+        answers.append(_sorted(windows))
+        eng.close()
+    assert answers[1].equals(answers[0])
