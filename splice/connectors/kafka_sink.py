@@ -29,31 +29,29 @@ epochs whose markers are already committed are then skipped, not written again.)
 
 from __future__ import annotations
 
-import decimal
 import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from splice.core.errors import PlanError, StateError
+from splice.io.rows import json_value
 from splice.runtime.sinks import TransactionalSink
 
 __all__ = ["KafkaSink", "encode_json"]
 
 
 def _default(value: Any) -> Any:
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, datetime | date):
-        return value.isoformat()
+    """What JSON lacks: bytes as text, the rest as rows are rendered everywhere (decimals as
+    exact strings, times in ISO 8601), anything else as its string."""
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
-    return str(value)
+    shown = json_value(value)
+    return str(value) if shown is value else shown
 
 
 def encode_json(batch: pa.RecordBatch) -> list[bytes]:
